@@ -1,0 +1,153 @@
+"""Spec of ``fused_add_rms_norm``: S = X + R; Y = RMSNorm(S) * (W + offset); returns (Y, S)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+from torch import nn
+
+from liger_perf.spec import KernelSpec, Tolerance, Tolerances
+
+HIDDEN_SIZES = (1024, 2048, 4096, 8192, 16384, 32768)
+
+
+class FusedAddRMSNormSpec(KernelSpec):
+    name = "fused_add_rms_norm"
+    math = (
+        "S = X + R; rstd = 1/sqrt(mean(S^2, -1) + eps); Y = S * rstd * (W + offset). "
+        "Backward: dX = dR = dS_out + rstd*m - rstd^3/H * sum(m*S, -1) * S with m = dY*(W + offset); "
+        "dW = sum over rows of dY * S * rstd. Casting modes: llama (normalisation in float32, cast back before "
+        "the weight product), gemma (all in float32, Y cast back), none (every op in the input dtype)."
+    )
+    interface = ("fused_add_rms_norm", "KNOBS", "KNOB_CHOICES")
+    differentiable = ("X", "R", "W")
+    outputs = ("Y", "S")
+    row_reductions = ("dW",)
+    suites = {
+        "gpu": [(2048, h) for h in HIDDEN_SIZES],
+        "interpret": [(16, 64), (9, 200)],
+    }
+    # Odd hidden sizes, a single row, and row counts that do not divide by the number of backward programs
+    # (132 SMs on an H200; 4 programs in the interpreter).
+    check_shapes = {
+        "gpu": [(1, 4096), (131, 1000), (397, 4096), (2051, 8192), (300, 32768)],
+        "interpret": [(1, 64), (13, 100), (6, 37), (1021, 40)],
+    }
+    check_configs = (
+        {"casting_mode": "llama", "offset": 0.0, "eps": 1e-6, "in_place": False},
+        {"casting_mode": "gemma", "offset": 1.0, "eps": 1e-6, "in_place": False},
+        {"casting_mode": "none", "offset": 0.0, "eps": 1e-6, "in_place": False},
+        {"casting_mode": "llama", "offset": 0.5, "eps": 1e-5, "in_place": True},
+    )
+    bench_config = {"casting_mode": "llama", "offset": 0.0, "eps": 1e-6, "in_place": False}
+    tolerances = {
+        torch.float32: Tolerances(
+            same_dtype=Tolerance(atol=1e-5, rtol=1e-5, norm=1e-5),
+            float64=Tolerance(atol=1e-4, rtol=1e-4, norm=1e-5),
+            convergence=1e-4,
+            row_reduction=Tolerance(atol=1e-4, rtol=1e-4, norm=1e-5),
+        ),
+        torch.float16: Tolerances(
+            same_dtype=Tolerance(atol=1e-3, rtol=2e-3, norm=1e-4),
+            float64=Tolerance(atol=2e-2, rtol=2e-2, norm=1e-2),
+            convergence=1e-2,
+            row_reduction=Tolerance(atol=1e-2, rtol=1e-2, norm=1e-3),
+        ),
+        torch.bfloat16: Tolerances(
+            same_dtype=Tolerance(atol=1e-2, rtol=1.6e-2, norm=8e-4),
+            float64=Tolerance(atol=1e-1, rtol=1e-1, norm=2e-2),
+            convergence=3e-2,
+            row_reduction=Tolerance(atol=5e-2, rtol=5e-2, norm=5e-3),
+        ),
+    }
+
+    def overwritable(self, config):
+        return {"Y"} if config.get("in_place") else set()
+
+    def make_inputs(self, shape, dtype, device, generator=None, config=None):
+        rows, hidden = shape
+        config = config or {}
+
+        def randn(*size):
+            return torch.randn(*size, generator=generator, dtype=torch.float32, device="cpu")
+
+        X, R = randn(rows, hidden), 0.5 * randn(rows, hidden)
+        if config.get("casting_mode", "llama") != "none":
+            # LLM activations carry a few huge channels; their squares overflow float16, which is why llama and
+            # gemma compute the statistics in float32. Inputs without them could not tell the difference.
+            channels = torch.randperm(hidden, generator=generator)[: max(1, hidden // 32)]
+            X[:, channels] *= 300.0
+        W = 1.0 + 0.1 * randn(hidden)
+        return {name: t.to(device=device, dtype=dtype) for name, t in (("X", X), ("R", R), ("W", W))}
+
+    def tolerance(self, dtype, config):
+        if config.get("casting_mode") == "none" and dtype != torch.float32:
+            # PyTorch rounds after every op of the backward in half precision; no kernel mirrors all of them.
+            same = self.tolerances[dtype].same_dtype
+            tol = self.tolerances[dtype]
+            return replace(tol, same_dtype=_loosened(tol.same_dtype, 4e-3), float64=_loosened(tol.float64, 2e-2))
+        return self.tolerances[dtype]
+
+    def reference(self, inputs, config):
+        X, R, W = inputs["X"], inputs["R"], inputs["W"]
+        mode, eps, offset = config.get("casting_mode", "llama"), config.get("eps", 1e-6), config.get("offset", 0.0)
+        S = X + R
+        dtype = S.dtype
+        # "float32" in a casting mode means at least float32: the float64 reference keeps full precision.
+        acc = torch.promote_types(dtype, torch.float32)
+        if mode == "llama":
+            h = S.to(acc)
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+            Y = h.to(dtype) * (offset + W)
+        elif mode == "gemma":
+            h = S.to(acc)
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+            Y = (h * (offset + W.to(acc))).to(dtype)
+        elif mode == "none":
+            Y = S * torch.rsqrt(S.pow(2).mean(-1, keepdim=True) + eps) * (offset + W)
+        else:
+            raise ValueError(f"unknown casting mode {mode!r}")
+        return Y, S
+
+    def call(self, variant, inputs, config):
+        return variant.fused_add_rms_norm(
+            inputs["X"], inputs["R"], inputs["W"], eps=config.get("eps", 1e-6), offset=config.get("offset", 0.0),
+            casting_mode=config.get("casting_mode", "llama"), in_place=config.get("in_place", False))
+
+    def min_bytes(self, pass_name, shape, dtype):
+        rows, hidden = shape
+        size = torch.tensor([], dtype=dtype).element_size()
+        forward = (4 * rows * hidden + hidden) * size  # read X, R, W; write Y, S
+        backward = (4 * rows * hidden + 2 * hidden) * size  # read dY, dS, S, W; write dX (= dR), dW
+        return {"forward": forward, "backward": backward, "full": forward + backward}[pass_name]
+
+    def convergence_model(self, forward, config, generator, device, dtype):
+        hidden, depth, batch = 64, 3, 32
+        model = _ResidualNormNet(forward, config, hidden, depth, generator).to(device=device, dtype=dtype)
+        inputs = torch.randn(4, batch, hidden, generator=generator).to(device=device, dtype=dtype)
+        targets = torch.randn(4, batch, hidden, generator=generator).to(device=device, dtype=dtype)
+        return model, inputs, targets
+
+
+def _loosened(tol, norm):
+    return replace(tol, atol=4 * tol.atol, rtol=4 * tol.rtol, norm=norm)
+
+
+class _ResidualNormNet(nn.Module):
+    """A few pre-norm residual blocks: residual += h; h = tanh(Linear(RMSNorm(residual)))."""
+
+    def __init__(self, forward, config, hidden, depth, generator):
+        super().__init__()
+        self.forward_fn, self.config = forward, dict(config)
+        self.linears = nn.ParameterList(
+            nn.Parameter(torch.randn(hidden, hidden, generator=generator) / hidden ** 0.5) for _ in range(depth))
+        self.norms = nn.ParameterList(
+            nn.Parameter(1.0 + 0.1 * torch.randn(hidden, generator=generator)) for _ in range(depth))
+
+    def forward(self, x):
+        h, residual = x, x
+        for linear, norm in zip(self.linears, self.norms):
+            y, residual = self.forward_fn({"X": h, "R": residual, "W": norm}, self.config)
+            h = torch.tanh(y @ linear)
+        return h

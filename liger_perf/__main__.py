@@ -1,0 +1,3 @@
+from liger_perf.cli import main
+
+main()

@@ -1,0 +1,173 @@
+"""What the loop must know about a kernel without reading its Triton code.
+
+A kernel lives in ``kernels/<name>/``: ``spec.py`` defines one ``KernelSpec`` subclass (the math, the inputs,
+the passes, the suites, the tolerances, the byte counts) and ``baseline.py`` is variant zero.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field, replace
+from types import ModuleType
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+PASSES = ("forward", "backward", "full")
+
+Shape = tuple[int, ...]
+Inputs = dict[str, Tensor]
+Outputs = tuple[Tensor, ...]
+# Runs a kernel's forward: the variant's public interface, or the PyTorch reference.
+ForwardFn = Callable[[Inputs, Mapping[str, Any]], Outputs]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """When a result counts as equal to its reference.
+
+    An element passes when ``|out - ref| <= atol + rtol * |ref|``; the whole tensor must also satisfy
+    ``||out - ref|| / ||ref|| <= norm``. The norm bound is what catches a systematic error (a wrong casting
+    mode shifts every element of a row by a fraction of an ulp) that stays inside the per-element bound.
+    """
+
+    atol: float
+    rtol: float
+    norm: float
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    same_dtype: Tolerance  # against the casting-faithful PyTorch reference in the same dtype: tight
+    float64: Tolerance  # against the same math in float64: scaled to the dtype's precision
+    convergence: float  # relative difference allowed in a training loss or a trained weight
+    #: For outputs that sum over rows (``KernelSpec.row_reductions``), against the same-dtype reference: their
+    #: rounding legitimately depends on the order of summation, which PyTorch's CPU and GPU reductions differ in.
+    row_reduction: Tolerance | None = None
+
+    def for_output(self, name: str, row_reductions: Sequence[str]) -> tuple[Tolerance, Tolerance]:
+        """(against the same-dtype reference, against float64) for one output."""
+        if name not in row_reductions:
+            return self.same_dtype, self.float64
+        # A sum over thousands of rows of half-precision products can cancel to a value far smaller than its
+        # terms, so one element's relative error against float64 says nothing; the norm bound still holds.
+        return self.row_reduction or self.same_dtype, replace(self.float64, atol=math.inf)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One point of a check or a benchmark: a shape, a dtype and the kernel's options."""
+
+    shape: Shape
+    dtype: torch.dtype
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+    def label(self) -> str:
+        opts = ",".join(f"{k}={v}" for k, v in self.config.items())
+        return f"{'x'.join(map(str, self.shape))} {dtype_name(self.dtype)}" + (f" [{opts}]" if opts else "")
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"not a torch dtype: {name!r}")
+    return dtype
+
+
+class KernelSpec(ABC):
+    """Everything the loop needs to know about one kernel. Subclass it in ``kernels/<name>/spec.py``."""
+
+    name: str
+    #: The math, stated once; shown by ``liger-perf kernels`` and handed to code-writing proposers.
+    math: str
+    #: Names a variant module must define (its public interface).
+    interface: tuple[str, ...]
+    #: Inputs that receive gradients, in the order ``make_inputs`` returns them.
+    differentiable: tuple[str, ...]
+    #: Names of the forward's outputs, in order.
+    outputs: tuple[str, ...]
+    #: Outputs (or gradients, named ``d<input>``) that are sums over rows, such as a weight's gradient.
+    row_reductions: tuple[str, ...] = ()
+    passes: tuple[str, ...] = PASSES
+    #: Dtypes per suite. The Triton interpreter rounds float32 -> bfloat16 by truncation where a GPU rounds to
+    #: nearest even, so a casting-faithful comparison in bfloat16 is only meaningful on a GPU; the interpreter
+    #: suite checks the half-precision casting paths in float16, whose conversions it rounds correctly.
+    dtypes: Mapping[str, tuple[torch.dtype, ...]] = {
+        "gpu": (torch.float32, torch.bfloat16),
+        "interpret": (torch.float32, torch.float16),
+    }
+    #: Benchmark shapes: "gpu" for a CUDA device, "interpret" (small) for the Triton interpreter.
+    suites: Mapping[str, Sequence[Shape]]
+    #: Shapes the correctness gate sweeps per suite: odd widths, one row, rows that do not divide evenly.
+    check_shapes: Mapping[str, Sequence[Shape]]
+    #: Kernel options the gate sweeps (casting modes and the like); the benchmark uses ``bench_config``.
+    check_configs: Sequence[Mapping[str, Any]] = ({},)
+    bench_config: Mapping[str, Any] = {}
+    tolerances: Mapping[torch.dtype, Tolerances]
+
+    def overwritable(self, config: Mapping[str, Any]) -> set[str]:
+        """Cotangents the variant may legitimately overwrite under a config (``in_place`` options)."""
+        return set()
+
+    @abstractmethod
+    def make_inputs(self, shape: Shape, dtype: torch.dtype, device: torch.device,
+                    generator: torch.Generator | None = None, config: Mapping[str, Any] | None = None) -> Inputs:
+        """Fresh random inputs (never zeros: they hide unwritten outputs); seeded only through ``generator``.
+
+        ``config`` is the case's kernel options: a spec may shape its inputs to what the options must survive
+        (activation outliers for a casting mode that promises float32 statistics, say)."""
+
+    def tolerance(self, dtype: torch.dtype, config: Mapping[str, Any]) -> Tolerances:
+        """Tolerances for a case; override where an option (a casting mode, say) changes what is achievable."""
+        return self.tolerances[dtype]
+
+    @abstractmethod
+    def reference(self, inputs: Inputs, config: Mapping[str, Any]) -> Outputs:
+        """The PyTorch reference, casting-faithful in the inputs' dtype and valid in float64."""
+
+    @abstractmethod
+    def call(self, variant: ModuleType, inputs: Inputs, config: Mapping[str, Any]) -> Outputs:
+        """Run a variant's forward through its public interface."""
+
+    @abstractmethod
+    def min_bytes(self, pass_name: str, shape: Shape, dtype: torch.dtype) -> int:
+        """Fewest bytes the pass must move through device memory: each input read once, each output written once."""
+
+    @abstractmethod
+    def convergence_model(self, forward: ForwardFn, config: Mapping[str, Any], generator: torch.Generator,
+                          device: torch.device, dtype: torch.dtype) -> tuple[torch.nn.Module, Tensor, Tensor]:
+        """A small model that uses the kernel through ``forward``, and its training data ``(inputs, targets)``.
+
+        Built from ``generator`` alone, so two calls with equally seeded generators give the same model and data.
+        """
+
+    def variant_forward(self, variant: ModuleType) -> ForwardFn:
+        return lambda inputs, config: self.call(variant, inputs, config)
+
+    def reference_forward(self) -> ForwardFn:
+        return self.reference
+
+    def grad_outputs(self, outputs: Outputs, generator: torch.Generator | None = None) -> Outputs:
+        """Random cotangents for every output, so that every output's gradient path is exercised."""
+        return tuple(
+            torch.randn(o.shape, dtype=o.dtype, device=o.device, generator=generator) for o in outputs)
+
+    def gradient_names(self) -> tuple[str, ...]:
+        return tuple(f"d{name}" for name in self.differentiable)
+
+    def cases(self, suite: str, kind: str = "check") -> list[Case]:
+        """The check cases (every shape x dtype x config) or the benchmark cases of a suite."""
+        if kind == "check":
+            return [Case(tuple(s), d, dict(c)) for c in self.check_configs for d in self.dtypes[suite]
+                    for s in self.check_shapes[suite]]
+        return [Case(tuple(s), d, dict(self.bench_config)) for d in self.dtypes[suite] for s in self.suites[suite]]
+
+
+def numel(shape: Shape) -> int:
+    return math.prod(shape)

@@ -1,0 +1,109 @@
+"""Variants: one self-contained module per implementation of a kernel, with its knobs in module-level literals.
+
+``KNOBS`` maps each knob to its value and ``KNOB_CHOICES`` to its allowed values; both are plain literals, so
+``read_knobs`` and ``with_knobs`` work on the source text without importing (or trusting) the module.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import itertools
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from liger_perf.errors import UserError
+from liger_perf.spec import KernelSpec
+
+_counter = itertools.count()
+
+
+@dataclass(frozen=True)
+class Variant:
+    path: Path
+    source: str
+    module: ModuleType
+
+    @property
+    def sha256(self) -> str:
+        return source_hash(self.source)
+
+
+def source_hash(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def read_source(path: str | Path) -> str:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"variant file {path} does not exist: give the path of a variant module (.py)")
+    return path.read_text()
+
+
+def parse_source(source: str, path: str | Path) -> ast.Module:
+    try:
+        return ast.parse(source, filename=str(path))
+    except SyntaxError as e:
+        raise UserError(f"variant {path} has a syntax error at line {e.lineno}: {e.msg}") from None
+
+
+def load_variant(path: str | Path, spec: KernelSpec) -> Variant:
+    """Import a variant module from its file and check that it offers the spec's interface."""
+    path = Path(path)
+    source = read_source(path)
+    parse_source(source, path)
+    module_name = f"liger_perf_variant_{path.stem}_{next(_counter)}"
+    loader_spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[module_name] = module  # Triton looks a jitted function's globals up through its module
+    try:
+        loader_spec.loader.exec_module(module)
+    except Exception as e:  # the module's own code failed: report it in one line
+        raise UserError(f"variant {path} failed to import: {type(e).__name__}: {e}") from None
+    missing = [name for name in spec.interface if not hasattr(module, name)]
+    if missing:
+        raise UserError(f"variant {path} does not define {', '.join(missing)}, which the "
+                        f"{spec.name} interface requires ({', '.join(spec.interface)})")
+    return Variant(path, source, module)
+
+
+def _knob_literals(tree: ast.Module, path) -> dict[str, ast.Assign]:
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            if node.targets[0].id in ("KNOBS", "KNOB_CHOICES"):
+                found[node.targets[0].id] = node
+    for name in ("KNOBS", "KNOB_CHOICES"):
+        if name not in found:
+            raise UserError(f"variant {path} has no module-level {name} literal")
+    return found
+
+
+def read_knobs(source: str, path: str | Path = "<variant>") -> tuple[dict[str, Any], dict[str, list]]:
+    """``(KNOBS, KNOB_CHOICES)`` read from the source text as literals."""
+    nodes = _knob_literals(parse_source(source, path), path)
+    try:
+        return ast.literal_eval(nodes["KNOBS"].value), ast.literal_eval(nodes["KNOB_CHOICES"].value)
+    except ValueError:
+        raise UserError(f"variant {path}: KNOBS and KNOB_CHOICES must be plain literals") from None
+
+
+def with_knobs(source: str, changes: dict[str, Any], path: str | Path = "<variant>") -> str:
+    """The source of a new variant: the same code with some knob values changed (and checked against their choices)."""
+    knobs, choices = read_knobs(source, path)
+    for name, value in changes.items():
+        if name not in knobs:
+            raise UserError(f"unknown knob {name!r}: this variant has {', '.join(knobs)}")
+        if value not in choices.get(name, [value]):
+            raise UserError(f"knob {name}={value!r} is not allowed: choose one of {choices[name]}")
+    new = {**knobs, **changes}
+    node = _knob_literals(parse_source(source, path), path)["KNOBS"]
+    lines = source.splitlines(keepends=True)
+    body = "".join(f"    {k!r}: {v!r},\n" for k, v in new.items())
+    before = "".join(lines[: node.lineno - 1])
+    after = "".join(lines[node.end_lineno:])
+    return f"{before}KNOBS = {{\n{body}}}\n{after}"
