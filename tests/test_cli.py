@@ -1,0 +1,82 @@
+"""The command line: one-line errors for bad input, exit codes that a script can trust."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def run_cli(*args, cwd=None):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
+    return subprocess.run([sys.executable, "-m", "liger_perf", *args], capture_output=True, text=True,
+                          env=env, cwd=cwd or ROOT, timeout=900)
+
+
+def test_kernels_lists_both_kernels():
+    out = run_cli("kernels")
+    assert out.returncode == 0, out.stderr
+    assert "fused_add_rms_norm" in out.stdout and "relu_squared" in out.stdout
+    assert "backward" in out.stdout and "bfloat16" in out.stdout
+
+
+def test_check_passes_in_interpreter_mode_and_says_so():
+    out = run_cli("check", "relu_squared")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Triton interpreter" in out.stdout
+    assert "PASS" in out.stdout
+
+
+def test_check_fails_with_nonzero_exit_for_broken_variant():
+    out = run_cli("check", "relu_squared", "--variant",
+                  str(FIXTURES / "broken" / "relu_squared" / "backward_without_relu_mask.py"), "--no-convergence")
+    assert out.returncode == 1
+    assert "FAIL" in out.stdout + out.stderr
+
+
+def _one_line_error(out):
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    return lines[0]
+
+
+def test_unknown_kernel(tmp_path):
+    line = _one_line_error(run_cli("check", "no_such_kernel"))
+    assert "unknown kernel 'no_such_kernel'" in line and "fused_add_rms_norm" in line
+
+
+def test_missing_variant_file(tmp_path):
+    line = _one_line_error(run_cli("check", "relu_squared", "--variant", str(tmp_path / "nope.py")))
+    assert "does not exist" in line
+
+
+def test_syntax_error_in_variant(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def relu_squared(x:\n    return x\n")
+    line = _one_line_error(run_cli("check", "relu_squared", "--variant", str(bad)))
+    assert "syntax error at line 1" in line
+
+
+def test_variant_missing_interface(tmp_path):
+    bad = tmp_path / "empty.py"
+    bad.write_text("KNOBS = {}\nKNOB_CHOICES = {}\n")
+    line = _one_line_error(run_cli("check", "relu_squared", "--variant", str(bad)))
+    assert "does not define relu_squared" in line
+
+
+def test_bad_device_mode():
+    line = _one_line_error(run_cli("check", "relu_squared", "--device", "tpu"))
+    assert "unknown device mode" in line
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="only meaningful where no GPU is visible")
+def test_cuda_mode_without_gpu_is_a_clear_error():
+    line = _one_line_error(run_cli("check", "relu_squared", "--device", "cuda"))
+    assert "no CUDA device" in line

@@ -1,0 +1,82 @@
+"""The correctness gate passes the baselines and catches each kind of real mistake."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from liger_perf.correctness import PoisonAllocations, check_variant, compare
+from liger_perf.registry import baseline_path, get_spec
+from liger_perf.spec import Tolerance
+from liger_perf.variants import load_variant
+
+FIXTURES = Path(__file__).parent / "fixtures" / "broken"
+
+
+@pytest.mark.parametrize("kernel", ["relu_squared", "fused_add_rms_norm"])
+def test_baseline_passes_gate_and_convergence(kernel, interpret_device):
+    spec = get_spec(kernel)
+    result = check_variant(spec, load_variant(baseline_path(kernel), spec), interpret_device)
+    assert result.failures().empty, result.failures()[["case", "output", "against", "reason"]].to_string()
+    assert not result.convergence.empty and (result.convergence["verdict"] == "pass").all()
+    assert result.passed
+    # Every output and gradient is compared against both references.
+    assert set(result.rows["output"]) == set(spec.outputs) | set(spec.gradient_names())
+    assert set(result.rows["against"]) == {"same-dtype", "float64"}
+    assert set(result.rows["layout"]) == {"contiguous", "padded"}
+
+
+# Each broken fixture, and the output whose comparison must expose it.
+BROKEN = [
+    ("fused_add_rms_norm", "llama_mean_square_in_input_dtype", "Y"),
+    ("fused_add_rms_norm", "gemma_in_input_dtype", "Y"),
+    ("fused_add_rms_norm", "residual_uses_x_stride", "Y"),
+    ("fused_add_rms_norm", "residual_load_without_mask", "Y"),
+    ("fused_add_rms_norm", "last_column_unwritten", "Y"),
+    ("fused_add_rms_norm", "dw_accumulated_in_input_dtype", "dW"),
+    ("relu_squared", "backward_without_relu_mask", "dX"),
+    ("relu_squared", "square_before_relu", "Y"),
+]
+
+
+@pytest.mark.parametrize("kernel,fixture,output", BROKEN, ids=[b[1] for b in BROKEN])
+def test_gate_catches_broken_variant(kernel, fixture, output, interpret_device):
+    spec = get_spec(kernel)
+    variant = load_variant(FIXTURES / kernel / f"{fixture}.py", spec)
+    result = check_variant(spec, variant, interpret_device, fail_fast=True)
+    assert not result.passed
+    assert result.convergence_skipped
+    assert output in set(result.failures()["output"]), result.failures()[["output", "reason"]].to_string()
+
+
+def test_unwritten_output_is_reported_as_non_finite(interpret_device):
+    spec = get_spec("fused_add_rms_norm")
+    variant = load_variant(FIXTURES / "fused_add_rms_norm" / "last_column_unwritten.py", spec)
+    failures = check_variant(spec, variant, interpret_device, fail_fast=True).failures()
+    assert failures["reason"].str.contains("non-finite").any()
+
+
+def test_poison_fills_uninitialised_allocations():
+    with PoisonAllocations():
+        a = torch.empty(5)
+        b = torch.empty_like(torch.ones(3, 2))
+        c = torch.empty(4, dtype=torch.int32)
+        z = torch.zeros(3)
+    assert torch.isnan(a).all() and torch.isnan(b).all()
+    assert (c == -1).all()
+    assert (z == 0).all()
+
+
+def test_compare_never_passes_nan_or_inf():
+    tol = Tolerance(atol=1e9, rtol=1e9, norm=1e9)
+    ref = torch.ones(4)
+    assert compare(torch.tensor([1.0, float("nan"), 1.0, 1.0]), ref, tol)["verdict"] == "FAIL"
+    assert compare(torch.tensor([1.0, float("inf"), 1.0, 1.0]), ref, tol)["verdict"] == "FAIL"
+    assert compare(ref.clone(), ref, Tolerance(0, 0, 0))["verdict"] == "pass"
+
+
+def test_compare_norm_bound_catches_systematic_error_within_elementwise_bound():
+    ref = torch.linspace(1, 2, 1000)
+    out = ref * (1 + 5e-4)  # every element off by a little: inside rtol, outside the norm bound
+    verdict = compare(out, ref, Tolerance(atol=0, rtol=1e-3, norm=1e-4))
+    assert verdict["verdict"] == "FAIL" and "||err||" in verdict["reason"]
