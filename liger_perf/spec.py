@@ -111,10 +111,6 @@ class KernelSpec(ABC):
     bench_config: Mapping[str, Any] = {}
     tolerances: Mapping[torch.dtype, Tolerances]
 
-    def overwritable(self, config: Mapping[str, Any]) -> set[str]:
-        """Cotangents the variant may legitimately overwrite under a config (``in_place`` options)."""
-        return set()
-
     @abstractmethod
     def make_inputs(self, shape: Shape, dtype: torch.dtype, device: torch.device,
                     generator: torch.Generator | None = None, config: Mapping[str, Any] | None = None) -> Inputs:

@@ -62,9 +62,6 @@ class FusedAddRMSNormSpec(KernelSpec):
         ),
     }
 
-    def overwritable(self, config):
-        return {"Y"} if config.get("in_place") else set()
-
     def make_inputs(self, shape, dtype, device, generator=None, config=None):
         rows, hidden = shape
         config = config or {}
