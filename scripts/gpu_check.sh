@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the correctness gate on a CUDA machine: the baselines of the kernels named (default: all), then every
-# broken fixture of those kernels (each must fail). Writes its logs under ${OUT:-gpu_check_out}.
+# broken variant of those kernels (tests/broken_variants.py; each must fail). Writes its logs under ${OUT:-gpu_check_out}.
 set -u
 out=${OUT:-gpu_check_out}
 mkdir -p "$out"
@@ -13,11 +13,13 @@ kernels=("$@")
   for k in "${kernels[@]}"; do
     python3 -m liger_perf check "$k" --device cuda; echo "exit code: $?"
   done
+  broken=$(mktemp -d)
+  python3 tests/broken_variants.py "$broken" > /dev/null || exit 1
   for k in "${kernels[@]}"; do
-    for f in tests/fixtures/broken/"$k"/*.py; do
+    for f in "$broken/$k"/*.py; do
       log="$out/$(basename "$f" .py).log"
       python3 -m liger_perf check "$k" --variant "$f" --device cuda --no-convergence > "$log" 2>&1
-      echo "broken fixture $f: exit code $?; failing outputs: $(grep -E '│ FAIL|FAIL ' "$log" | awk -F'│' '{print $6 $7}' | sort | uniq -c | tr -s ' ' | tr '\n' ';')"
+      echo "broken variant $k/$(basename "$f"): exit code $?; failing outputs: $(grep -E '│ FAIL|FAIL ' "$log" | awk -F'│' '{print $6 $7}' | sort | uniq -c | tr -s ' ' | tr '\n' ';')"
     done
   done
 } 2>&1 | tee "$out/gpu_check.log"

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).parent / "fixtures"
+from broken_variants import BROKEN, ROOT, write_broken_variant
 
 
 def run_cli(*args, cwd=None):
@@ -32,9 +31,10 @@ def test_check_passes_in_interpreter_mode_and_says_so():
     assert "PASS" in out.stdout
 
 
-def test_check_fails_with_nonzero_exit_for_broken_variant():
-    out = run_cli("check", "relu_squared", "--variant",
-                  str(FIXTURES / "broken" / "relu_squared" / "backward_without_relu_mask.py"), "--no-convergence")
+def test_check_fails_with_nonzero_exit_for_broken_variant(tmp_path):
+    broken = next(b for b in BROKEN if b.name == "backward_without_relu_mask")
+    out = run_cli("check", "relu_squared", "--variant", str(write_broken_variant(broken, tmp_path)),
+                  "--no-convergence")
     assert out.returncode == 1
     assert "FAIL" in out.stdout + out.stderr
 

@@ -1,7 +1,5 @@
 """The correctness gate passes the baselines and catches each kind of real mistake."""
 
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -10,7 +8,7 @@ from liger_perf.registry import baseline_path, get_spec
 from liger_perf.spec import Tolerance
 from liger_perf.variants import load_variant
 
-FIXTURES = Path(__file__).parent / "fixtures" / "broken"
+from broken_variants import BROKEN, write_broken_variant
 
 
 @pytest.mark.parametrize("kernel", ["relu_squared", "fused_add_rms_norm"])
@@ -26,32 +24,21 @@ def test_baseline_passes_gate_and_convergence(kernel, interpret_device):
     assert set(result.rows["layout"]) == {"contiguous", "padded"}
 
 
-# Each broken fixture, and the output whose comparison must expose it.
-BROKEN = [
-    ("fused_add_rms_norm", "llama_mean_square_in_input_dtype", "Y"),
-    ("fused_add_rms_norm", "gemma_in_input_dtype", "Y"),
-    ("fused_add_rms_norm", "residual_uses_x_stride", "Y"),
-    ("fused_add_rms_norm", "residual_load_without_mask", "Y"),
-    ("fused_add_rms_norm", "last_column_unwritten", "Y"),
-    ("fused_add_rms_norm", "dw_accumulated_in_input_dtype", "dW"),
-    ("relu_squared", "backward_without_relu_mask", "dX"),
-    ("relu_squared", "square_before_relu", "Y"),
-]
-
-
-@pytest.mark.parametrize("kernel,fixture,output", BROKEN, ids=[b[1] for b in BROKEN])
-def test_gate_catches_broken_variant(kernel, fixture, output, interpret_device):
-    spec = get_spec(kernel)
-    variant = load_variant(FIXTURES / kernel / f"{fixture}.py", spec)
+@pytest.mark.parametrize("broken", BROKEN, ids=[b.name for b in BROKEN])
+def test_gate_catches_broken_variant(broken, interpret_device, tmp_path):
+    spec = get_spec(broken.kernel)
+    variant = load_variant(write_broken_variant(broken, tmp_path), spec)
     result = check_variant(spec, variant, interpret_device, fail_fast=True)
     assert not result.passed
     assert result.convergence_skipped
-    assert output in set(result.failures()["output"]), result.failures()[["output", "reason"]].to_string()
+    failures = result.failures()
+    assert broken.exposed_in in set(failures["output"]), failures[["output", "reason"]].to_string()
 
 
-def test_unwritten_output_is_reported_as_non_finite(interpret_device):
+def test_unwritten_output_is_reported_as_non_finite(interpret_device, tmp_path):
     spec = get_spec("fused_add_rms_norm")
-    variant = load_variant(FIXTURES / "fused_add_rms_norm" / "last_column_unwritten.py", spec)
+    broken = next(b for b in BROKEN if b.name == "last_column_unwritten")
+    variant = load_variant(write_broken_variant(broken, tmp_path), spec)
     failures = check_variant(spec, variant, interpret_device, fail_fast=True).failures()
     assert failures["reason"].str.contains("non-finite").any()
 
