@@ -64,20 +64,20 @@ class Case:
     dtype: torch.dtype
     config: Mapping[str, Any] = field(default_factory=dict)
 
+    def config_label(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.config.items())
+
     def label(self) -> str:
-        opts = ",".join(f"{k}={v}" for k, v in self.config.items())
-        return f"{'x'.join(map(str, self.shape))} {dtype_name(self.dtype)}" + (f" [{opts}]" if opts else "")
+        opts = self.config_label()
+        return f"{shape_label(self.shape)} {dtype_name(self.dtype)}" + (f" [{opts}]" if opts else "")
+
+
+def shape_label(shape: Shape) -> str:
+    return "x".join(map(str, shape))
 
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
-
-
-def parse_dtype(name: str) -> torch.dtype:
-    dtype = getattr(torch, name, None)
-    if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"not a torch dtype: {name!r}")
-    return dtype
 
 
 class KernelSpec(ABC):
@@ -163,7 +163,3 @@ class KernelSpec(ABC):
             return [Case(tuple(s), d, dict(c)) for c in self.check_configs for d in self.dtypes[suite]
                     for s in self.check_shapes[suite]]
         return [Case(tuple(s), d, dict(self.bench_config)) for d in self.dtypes[suite] for s in self.suites[suite]]
-
-
-def numel(shape: Shape) -> int:
-    return math.prod(shape)

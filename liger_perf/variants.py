@@ -85,7 +85,10 @@ def _knob_literals(tree: ast.Module, path) -> dict[str, ast.Assign]:
 
 def read_knobs(source: str, path: str | Path = "<variant>") -> tuple[dict[str, Any], dict[str, list]]:
     """``(KNOBS, KNOB_CHOICES)`` read from the source text as literals."""
-    nodes = _knob_literals(parse_source(source, path), path)
+    return _read_knob_nodes(_knob_literals(parse_source(source, path), path), path)
+
+
+def _read_knob_nodes(nodes: dict[str, ast.Assign], path) -> tuple[dict[str, Any], dict[str, list]]:
     try:
         return ast.literal_eval(nodes["KNOBS"].value), ast.literal_eval(nodes["KNOB_CHOICES"].value)
     except ValueError:
@@ -94,14 +97,15 @@ def read_knobs(source: str, path: str | Path = "<variant>") -> tuple[dict[str, A
 
 def with_knobs(source: str, changes: dict[str, Any], path: str | Path = "<variant>") -> str:
     """The source of a new variant: the same code with some knob values changed (and checked against their choices)."""
-    knobs, choices = read_knobs(source, path)
+    nodes = _knob_literals(parse_source(source, path), path)
+    knobs, choices = _read_knob_nodes(nodes, path)
     for name, value in changes.items():
         if name not in knobs:
             raise UserError(f"unknown knob {name!r}: this variant has {', '.join(knobs)}")
         if value not in choices.get(name, [value]):
             raise UserError(f"knob {name}={value!r} is not allowed: choose one of {choices[name]}")
     new = {**knobs, **changes}
-    node = _knob_literals(parse_source(source, path), path)["KNOBS"]
+    node = nodes["KNOBS"]
     lines = source.splitlines(keepends=True)
     body = "".join(f"    {k!r}: {v!r},\n" for k, v in new.items())
     before = "".join(lines[: node.lineno - 1])

@@ -307,13 +307,12 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
         dX = dY2 if ctx.in_place and dY2.is_contiguous() else torch.empty_like(S)
         dW_partial = torch.empty((n_programs, n_cols), dtype=torch.float32, device=S.device)
         dot = torch.empty(n_rows if settings["chunked"] else 1, dtype=torch.float32, device=S.device)
-        launch = {"num_warps": settings["bwd_num_warps"]}
         _backward_kernel[(n_programs,)](
             dX, dY2, dS2, S, W, RSTD, dW_partial, dot,
             dX.stride(0), dY2.stride(0), dS2.stride(0), S.stride(0), dW_partial.stride(0),
             n_rows, n_cols, ctx.offset, rows_per_program,
             CASTING=ctx.mode, BLOCK_SIZE=settings["BLOCK_SIZE"], CHUNKED=settings["chunked"],
-            NUM_STAGES=settings["num_stages"], **launch,
+            NUM_STAGES=settings["num_stages"], num_warps=settings["bwd_num_warps"],
         )
         if KNOBS["dw_reduction"] == "triton":
             dW = torch.empty_like(W)

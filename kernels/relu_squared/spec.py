@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -52,9 +54,7 @@ class ReluSquaredSpec(KernelSpec):
         return (variant.relu_squared(inputs["X"]),)
 
     def min_bytes(self, pass_name, shape, dtype):
-        n = 1
-        for d in shape:
-            n *= d
+        n = math.prod(shape)
         size = torch.tensor([], dtype=dtype).element_size()
         forward = 2 * n * size  # read X, write Y
         backward = 3 * n * size  # read X, dY; write dX
