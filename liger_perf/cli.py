@@ -23,13 +23,13 @@ err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 def kernels_command() -> None:
     """List the registered kernels with their passes, suites and dtypes."""
     from liger_perf.registry import get_spec, kernel_names
-    from liger_perf.spec import dtype_name
+    from liger_perf.spec import dtype_name, shape_label
 
     table = Table("kernel", "passes", "suite", "shapes", "dtypes")
     for name in kernel_names():
         spec = get_spec(name)
         for suite, shapes in spec.suites.items():
-            table.add_row(name, ", ".join(spec.passes), suite, " ".join("x".join(map(str, s)) for s in shapes),
+            table.add_row(name, ", ".join(spec.passes), suite, " ".join(shape_label(s) for s in shapes),
                           ", ".join(dtype_name(d) for d in spec.dtypes[suite]))
     console.print(table)
 
@@ -96,25 +96,13 @@ def _convergence_table(conv) -> Table:
 
 
 def main() -> None:
+    # In standalone mode the CLI library prints usage errors itself and exits with their code; what reaches
+    # here is a UserError from a command, which becomes one line on stderr.
     try:
-        # Without standalone mode, click returns a command's exit code instead of raising SystemExit.
-        code = app(standalone_mode=False)
+        app()
     except UserError as e:
         err_console.print(f"liger-perf: error: {e}", highlight=False, soft_wrap=True, markup=False)
         sys.exit(2)
-    except typer.Exit as e:
-        sys.exit(e.exit_code)
-    except typer.Abort:
-        err_console.print("liger-perf: aborted")
-        sys.exit(130)
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        raise
-    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -80,3 +79,10 @@ def test_bad_device_mode():
 def test_cuda_mode_without_gpu_is_a_clear_error():
     line = _one_line_error(run_cli("check", "relu_squared", "--device", "cuda"))
     assert "no CUDA device" in line
+
+
+def test_usage_error_is_reported_without_traceback():
+    out = run_cli("check")  # the kernel argument is missing
+    assert out.returncode == 2
+    assert "Missing argument" in out.stderr
+    assert "Traceback" not in out.stderr
