@@ -67,3 +67,12 @@ def test_compare_norm_bound_catches_systematic_error_within_elementwise_bound():
     out = ref * (1 + 5e-4)  # every element off by a little: inside rtol, outside the norm bound
     verdict = compare(out, ref, Tolerance(atol=0, rtol=1e-3, norm=1e-4))
     assert verdict["verdict"] == "FAIL" and "||err||" in verdict["reason"]
+
+
+def test_compare_norm_bound_allows_subnormal_rounding_but_not_real_error():
+    tol = Tolerance(atol=1e-2, rtol=1e-2, norm=2e-3)
+    x = torch.tensor([5e-4], dtype=torch.float16)
+    ref = x.double() ** 2  # 2.5e-7: subnormal in float16, where one rounding costs ~5% relative error
+    assert compare((x.float() ** 2).half(), ref, tol)["verdict"] == "pass"
+    normal = torch.tensor([0.5], dtype=torch.float16).double()
+    assert compare((normal * 1.01).half(), normal, tol)["verdict"] == "FAIL"
