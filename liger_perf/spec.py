@@ -143,6 +143,11 @@ class KernelSpec(ABC):
         Built from ``generator`` alone, so two calls with equally seeded generators give the same model and data.
         """
 
+    def upstream_forward(self) -> ForwardFn | None:
+        """The upstream ``liger-kernel`` implementation, a peer to compare against; None when that package (an
+        optional dependency) is not installed or has no such kernel."""
+        return None
+
     def variant_forward(self, variant: ModuleType) -> ForwardFn:
         return lambda inputs, config: self.call(variant, inputs, config)
 

@@ -111,6 +111,18 @@ class FusedAddRMSNormSpec(KernelSpec):
             inputs["X"], inputs["R"], inputs["W"], eps=config.get("eps", 1e-6), offset=config.get("offset", 0.0),
             casting_mode=config.get("casting_mode", "llama"), in_place=config.get("in_place", False))
 
+    def upstream_forward(self):
+        try:
+            from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+        except ImportError:
+            return None
+
+        def forward(inputs, config):
+            return LigerFusedAddRMSNormFunction.apply(
+                inputs["X"], inputs["R"], inputs["W"], config.get("eps", 1e-6), config.get("offset", 0.0),
+                config.get("casting_mode", "llama"), config.get("in_place", False))
+        return forward
+
     def min_bytes(self, pass_name, shape, dtype):
         rows, hidden = shape
         size = torch.tensor([], dtype=dtype).element_size()

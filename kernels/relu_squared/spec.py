@@ -53,6 +53,13 @@ class ReluSquaredSpec(KernelSpec):
     def call(self, variant, inputs, config):
         return (variant.relu_squared(inputs["X"]),)
 
+    def upstream_forward(self):
+        try:
+            from liger_kernel.ops.relu_squared import LigerReLUSquaredFunction
+        except ImportError:
+            return None
+        return lambda inputs, config: (LigerReLUSquaredFunction.apply(inputs["X"]),)
+
     def min_bytes(self, pass_name, shape, dtype):
         n = math.prod(shape)
         size = torch.tensor([], dtype=dtype).element_size()

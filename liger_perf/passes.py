@@ -1,0 +1,61 @@
+"""How one pass (forward, backward, full) of a kernel is run, the same way for timing and for NCU.
+
+A pass is prepared once per contender and case; ``PreparedPass.arm()`` does the untimed per-repetition setup
+(gradients reset to None, fresh cotangents) and returns the thunk whose execution is what gets measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import torch
+
+from liger_perf.spec import ForwardFn, Inputs, KernelSpec
+
+
+@dataclass
+class PreparedPass:
+    name: str
+    arm: Callable[[], Callable[[], Any]]
+
+
+def training_leaves(spec: KernelSpec, inputs: Inputs) -> Inputs:
+    """A contender's own copies of the inputs, the differentiable ones requiring grad, as in training."""
+    return {k: v.detach().clone().requires_grad_(k in spec.differentiable) for k, v in inputs.items()}
+
+
+def prepare_pass(spec: KernelSpec, forward: ForwardFn, inputs: Inputs, config: Mapping[str, Any], pass_name: str,
+                 cotangents: tuple[torch.Tensor, ...]) -> PreparedPass:
+    """``forward``: the training forward (graph recorded, outputs dropped). ``backward``: the gradients of a
+    forward run once beforehand, its graph kept. ``full``: both. Every repetition starts with ``.grad`` unset, so
+    no repetition adds into an earlier one's gradients."""
+    leaves = training_leaves(spec, inputs)
+    grad_leaves = [leaves[n] for n in spec.differentiable]
+
+    def reset():
+        for leaf in grad_leaves:
+            leaf.grad = None
+        # Clones: an in-place variant may overwrite the cotangent it is given.
+        return [c.clone() for c in cotangents]
+
+    if pass_name == "forward":
+        def arm():
+            return lambda: forward(leaves, config)
+    elif pass_name == "backward":
+        outputs = _as_tuple(forward(leaves, config))
+
+        def arm():
+            cots = reset()
+            return lambda: torch.autograd.backward(outputs, cots, retain_graph=True)
+    elif pass_name == "full":
+        def arm():
+            cots = reset()
+            return lambda: torch.autograd.backward(_as_tuple(forward(leaves, config)), cots)
+    else:
+        raise ValueError(f"unknown pass {pass_name!r}")
+    return PreparedPass(pass_name, arm)
+
+
+def _as_tuple(outputs):
+    return tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)

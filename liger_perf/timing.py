@@ -1,0 +1,231 @@
+"""Side-by-side timing: contenders interleaved in one process, on the same inputs, compared as ratios.
+
+Absolute times drift between runs and machines (clocks, neighbours, thermal state), so nothing here is ever
+compared with a number from another run. Per repetition every contender runs once, in a fresh random order,
+after an L2 flush; on a GPU each run is timed with CUDA events. The result per (pass, shape, dtype) is each
+contender's median and its ratio to the reference contender with a paired bootstrap confidence interval.
+The intervals of one trial are simultaneous (Bonferroni over all of its ratios), so an A/A trial's
+intervals all contain 1.0 at the stated confidence, not just each one on its own.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import pandas as pd
+import torch
+
+from liger_perf.device import Device
+from liger_perf.passes import prepare_pass
+from liger_perf.spec import Case, ForwardFn, KernelSpec, dtype_name, shape_label
+
+SAMPLE_COLUMNS = ["pass", "shape", "dtype", "contender", "rep", "ms"]
+SUMMARY_COLUMNS = ["pass", "shape", "dtype", "contender", "median_ms", "relative_to", "ratio", "ci_low", "ci_high",
+                   "reps", "min_bytes", "bandwidth_fraction"]
+L2_FLUSH_BYTES = 256 * 2**20  # several times the L2 of any current GPU (an H200 has 60 MiB)
+
+
+@dataclass(frozen=True)
+class TimingPlan:
+    repetitions: int
+    warmup: int
+    confidence: float = 0.95
+    bootstrap: int = 2000
+    seed: int = 0
+
+    @staticmethod
+    def default(device: Device, repetitions: int = 0) -> "TimingPlan":
+        if repetitions > 0:
+            return TimingPlan(repetitions=repetitions, warmup=2 if device.interpreted else 5)
+        # The interpreter runs a kernel thousands of times slower; its timings only exercise the machinery.
+        return TimingPlan(repetitions=5, warmup=1) if device.interpreted else TimingPlan(repetitions=100, warmup=5)
+
+
+class _Timer:
+    """CUDA events on a GPU (queued, read after one synchronize); the wall clock on the CPU.
+
+    On a GPU each run is preceded by a short device-side spin, during which the CPU queues the L2 flush, the
+    start event, the pass's kernel launches and the end event: the events then time the kernels back to back,
+    not the Python and autograd overhead of launching them (which at small shapes is larger than the kernels
+    and identical for every contender)."""
+
+    SPIN_CYCLES = 2_000_000  # about 1 ms at H100/H200 clocks: longer than launching any pass takes
+
+    def __init__(self, device: Device):
+        self.device = device
+        self.flush_buffer = None
+        if not device.interpreted:
+            self.flush_buffer = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device.torch_device)
+
+    def measure(self, thunk: Callable[[], Any]):
+        if self.flush_buffer is None:
+            start = time.perf_counter()
+            thunk()
+            return (time.perf_counter() - start) * 1e3
+        _spin(self.SPIN_CYCLES)
+        self.flush_buffer.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        thunk()
+        end.record()
+        return start, end
+
+    def read(self, measured) -> float:
+        if isinstance(measured, float):
+            return measured
+        return measured[0].elapsed_time(measured[1])
+
+    def synchronize(self):
+        self.device.synchronize()
+
+
+def _spin(cycles: int) -> None:
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None:
+        sleep(cycles)
+
+
+def copy_bandwidth(device: Device, nbytes: int = 2**30, repetitions: int = 10) -> float:
+    """Bytes per second of a device-to-device copy, counting bytes read plus bytes written (as ``min_bytes``
+    does): the practical floor against which every pass is stated."""
+    if device.interpreted:
+        nbytes, repetitions = 64 * 2**20, 3
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device.torch_device).fill_(1.0)
+    dst = torch.empty_like(src)
+    timer = _Timer(device)
+    dst.copy_(src)
+    measured = [timer.measure(lambda: dst.copy_(src)) for _ in range(repetitions)]
+    timer.synchronize()
+    ms = float(np.median([timer.read(m) for m in measured]))
+    return 2 * nbytes / (ms / 1e3)
+
+
+def time_case(spec: KernelSpec, contenders: Mapping[str, ForwardFn], case: Case, pass_name: str, device: Device,
+              plan: TimingPlan, rng: np.random.Generator, judged: tuple[str, ...] = ("candidate", "against"),
+              ) -> dict[str, np.ndarray]:
+    """Milliseconds per repetition for each contender, on the same inputs, interleaved in random order.
+
+    The two ``judged`` contenders (the candidate and the current best) each get two copies of the inputs and
+    swap them every repetition: where a buffer sits in memory can move a memory-bound kernel's time by a
+    percent or two, and that must not pass for a difference between the kernels."""
+    inputs = spec.make_inputs(case.shape, case.dtype, device.torch_device, config=case.config)
+    with torch.no_grad():
+        outputs = spec.reference(inputs, case.config)
+    cotangents = spec.grad_outputs(tuple(o.detach() for o in outputs))
+    del outputs
+    pair = [name for name in judged if name in contenders]
+    swap = len(pair) == 2
+    prepared = {name: [prepare_pass(spec, fwd, inputs, case.config, pass_name, cotangents)
+                       for _ in range(2 if swap and name in pair else 1)]
+                for name, fwd in contenders.items()}
+    timer = _Timer(device)
+    names = list(prepared)
+    for _ in range(plan.warmup):  # JIT compilation, autotuning and allocator growth stay out of the numbers
+        for name in names:
+            for copy in prepared[name]:
+                copy.arm()()
+    timer.synchronize()
+    measured: dict[str, list] = {name: [] for name in names}
+    for rep in range(plan.repetitions):
+        for i in rng.permutation(len(names)):
+            copies = prepared[names[i]]
+            offset = pair.index(names[i]) if names[i] in pair else 0
+            thunk = copies[(rep + offset) % len(copies)].arm()
+            measured[names[i]].append(timer.measure(thunk))
+    timer.synchronize()
+    return {name: np.array([timer.read(m) for m in ms]) for name, ms in measured.items()}
+
+
+def time_suite(spec: KernelSpec, contenders: Mapping[str, ForwardFn], cases: list[Case], passes: list[str],
+               device: Device, plan: TimingPlan, progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+    """Every repetition of every contender, one row each (``SAMPLE_COLUMNS``)."""
+    rng = np.random.default_rng(plan.seed)
+    rows = []
+    for pass_name in passes:
+        for case in cases:
+            if progress is not None:
+                progress(f"{pass_name} {case.label()}")
+            times = time_case(spec, contenders, case, pass_name, device, plan, rng)
+            for name, ms in times.items():
+                rows.extend({"pass": pass_name, "shape": shape_label(case.shape), "dtype": dtype_name(case.dtype),
+                             "contender": name, "rep": i, "ms": float(t)} for i, t in enumerate(ms))
+    return pd.DataFrame(rows, columns=SAMPLE_COLUMNS)
+
+
+def ratio_interval(times: np.ndarray, reference: np.ndarray, alpha: float, resamples: int,
+                   rng: np.random.Generator) -> tuple[float, float, float]:
+    """``median(times) / median(reference)`` and its percentile-bootstrap interval at level ``1 - alpha``.
+
+    Repetitions are resampled in pairs (the i-th run of each was interleaved with the other), so slow drift
+    over the run affects both sides of a resample alike."""
+    n = min(len(times), len(reference))
+    times, reference = times[:n], reference[:n]
+    ratio = float(np.median(times) / np.median(reference))
+    if n < 2:
+        return ratio, math.nan, math.nan
+    idx = rng.integers(0, n, size=(resamples, n))
+    boot = np.median(times[idx], axis=1) / np.median(reference[idx], axis=1)
+    low, high = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
+    return ratio, float(low), float(high)
+
+
+def summarize(samples: pd.DataFrame, reference: str, spec: KernelSpec, bandwidth: float,
+              plan: TimingPlan) -> pd.DataFrame:
+    """Per (pass, shape, dtype, contender): median, ratio to ``reference`` with a simultaneous interval, and
+    the fraction of the memory-bandwidth floor (spec bytes / copy bandwidth, over the median time)."""
+    rng = np.random.default_rng(plan.seed + 1)
+    keys = ["pass", "shape", "dtype"]
+    groups = list(samples.groupby(keys, sort=False))
+    n_ratios = max(1, len(groups) * (samples["contender"].nunique() - 1))
+    alpha = (1 - plan.confidence) / n_ratios
+    rows = []
+    for (pass_name, shape, dtype), group in groups:
+        by_name = {name: g.sort_values("rep")["ms"].to_numpy() for name, g in group.groupby("contender", sort=False)}
+        ref = by_name[reference]
+        nbytes = spec.min_bytes(pass_name, tuple(int(s) for s in shape.split("x")), getattr(torch, dtype))
+        for name, ms in by_name.items():
+            median = float(np.median(ms))
+            if name == reference:
+                ratio, low, high = 1.0, 1.0, 1.0
+            else:
+                ratio, low, high = ratio_interval(ms, ref, alpha, plan.bootstrap, rng)
+            floor_ms = nbytes / bandwidth * 1e3
+            rows.append({"pass": pass_name, "shape": shape, "dtype": dtype, "contender": name, "median_ms": median,
+                         "relative_to": reference, "ratio": ratio, "ci_low": low, "ci_high": high, "reps": len(ms),
+                         "min_bytes": nbytes, "bandwidth_fraction": floor_ms / median if median > 0 else math.nan})
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def peak_memory(spec: KernelSpec, contenders: Mapping[str, ForwardFn], cases: list[Case],
+                device: Device) -> pd.DataFrame:
+    """Peak device memory of a forward plus backward, above what the inputs already hold, per contender.
+
+    Measured with the CUDA caching allocator's statistics; the CPU has no such counter, so under the
+    interpreter the column is empty (NaN) and the reason is stated."""
+    rows = []
+    for case in cases:
+        inputs = spec.make_inputs(case.shape, case.dtype, device.torch_device, config=case.config)
+        with torch.no_grad():
+            outputs = spec.reference(inputs, case.config)
+        cotangents = spec.grad_outputs(tuple(o.detach() for o in outputs))
+        del outputs
+        for name, fwd in contenders.items():
+            peak = math.nan
+            if not device.interpreted:
+                prepared = prepare_pass(spec, fwd, inputs, case.config, "full", cotangents)
+                prepared.arm()()  # compile outside the measurement
+                thunk = prepared.arm()
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+                thunk()
+                torch.cuda.synchronize()
+                peak = float(torch.cuda.max_memory_allocated() - base)
+                del prepared, thunk
+            rows.append({"shape": shape_label(case.shape), "dtype": dtype_name(case.dtype), "contender": name,
+                         "peak_bytes": peak})
+    return pd.DataFrame(rows, columns=["shape", "dtype", "contender", "peak_bytes"])
