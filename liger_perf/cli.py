@@ -73,6 +73,74 @@ def check_command(
                   + ("" if result.convergence.empty else f" and {len(result.convergence)} convergence checks"))
 
 
+@app.command("trial")
+def trial_command(
+    kernel: str = typer.Argument(..., help="a registered kernel (see `liger-perf kernels`)"),
+    variant: Optional[Path] = typer.Option(None, help="variant module under trial; default: the kernel's baseline"),
+    against: Optional[Path] = typer.Option(None, help="the current best's module, timed side by side with it"),
+    name: Optional[str] = typer.Option(None, help="short name in the notebook's file name; default: the file's"),
+    hypothesis: str = typer.Option("", help="what the change should do, and why"),
+    prediction: str = typer.Option("", help="the predicted effect, e.g. 'backward 10% faster at H >= 8192'"),
+    passes: str = typer.Option("forward,backward,full", help="comma-separated passes to time"),
+    device: str = typer.Option("auto", help="auto | cuda | interpret"),
+    repetitions: int = typer.Option(0, help="timed repetitions per contender; 0: 100 on a GPU, 5 interpreted"),
+    ncu: bool = typer.Option(True, help="profile with Nsight Compute (recorded as unavailable where it cannot)"),
+    peers: Optional[bool] = typer.Option(None, help="also time eager, torch.compile and liger-kernel; "
+                                                    "default: only in a kernel's first trial"),
+    timeout: float = typer.Option(3600, help="seconds the trial may run before it is recorded as crashed"),
+) -> None:
+    """Run one trial: a Papermill-executed notebook under notebooks/<kernel>/ (gate, timings, memory, NCU)."""
+    from liger_perf.registry import baseline_path, get_spec
+    from liger_perf.runner import run_trial
+
+    spec = get_spec(kernel)
+    pass_list = [p.strip() for p in passes.split(",") if p.strip()]
+    unknown = [p for p in pass_list if p not in spec.passes]
+    if unknown or not pass_list:
+        raise UserError(f"--passes {passes!r}: {kernel} has the passes {', '.join(spec.passes)}")
+    variant = variant or baseline_path(kernel)
+    with console.status(f"trial of {kernel}: {variant} (executing the notebook)..."):
+        run = run_trial(kernel, variant, against, name=name, hypothesis=hypothesis, prediction=prediction,
+                        passes=pass_list, device=device, repetitions=repetitions, ncu=ncu, peers=peers,
+                        timeout_s=timeout)
+    result = run.result
+    console.print(f"[bold]{run.notebook}[/bold]: status {result['status']}"
+                  + (f" ({result['reason']})" if result.get("reason") else ""))
+    if result.get("device") == "interpret":
+        console.print("Ran under the Triton interpreter on the CPU: its timings are CPU timings.")
+    ncu_info = result.get("ncu") or {}
+    if ncu_info:
+        console.print(f"ncu: {ncu_info.get('status')}" + (f" ({ncu_info['reason']})" if ncu_info.get("reason") else ""))
+    if result["status"] != "complete":
+        raise typer.Exit(1)
+
+
+@app.command("history")
+def history_command(
+    kernel: str = typer.Argument(..., help="a registered kernel"),
+    format: str = typer.Option("table", "--format", help="table (one row per trial) | csv | json (every metric)"),
+) -> None:
+    """Print a kernel's trial history, read from its notebooks."""
+    from liger_perf.history import history_frame, load_trials, trials_frame
+    from liger_perf.registry import get_spec
+
+    if format not in ("table", "csv", "json"):
+        raise UserError(f"--format {format!r}: use table, csv or json")
+    get_spec(kernel)
+    trials = load_trials(kernel)
+    if format == "csv":
+        sys.stdout.write(history_frame(kernel, trials=trials).to_csv(index=False))
+    elif format == "json":
+        sys.stdout.write(history_frame(kernel, trials=trials).to_json(orient="records", indent=1) + "\n")
+    else:
+        table = Table("trial", "name", "device", "status", "verdict", "changes", "hypothesis",
+                      title=f"{kernel}: trials")
+        for t in trials_frame(trials).to_dict("records"):
+            table.add_row(f"{t['trial_id']:04d}", t["name"], t["device"], t["status"], t["verdict"] or "-",
+                          t["changes"], (t["hypothesis"] or "")[:80])
+        console.print(table)
+
+
 def _gate_table(rows) -> Table:
     table = Table("shape", "dtype", "config", "layout", "output", "against", "max abs err", "max rel err",
                   "‖err‖/‖ref‖", "verdict", title="correctness gate")

@@ -1,5 +1,6 @@
 """The command line: one-line errors for bad input, exit codes that a script can trust."""
 
+import json
 import os
 import subprocess
 import sys
@@ -10,8 +11,8 @@ import torch
 from broken_variants import BROKEN, ROOT, write_broken_variant
 
 
-def run_cli(*args, cwd=None):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
+def run_cli(*args, cwd=None, env=None):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1", **(env or {})}
     return subprocess.run([sys.executable, "-m", "liger_perf", *args], capture_output=True, text=True,
                           env=env, cwd=cwd or ROOT, timeout=900)
 
@@ -86,3 +87,28 @@ def test_usage_error_is_reported_without_traceback():
     assert out.returncode == 2
     assert "Missing argument" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_trial_then_history_from_the_command_line(tmp_path):
+    env = {"LIGER_PERF_NOTEBOOKS": str(tmp_path)}
+    out = run_cli("trial", "relu_squared", "--repetitions", "2", "--passes", "forward", env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0000-baseline.ipynb" in out.stdout and "status complete" in out.stdout
+    assert "CPU timings" in out.stdout and "ncu: unavailable" in out.stdout
+    out = run_cli("history", "relu_squared", "--format", "json", env=env)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert {r["metric"] for r in rows} >= {"median_ms", "ratio", "peak_bytes"}
+    assert {r["pass"] for r in rows if r["metric"] == "median_ms"} == {"forward"}
+    out = run_cli("history", "relu_squared", env=env)
+    assert "baseline" in out.stdout and "complete" in out.stdout
+
+
+def test_trial_and_history_bad_input_is_one_line(tmp_path):
+    env = {"LIGER_PERF_NOTEBOOKS": str(tmp_path)}
+    assert "has the passes" in _one_line_error(run_cli("trial", "relu_squared", "--passes", "sideways", env=env))
+    line = _one_line_error(run_cli("trial", "relu_squared", "--variant", str(tmp_path / "nope.py"), env=env))
+    assert "does not exist" in line
+    assert "use table, csv or json" in _one_line_error(run_cli("history", "relu_squared", "--format", "xml"))
+    assert "unknown kernel" in _one_line_error(run_cli("history", "softmax"))
+    assert not list(tmp_path.iterdir())  # bad input writes nothing

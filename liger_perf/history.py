@@ -1,0 +1,126 @@
+"""The history of a kernel: every trial notebook, read back into a pandas DataFrame.
+
+The notebooks are the only state the optimizer has. ``load_trials`` returns each trial's structured result
+(with the loop's verdict, if any); ``history_frame`` flattens them into one long table, one row per trial,
+pass, shape, dtype, contender and metric, with the trial's parameters and verdict as columns. A notebook that
+is corrupt, half-written or of another format is skipped with a one-line warning on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from liger_perf.record import FORMAT, read_result, read_verdict
+from liger_perf.runner import TRIAL_FILE, kernel_notebooks
+
+TRIAL_COLUMNS = ["trial_id", "name", "status", "verdict", "hypothesis", "prediction", "variant_sha256",
+                 "against_sha256", "device", "notebook"]
+COLUMNS = TRIAL_COLUMNS + ["pass", "shape", "dtype", "contender", "kernel_name", "metric", "value"]
+TIMING_METRICS = ("median_ms", "ratio", "ci_low", "ci_high", "bandwidth_fraction")
+
+
+def warn(message: str) -> None:
+    print(f"liger-perf: warning: {message}", file=sys.stderr)
+
+
+def read_trial(path: Path) -> dict[str, Any] | None:
+    """A notebook's structured result plus ``verdict`` and ``notebook``; None (with a warning) if unreadable."""
+    import nbformat
+
+    try:
+        # nbformat's own parser, without the conversion of every output into NotebookNodes: that conversion is
+        # most of the cost of a full read, and only the two tagged outputs are looked at.
+        nb = nbformat.reader.parse_json(path.read_text(encoding="utf-8"))
+        major = nbformat.reader.get_version(nb)[0]
+    except (OSError, ValueError, KeyError, TypeError, nbformat.reader.NotJSONError) as e:
+        warn(f"skipping {path}: not a readable notebook ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
+        return None
+    if major != 4 or not isinstance(nb.get("cells"), list):
+        warn(f"skipping {path}: notebook format {major} is not 4")
+        return None
+    try:
+        result = read_result(nb)
+    except (json.JSONDecodeError, AttributeError, TypeError) as e:
+        warn(f"skipping {path}: its result output is malformed ({type(e).__name__})")
+        return None
+    if result is None:
+        warn(f"skipping {path}: it holds no trial result (half-written, or not a trial notebook)")
+        return None
+    if result.get("format") != FORMAT:
+        warn(f"skipping {path}: result format {result.get('format')!r} is not {FORMAT!r} (an older liger-perf)")
+        return None
+    verdict = read_verdict(nb) or {}
+    # The file name's number is the trial's place in the history (what the result recorded is kept beside it).
+    numbered = TRIAL_FILE.match(path.name)
+    trial_id = int(numbered.group(1)) if numbered else result.get("trial_id")
+    return {**result, "trial_id": trial_id, "recorded_trial_id": result.get("trial_id"),
+            "verdict": verdict.get("verdict"), "verdict_reasons": verdict.get("reasons", []),
+            "verdict_details": verdict, "notebook": str(path)}
+
+
+def load_trials(kernel: str, root: Path | None = None) -> list[dict[str, Any]]:
+    """Every readable trial of ``kernel``, in trial order."""
+    trials = [t for p in kernel_notebooks(kernel, root) if (t := read_trial(p)) is not None]
+    return trials
+
+
+def _trial_columns(trial: dict[str, Any]) -> dict[str, Any]:
+    return {"trial_id": trial.get("trial_id"), "name": trial.get("name"), "status": trial.get("status"),
+            "verdict": trial.get("verdict"), "hypothesis": trial.get("hypothesis"),
+            "prediction": trial.get("prediction"), "variant_sha256": (trial.get("variant") or {}).get("sha256"),
+            "against_sha256": (trial.get("against") or {}).get("sha256"), "device": trial.get("device"),
+            "notebook": trial.get("notebook")}
+
+
+MEASUREMENT_COLUMNS = ["pass", "shape", "dtype", "contender", "kernel_name", "metric", "value"]
+
+
+def _append_rows(trial: dict[str, Any], index: int, cols: dict[str, list]) -> None:
+    """Append one trial's measurements to column lists, tagged with the trial's ``index``."""
+
+    def add(pass_name, shape, dtype, contender, kernel_name, metrics: dict):
+        n = len(metrics)
+        for key, value in (("trial", index), ("pass", pass_name), ("shape", shape), ("dtype", dtype),
+                           ("contender", contender), ("kernel_name", kernel_name)):
+            cols[key].extend([value] * n)
+        cols["metric"].extend(metrics.keys())
+        cols["value"].extend(metrics.values())
+
+    start = len(cols["metric"])
+    for r in (trial.get("timing") or {}).get("rows", []):
+        add(r["pass"], r["shape"], r["dtype"], r["contender"], None, {m: r.get(m) for m in TIMING_METRICS})
+    for r in (trial.get("memory") or {}).get("rows", []):
+        add("memory", r["shape"], r["dtype"], r["contender"], None, {"peak_bytes": r.get("peak_bytes")})
+    for launch in (trial.get("ncu") or {}).get("launches", []):
+        add(launch["pass"], launch["shape"], launch["dtype"], "candidate", launch["kernel"],
+            {f"ncu:{m}": v for m, v in launch["metrics"].items()})
+    if len(cols["metric"]) == start:  # a trial that measured nothing (failed the gate, crashed) appears once
+        add(None, None, None, None, None, {None: None})
+
+
+def history_frame(kernel: str, root: Path | None = None, trials: list[dict] | None = None) -> pd.DataFrame:
+    """One row per trial, pass, shape, dtype, contender and metric (``COLUMNS``)."""
+    trials = load_trials(kernel, root) if trials is None else trials
+    cols: dict[str, list] = {c: [] for c in ["trial", *MEASUREMENT_COLUMNS]}
+    for index, trial in enumerate(trials):
+        _append_rows(trial, index, cols)
+    measurements = pd.DataFrame(cols)
+    # The trials' own columns are joined in by position: far cheaper than repeating them row by row.
+    per_trial = pd.DataFrame([_trial_columns(t) for t in trials], columns=TRIAL_COLUMNS)
+    frame = per_trial.iloc[measurements["trial"].to_numpy()].reset_index(drop=True)
+    for column in MEASUREMENT_COLUMNS:
+        frame[column] = measurements[column].to_numpy()
+    frame["value"] = pd.to_numeric(frame["value"], errors="coerce")
+    return frame[COLUMNS]
+
+
+def trials_frame(trials: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per trial: its parameters, status and verdict."""
+    return pd.DataFrame([{**_trial_columns(t), "reason": t.get("reason", ""),
+                          "changes": json.dumps(t.get("changes")) if t.get("changes") else ""} for t in trials],
+                        columns=TRIAL_COLUMNS + ["reason", "changes"])

@@ -1,0 +1,301 @@
+"""One trial, step by step, as the trial notebook runs it: fingerprint, gate, timings, memory, NCU, result.
+
+Each step shows a person its table and keeps what a program needs; ``result()`` emits the one structured
+result (see ``liger_perf.record``). When the gate fails (or the variant does not even load) the later steps
+say they were skipped and the result records why: a wrong variant is never timed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from liger_perf.record import FORMAT, RESULT_MIME, jsonable
+
+PEER_NAMES = ("eager", "torch.compile", "liger-kernel")
+
+
+def _display(obj=None, markdown: str | None = None) -> None:
+    try:
+        from IPython.display import Markdown, display
+    except ImportError:  # outside a notebook (a script, a test): print instead
+        print(markdown if markdown is not None else obj)
+        return
+    display(Markdown(markdown) if markdown is not None else obj)
+
+
+class Trial:
+    def __init__(self, kernel: str, variant: str, against: str = "", passes=("forward", "backward", "full"),
+                 device: str = "auto", trial_id: int = 0, name: str = "", hypothesis: str = "",
+                 prediction: str = "", repetitions: int = 0, ncu: bool = True, peers: bool = False,
+                 convergence: bool = True, artifacts: str = "", confidence: float = 0.95, changes: Any = None):
+        from liger_perf.device import select_device
+
+        self.device = select_device(device)  # before any variant is imported
+        from liger_perf.errors import UserError
+        from liger_perf.fingerprint import fingerprint
+        from liger_perf.registry import get_spec, project_root
+        from liger_perf.variants import load_variant, read_knobs, read_source, source_hash
+
+        self.started = time.time()
+        self.spec = get_spec(kernel)
+        self.passes = [p for p in passes if p in self.spec.passes]
+        self.artifacts = Path(artifacts) if artifacts else None
+        self.ncu_enabled, self.peers_enabled, self.convergence = ncu, peers, convergence
+        self.repetitions, self.confidence = repetitions, confidence
+        source = read_source(variant)
+        try:
+            knobs = read_knobs(source, variant)[0]
+        except UserError:
+            knobs = None
+        self.data: dict[str, Any] = {
+            "format": FORMAT, "kernel": kernel, "trial_id": trial_id, "name": name or Path(variant).stem,
+            "hypothesis": hypothesis, "prediction": prediction, "changes": changes,
+            "variant": {"path": str(variant), "sha256": source_hash(source), "knobs": knobs, "source": source},
+            "against": None, "passes": self.passes, "device": self.device.mode, "suite": self.device.suite,
+            "fingerprint": fingerprint(self.device, project_root()), "status": "running", "reason": "",
+        }
+        self.variant = self.against = None
+        try:
+            self.variant = load_variant(variant, self.spec)
+            if against:
+                self.against = load_variant(against, self.spec)
+                self.data["against"] = {"path": str(against), "sha256": self.against.sha256}
+        except UserError as e:
+            self._stop("invalid-variant", str(e))
+
+    # -- the steps, in the order the notebook runs them ------------------------------------------------------
+
+    def show_header(self) -> None:
+        d, fp = self.data, self.data["fingerprint"]
+        where = (f"{fp['gpu']} ({fp['sm_count']} SMs), driver {fp['driver']}, CUDA {fp['cuda']}"
+                 if fp["gpu"] else "the Triton interpreter on the CPU: correctness is real, timings are CPU timings")
+        lines = [f"# Trial {d['trial_id']:04d} of `{d['kernel']}`: {d['name']}", "",
+                 f"- **Hypothesis:** {d['hypothesis'] or '(none: a measurement, not an experiment)'}",
+                 f"- **Predicted effect:** {d['prediction'] or '(none)'}",
+                 f"- **Variant:** `{d['variant']['path']}` sha256 `{d['variant']['sha256'][:16]}`",
+                 "- **Against:** " + (f"`{d['against']['path']}` sha256 `{d['against']['sha256'][:16]}`"
+                                       if d["against"] else "nothing (no ratios to a current best)"),
+                 f"- **Device:** {where}",
+                 f"- **Versions:** torch {fp['torch']}, triton {fp['triton']}, liger-perf {fp['liger_perf']}, "
+                 f"python {fp['python']}, liger-kernel {fp['liger_kernel'] or 'not installed'}",
+                 f"- **Project commit:** `{fp['git_commit'] or 'unknown'}`" + (" (with uncommitted changes)"
+                                                                                if fp["git_dirty"] else "")]
+        if self.data["status"] == "invalid-variant":
+            lines.append(f"\n**The variant is invalid:** {self.data['reason']}")
+        _display(markdown="\n".join(lines))
+
+    def show_source(self) -> None:
+        """The variant's full source: with it the notebook alone rebuilds the variant."""
+        knobs = self.data["variant"]["knobs"]
+        if knobs:
+            _display(markdown="**Knobs:** " + ", ".join(f"`{k}={v!r}`" for k, v in knobs.items()))
+        _display(markdown=f"```python\n{self.data['variant']['source']}\n```")
+
+    def check(self) -> None:
+        if self._skipped("correctness gate"):
+            return
+        with self._step("check"):
+            self._check()
+
+    def _check(self) -> None:
+        from liger_perf.correctness import check_variant
+
+        result = check_variant(self.spec, self.variant, self.device, convergence=self.convergence, fail_fast=True)
+        rows = result.rows
+        columns = ["case", "layout", "output", "against", "reason"]
+        self.data["correctness"] = {
+            "passed": result.passed, "comparisons": len(rows), "cases": int(rows["case"].nunique()) if len(rows) else 0,
+            "failures": result.failures()[columns].head(20).to_dict("records"),
+            "convergence": ("skipped" if result.convergence_skipped or result.convergence.empty else
+                            "pass" if (result.convergence["verdict"] == "pass").all() else "FAIL"),
+        }
+        summary = (rows.groupby(["dtype", "config", "against"], sort=False)
+                   .agg(comparisons=("verdict", "size"), failed=("verdict", lambda v: int((v != "pass").sum())),
+                        worst_norm_rel_err=("norm_rel_err", "max")).reset_index())
+        _display(markdown=f"## Correctness gate: {'PASS' if result.passed else 'FAIL'}\n\n{len(rows)} comparisons "
+                          f"(forward and every gradient, same-dtype and float64 references); convergence: "
+                          f"{self.data['correctness']['convergence']}")
+        _display(summary)
+        if not result.passed:
+            _display(result.failures()[["case", "layout", "output", "against", "reason"]].head(20))
+            self._stop("failed-correctness", "the correctness gate failed: " + "; ".join(
+                f"{f['case']} {f['output']} vs {f['against']}: {f['reason']}"
+                for f in self.data["correctness"]["failures"][:3])
+                if self.data["correctness"]["failures"] else "the convergence run diverged")
+
+    def contenders(self) -> dict:
+        """The candidate, the current best (``against``) and, in a kernel's first trial, the peers."""
+        found = {"candidate": self.spec.variant_forward(self.variant.module)}
+        if self.against is not None:
+            found["against"] = self.spec.variant_forward(self.against.module)
+        self.data["peers_unavailable"] = {}
+        if self.peers_enabled:
+            found["eager"] = self.spec.reference_forward()
+            if self.device.interpreted:
+                self.data["peers_unavailable"]["torch.compile"] = "not measured under the interpreter (CPU timings)"
+            else:
+                import torch
+
+                torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
+                found["torch.compile"] = torch.compile(self.spec.reference_forward(), dynamic=False)
+            upstream = self.spec.upstream_forward()
+            if upstream is None:
+                self.data["peers_unavailable"]["liger-kernel"] = "liger-kernel is not installed (optional)"
+            elif self.device.interpreted:
+                self.data["peers_unavailable"]["liger-kernel"] = "not measured under the interpreter (CPU timings)"
+            else:
+                found["liger-kernel"] = upstream
+        return found
+
+    def time(self) -> None:
+        if self._skipped("timing"):
+            return
+        with self._step("time"):
+            self._time()
+
+    def _time(self) -> None:
+        from liger_perf.timing import TimingPlan, copy_bandwidth, peak_memory, summarize, time_suite
+
+        plan = TimingPlan.default(self.device, self.repetitions)
+        plan = TimingPlan(plan.repetitions, plan.warmup, confidence=self.confidence)
+        contenders = self.contenders()
+        reference = "against" if "against" in contenders else "candidate"
+        cases = self.spec.cases(self.device.suite, "bench")
+        bandwidth = copy_bandwidth(self.device)
+        samples = time_suite(self.spec, contenders, cases, self.passes, self.device, plan)
+        summary = summarize(samples, reference, self.spec, bandwidth, plan)
+        memory = peak_memory(self.spec, contenders, cases, self.device)
+        self.data["timing"] = {"repetitions": plan.repetitions, "warmup": plan.warmup, "confidence": plan.confidence,
+                               "intervals": "simultaneous (Bonferroni over the trial's ratios), paired bootstrap",
+                               "copy_bandwidth_bytes_per_s": bandwidth, "reference_contender": reference,
+                               "contenders": list(contenders), "rows": summary.to_dict("records")}
+        self.data["memory"] = {"rows": memory.to_dict("records"),
+                               "note": "" if not self.device.interpreted else
+                               "peak memory is read from the CUDA allocator; none under the interpreter"}
+        unit = "ms (CPU, interpreter)" if self.device.interpreted else "ms"
+        how = ("CPU wall clock under the Triton interpreter" if self.device.interpreted else
+               "CUDA events, L2 flushed before each run")
+        _display(markdown=f"## Timings\n\n{plan.repetitions} repetitions per contender after {plan.warmup} warm-up, "
+                          f"interleaved in random order ({how}); ratios are time / `{reference}` "
+                          f"time with {plan.confidence:.0%} simultaneous intervals. Copy bandwidth in this run: "
+                          f"{bandwidth / 1e9:.0f} GB/s (bytes read + written).")
+        _display(timing_table(summary, unit))
+        _display(markdown="## Peak memory (forward + backward, above the inputs)")
+        if self.device.interpreted:
+            _display(markdown=self.data["memory"]["note"])
+        else:
+            _display(memory.pivot_table(index=["shape", "dtype"], columns="contender", values="peak_bytes",
+                                        sort=False))
+
+    def profile(self) -> None:
+        if self._skipped("NCU profile"):
+            return
+        with self._step("profile"):
+            self._profile()
+
+    def _profile(self) -> None:
+        from liger_perf.ncu import profile, summary_table
+
+        passes = [p for p in self.passes if p != "full"]  # full is forward plus backward: profiled as those
+        if not self.ncu_enabled:
+            result_status, reason, metrics, advice, report = "unavailable", "disabled for this trial", None, None, None
+        else:
+            report_path = (self.artifacts or Path(".")) / "profile.ncu-rep"
+            res = profile(self.spec.name, self.variant.path, passes, self.device.interpreted, report_path)
+            result_status, reason, metrics, advice = res.status, res.reason, res.metrics, res.advice
+            report = str(res.report) if res.report else None
+        if result_status != "ok":
+            self.data["ncu"] = {"status": "unavailable", "reason": reason}
+            _display(markdown=f"## NCU\n\nncu: unavailable ({reason})")
+            return
+        widest = _widest_cases(advice)
+        kept_advice = advice.merge(widest, on=["pass", "shape", "dtype"]) if len(advice) else advice
+        self.data["ncu"] = {"status": "ok", "reason": "", "report": report, "passes": passes,
+                            "units": dict(zip(metrics["metric"], metrics["unit"])),
+                            "launches": _launch_records(metrics),
+                            "advice": kept_advice.drop(columns=["launch"]).to_dict("records")}
+        _display(markdown=f"## NCU ({len(self.data['ncu']['launches'])} kernel launches profiled; report "
+                          f"`{report}`)")
+        _display(summary_table(metrics))
+        _display(markdown="### NCU's advice at the widest shape of each pass and dtype")
+        for row in kept_advice.to_dict("records"):
+            speedup = row["estimated_speedup_pct"]
+            speedup = f" (estimated speedup {speedup:.0f}%)" if speedup is not None and speedup == speedup else ""
+            _display(markdown=f"- **{row['pass']} {row['shape']} {row['dtype']} `{row['kernel']}` / {row['rule']}**"
+                              f"{speedup}: {row['message']}")
+
+    def result(self) -> dict:
+        """Emit the structured result; the notebook's ``result`` cell calls this last."""
+        if self.data["status"] == "running":
+            self.data["status"] = "complete"
+        self.data["elapsed_s"] = time.time() - self.started
+        payload = jsonable(self.data)
+        try:
+            from IPython.display import display
+
+            display({RESULT_MIME: payload, "text/plain": f"trial status: {payload['status']}"}, raw=True)
+        except ImportError:
+            pass
+        return payload
+
+    # -- helpers ---------------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _step(self, name: str):
+        start = time.time()
+        try:
+            yield
+        finally:
+            self.data.setdefault("step_seconds", {})[name] = round(time.time() - start, 2)
+
+    def _stop(self, status: str, reason: str) -> None:
+        self.data["status"], self.data["reason"] = status, reason
+
+    def _skipped(self, step: str) -> bool:
+        if self.data["status"] in ("running",):
+            return False
+        _display(markdown=f"*{step}: skipped ({self.data['status']}: {self.data['reason']})*")
+        return True
+
+
+def timing_table(summary: pd.DataFrame, unit: str = "ms") -> pd.DataFrame:
+    """Per pass, shape and dtype: every contender's median, and the ratios with their intervals."""
+    table = summary.pivot_table(index=["pass", "shape", "dtype"], columns="contender", values="median_ms",
+                                sort=False).add_suffix(f" {unit}")
+    for row in summary[summary["contender"] != summary["relative_to"]].to_dict("records"):
+        table.loc[(row["pass"], row["shape"], row["dtype"]), f"{row['contender']} / {row['relative_to']}"] = (
+            f"{row['ratio']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]")
+    reference = summary[summary["contender"] == summary["relative_to"]].set_index(["pass", "shape", "dtype"])
+    table[f"{summary['relative_to'].iloc[0]} % of bandwidth floor"] = (100 * reference["bandwidth_fraction"]).round(1)
+    return table
+
+
+def _widest_cases(frame: pd.DataFrame) -> pd.DataFrame:
+    if frame.empty:
+        return frame[["pass", "shape", "dtype"]]
+    cases = frame[["pass", "shape", "dtype"]].drop_duplicates()
+    cases = cases.assign(_size=cases["shape"].map(_numel))
+    return cases.loc[cases.groupby(["pass", "dtype"])["_size"].idxmax(), ["pass", "shape", "dtype"]]
+
+
+def _numel(shape: str) -> int:
+    try:
+        return math.prod(int(s) for s in shape.split("x"))
+    except ValueError:
+        return 0
+
+
+def _launch_records(metrics: pd.DataFrame) -> list[dict]:
+    """One record per profiled launch: its case, kernel name and ``{metric: value}``."""
+    records = []
+    for (launch, pass_name, shape, dtype, kernel), group in metrics.groupby(
+            ["launch", "pass", "shape", "dtype", "kernel"], sort=True):
+        records.append({"pass": pass_name, "shape": shape, "dtype": dtype, "kernel": kernel, "launch": int(launch),
+                        "metrics": dict(zip(group["metric"], group["value"]))})
+    return records

@@ -1,0 +1,30 @@
+"""Benchmark: read a history of N trial notebooks (copies of a real one) with liger_perf.history.
+
+    PYTHONPATH=. python3 scripts/bench_history.py [N] [NOTEBOOK]
+
+Defaults: 1000 copies of notebooks/fused_add_rms_norm/0000-baseline.ipynb (a GPU trial with peers and NCU
+metrics, the largest kind). Prints the time to load the trials and to build the long DataFrame.
+"""
+
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from liger_perf.history import history_frame, load_trials
+
+n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+source = Path(sys.argv[2] if len(sys.argv) > 2 else "notebooks/fused_add_rms_norm/0000-baseline.ipynb")
+with tempfile.TemporaryDirectory() as tmp:
+    folder = Path(tmp) / "fused_add_rms_norm"
+    folder.mkdir()
+    for i in range(n):
+        shutil.copy(source, folder / f"{i:04d}-copy.ipynb")
+    start = time.perf_counter()
+    trials = load_trials("fused_add_rms_norm", Path(tmp))
+    loaded = time.perf_counter()
+    frame = history_frame("fused_add_rms_norm", trials=trials)
+    done = time.perf_counter()
+print(f"{n} notebooks of {source.stat().st_size / 1e3:.0f} kB: load_trials {loaded - start:.1f} s, "
+      f"history_frame {done - loaded:.1f} s ({len(frame)} rows)")

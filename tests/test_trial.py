@@ -1,0 +1,155 @@
+"""Trials: a real Papermill-executed notebook in interpreter mode, read back by the history reader."""
+
+import json
+import shutil
+
+import nbformat
+import pytest
+
+from liger_perf import record
+from liger_perf.history import history_frame, load_trials
+from liger_perf.registry import baseline_path
+from liger_perf.runner import kernel_notebooks, next_trial_id, run_trial
+
+from broken_variants import BROKEN, write_broken_variant
+
+FAST = dict(device="interpret", repetitions=2, convergence=False)
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    """Two real trials of relu_squared in a fresh history: the baseline, then the baseline against itself."""
+    root = tmp_path_factory.mktemp("notebooks")
+    first = run_trial("relu_squared", baseline_path("relu_squared"), root=root, **FAST)
+    second = run_trial("relu_squared", baseline_path("relu_squared"), against=baseline_path("relu_squared"),
+                       name="a a!", hypothesis="none: the same code twice", prediction="every ratio contains 1",
+                       root=root, **FAST)
+    return root, first, second
+
+
+def test_trial_notebook_holds_the_structured_result(history):
+    root, first, second = history
+    assert first.notebook.name == "0000-baseline.ipynb" and second.notebook.name == "0001-a-a.ipynb"
+    result = first.result
+    assert result["status"] == "complete" and result["format"] == record.FORMAT
+    assert result["correctness"]["passed"] and result["correctness"]["comparisons"] > 0
+    fingerprint = result["fingerprint"]
+    assert fingerprint["device_mode"] == "interpret" and fingerprint["torch"] and fingerprint["triton"]
+    # The notebook alone rebuilds the variant: its full source and its hash.
+    source = baseline_path("relu_squared").read_text()
+    assert result["variant"]["source"] == source and len(result["variant"]["sha256"]) == 64
+    assert result["ncu"]["status"] == "unavailable" and "interpreter" in result["ncu"]["reason"]
+    # The first trial of a kernel also times the peers a user would pick instead.
+    assert {"candidate", "eager"} <= {r["contender"] for r in result["timing"]["rows"]}
+    passes = {r["pass"] for r in result["timing"]["rows"]}
+    assert passes == {"forward", "backward", "full"}
+
+
+def test_side_by_side_trial_reports_ratios_with_intervals(history):
+    _, _, second = history
+    rows = [r for r in second.result["timing"]["rows"] if r["contender"] == "candidate"]
+    assert rows and all(r["relative_to"] == "against" for r in rows)
+    assert all(r["ci_low"] <= r["ratio"] <= r["ci_high"] for r in rows)
+    assert "eager" not in {r["contender"] for r in second.result["timing"]["rows"]}  # peers: first trial only
+    assert second.result["hypothesis"] == "none: the same code twice"
+
+
+def test_history_reads_every_trial_back(history):
+    root, first, second = history
+    frame = history_frame("relu_squared", root)
+    assert set(frame["trial_id"]) == {0, 1}
+    assert {"median_ms", "ratio", "ci_low", "ci_high", "bandwidth_fraction", "peak_bytes"} <= set(frame["metric"])
+    ratios = frame[(frame.trial_id == 1) & (frame.metric == "ratio") & (frame.contender == "candidate")]
+    assert len(ratios) == 3 * 2 * 2  # passes x shapes x dtypes
+    assert (frame["variant_sha256"] == first.result["variant"]["sha256"]).all()
+    assert set(frame[frame.trial_id == 1]["against_sha256"]) == {first.result["variant"]["sha256"]}
+
+
+def test_verdict_is_recorded_and_read_back(history, tmp_path):
+    root, first, _ = history
+    copy = tmp_path / "relu_squared"
+    shutil.copytree(root / "relu_squared", copy)
+    target = copy / first.notebook.name
+    record.record_verdict(target, "rejected", ["backward 2048x1024 float32: 6.0% slower"])
+    trial = next(t for t in load_trials("relu_squared", tmp_path) if t["trial_id"] == 0)
+    assert trial["verdict"] == "rejected" and trial["verdict_reasons"] == ["backward 2048x1024 float32: 6.0% slower"]
+    record.record_verdict(target, "accepted", [])  # replaced, not appended
+    nb = nbformat.read(target, as_version=4)
+    assert sum("verdict" in c.metadata.get("tags", []) for c in nb.cells) == 1
+    with pytest.raises(ValueError):
+        record.record_verdict(target, "maybe", [])
+
+
+def test_failing_variant_is_recorded_and_never_timed(tmp_path):
+    broken = next(b for b in BROKEN if b.name == "backward_without_relu_mask")
+    run = run_trial("relu_squared", write_broken_variant(broken, tmp_path / "v"), root=tmp_path, **FAST)
+    assert run.result["status"] == "failed-correctness"
+    assert not run.result["correctness"]["passed"] and run.result["correctness"]["failures"]
+    assert "timing" not in run.result and "ncu" not in run.result
+    frame = history_frame("relu_squared", tmp_path)
+    assert len(frame) == 1 and frame["status"].iloc[0] == "failed-correctness"
+
+
+def test_invalid_variant_is_recorded_as_such(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("KNOBS = {}\nKNOB_CHOICES = {}\n")  # no relu_squared function
+    run = run_trial("relu_squared", bad, root=tmp_path, **FAST)
+    assert run.result["status"] == "invalid-variant" and "relu_squared" in run.result["reason"]
+
+
+def test_crashing_variant_leaves_a_readable_notebook(tmp_path):
+    source = baseline_path("relu_squared").read_text().replace(
+        '    return ReluSquaredFunction.apply(X)', '    import os\n    os._exit(3)')
+    crasher = tmp_path / "crasher.py"
+    crasher.write_text(source)
+    run = run_trial("relu_squared", crasher, root=tmp_path, **FAST)
+    assert run.result["status"] == "crashed" and run.result["reason"]
+    assert [p.name for p in kernel_notebooks("relu_squared", tmp_path)] == ["0000-crasher.ipynb"]
+    assert not list((tmp_path / "relu_squared").glob(".*"))  # no half-written file left behind
+    assert load_trials("relu_squared", tmp_path)[0]["status"] == "crashed"
+
+
+def test_hanging_variant_times_out_and_is_recorded(tmp_path):
+    source = baseline_path("relu_squared").read_text().replace(
+        '    return ReluSquaredFunction.apply(X)', '    import time\n    time.sleep(3600)')
+    hanger = tmp_path / "hanger.py"
+    hanger.write_text(source)
+    run = run_trial("relu_squared", hanger, root=tmp_path, timeout_s=20, **FAST)
+    assert run.result["status"] == "crashed" and "Timeout" in run.result["reason"]
+
+
+def test_corrupt_half_written_and_foreign_notebooks_are_skipped_with_a_warning(history, tmp_path, capsys):
+    root, first, _ = history
+    folder = tmp_path / "relu_squared"
+    shutil.copytree(root / "relu_squared", folder)
+    (folder / "0002-corrupt.ipynb").write_text('{"cells": [')  # killed mid-write
+    nb = nbformat.read(first.notebook, as_version=4)
+    record.set_result(nb, {**first.result, "format": "liger-perf-trial/0"})
+    nbformat.write(nb, folder / "0003-old-format.ipynb")
+    nbformat.write(nbformat.v4.new_notebook(), folder / "0004-no-result.ipynb")
+    (folder / ".0005-running.partial.ipynb").write_text("{")  # a trial in progress: not even looked at
+    trials = load_trials("relu_squared", tmp_path)
+    assert [t["trial_id"] for t in trials] == [0, 1]
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line]
+    assert len(warnings) == 3 and all(w.startswith("liger-perf: warning: skipping") for w in warnings)
+    assert next_trial_id("relu_squared", tmp_path) == 6  # never reuses a number, even a half-written one's
+
+
+def test_atomic_write_keeps_the_old_notebook_when_writing_fails(tmp_path, monkeypatch):
+    path = tmp_path / "0000-x.ipynb"
+    nb = nbformat.v4.new_notebook()
+    record.set_result(nb, {"format": record.FORMAT, "status": "complete"})
+    record.write_atomic(nb, path)
+    before = path.read_text()
+
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(nbformat, "write", fail)
+    with pytest.raises(OSError):
+        record.write_atomic(nb, path)
+    assert path.read_text() == before and [p.name for p in tmp_path.iterdir()] == ["0000-x.ipynb"]
+
+
+def test_result_json_has_no_nan():
+    assert json.dumps(record.jsonable({"a": float("nan"), "b": [float("inf"), 1.0]})) == '{"a": null, "b": [null, 1.0]}'
