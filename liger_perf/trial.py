@@ -7,7 +7,7 @@ say they were skipped and the result records why: a wrong variant is never timed
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import math
 import time
 from pathlib import Path
@@ -27,6 +27,22 @@ def _display(obj=None, markdown: str | None = None) -> None:
         print(markdown if markdown is not None else obj)
         return
     display(Markdown(markdown) if markdown is not None else obj)
+
+
+def _step(name: str, what: str):
+    """A trial step: skipped (and saying why) once the trial has stopped; its duration kept in the result."""
+    def decorate(method):
+        @functools.wraps(method)
+        def run(self) -> None:
+            if self._skipped(what):
+                return
+            start = time.time()
+            try:
+                method(self)
+            finally:
+                self.data.setdefault("step_seconds", {})[name] = round(time.time() - start, 2)
+        return run
+    return decorate
 
 
 class Trial:
@@ -97,13 +113,8 @@ class Trial:
             _display(markdown="**Knobs:** " + ", ".join(f"`{k}={v!r}`" for k, v in knobs.items()))
         _display(markdown=f"```python\n{self.data['variant']['source']}\n```")
 
+    @_step("check", "correctness gate")
     def check(self) -> None:
-        if self._skipped("correctness gate"):
-            return
-        with self._step("check"):
-            self._check()
-
-    def _check(self) -> None:
         from liger_perf.correctness import check_variant
 
         result = check_variant(self.spec, self.variant, self.device, convergence=self.convergence, fail_fast=True)
@@ -153,13 +164,8 @@ class Trial:
                 found["liger-kernel"] = upstream
         return found
 
+    @_step("time", "timing")
     def time(self) -> None:
-        if self._skipped("timing"):
-            return
-        with self._step("time"):
-            self._time()
-
-    def _time(self) -> None:
         from liger_perf.timing import TimingPlan, copy_bandwidth, peak_memory, summarize, time_suite
 
         plan = TimingPlan.default(self.device, self.repetitions)
@@ -193,13 +199,8 @@ class Trial:
             _display(memory.pivot_table(index=["shape", "dtype"], columns="contender", values="peak_bytes",
                                         sort=False))
 
+    @_step("profile", "NCU profile")
     def profile(self) -> None:
-        if self._skipped("NCU profile"):
-            return
-        with self._step("profile"):
-            self._profile()
-
-    def _profile(self) -> None:
         from liger_perf.ncu import profile, summary_table
 
         passes = [p for p in self.passes if p != "full"]  # full is forward plus backward: profiled as those
@@ -245,14 +246,6 @@ class Trial:
         return payload
 
     # -- helpers ---------------------------------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _step(self, name: str):
-        start = time.time()
-        try:
-            yield
-        finally:
-            self.data.setdefault("step_seconds", {})[name] = round(time.time() - start, 2)
 
     def _stop(self, status: str, reason: str) -> None:
         self.data["status"], self.data["reason"] = status, reason
