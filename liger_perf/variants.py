@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import importlib.util
 import itertools
 import sys
@@ -104,10 +105,24 @@ def with_knobs(source: str, changes: dict[str, Any], path: str | Path = "<varian
             raise UserError(f"unknown knob {name!r}: this variant has {', '.join(knobs)}")
         if value not in choices.get(name, [value]):
             raise UserError(f"knob {name}={value!r} is not allowed: choose one of {choices[name]}")
-    new = {**knobs, **changes}
-    node = nodes["KNOBS"]
+    # Only the changed values are rewritten, in place: the diff from the parent shows exactly the change, and
+    # the comments beside the knobs survive.
+    node = nodes["KNOBS"].value
+    if not isinstance(node, ast.Dict):
+        raise UserError(f"variant {path}: KNOBS must be a dict literal")
     lines = source.splitlines(keepends=True)
-    body = "".join(f"    {k!r}: {v!r},\n" for k, v in new.items())
-    before = "".join(lines[: node.lineno - 1])
-    after = "".join(lines[node.end_lineno:])
-    return f"{before}KNOBS = {{\n{body}}}\n{after}"
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line.encode()))
+    encoded = source.encode()
+    edits = []
+    for key, value in zip(node.keys, node.values):
+        name = ast.literal_eval(key) if key is not None else None
+        if name in changes:
+            start = offsets[value.lineno - 1] + value.col_offset
+            end = offsets[value.end_lineno - 1] + value.end_col_offset
+            value_text = json.dumps(changes[name]) if isinstance(changes[name], str) else repr(changes[name])
+            edits.append((start, end, value_text.encode()))
+    for start, end, text in sorted(edits, reverse=True):
+        encoded = encoded[:start] + text + encoded[end:]
+    return encoded.decode()
