@@ -1,0 +1,38 @@
+"""guardrails.yaml: validated on load, a broken file is one line naming the key and the line."""
+
+import pytest
+
+from liger_perf.errors import UserError
+from liger_perf.guardrails import load_guardrails
+from liger_perf.registry import project_root
+
+
+def test_the_projects_guardrails_load():
+    rules = load_guardrails(project_root() / "guardrails.yaml")
+    assert rules.target == "backward" and rules.max_regression == 0.05 and rules.correctness == "hard"
+    assert load_guardrails(project_root() / "guardrails.yaml", target="memory").target == "memory"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("target: backward\nmax_regresion: 0.05\n", ":2: unknown key 'max_regresion'"),
+    ("target: backward\nmax_regression: five percent\n", ":2: max_regression: "),
+    ("max_regression: 1.5\n", ":1: max_regression: Input should be less than 1"),
+    ("confidence: 1.0\n", ":1: confidence: "),
+    ("target: sideways\n", ":1: target: "),
+    ("correctness: soft\n", ":1: correctness: "),
+    ("max_regression: 0.05\nmax_cumulative_regression: 0.01\n", "max_cumulative_regression must be at least"),
+    ("target: [backward\n", "not valid YAML"),
+    ("- backward\n", "expected a mapping"),
+])
+def test_broken_guardrails_are_one_line_errors(tmp_path, text, expected):
+    path = tmp_path / "guardrails.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError) as error:
+        load_guardrails(path)
+    message = str(error.value)
+    assert expected in message and "\n" not in message and str(path) in message
+
+
+def test_missing_file_says_what_to_do(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        load_guardrails(tmp_path / "nope.yaml")
