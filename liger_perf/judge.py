@@ -1,0 +1,131 @@
+"""The judge: accepted, rejected or inconclusive, from one trial's side-by-side measurements and the guardrails.
+
+Every number judged was measured in the trial itself, the candidate interleaved with the current best; nothing
+is compared with a time from another run. The suite-level target is the geometric mean of the per-shape
+ratios (candidate / current best) over every shape and dtype; its interval is the geometric mean of the
+per-shape interval bounds, which holds at the trial's confidence because those intervals are simultaneous.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from liger_perf.guardrails import Guardrails
+
+Key = tuple[str, str, str]  # (pass or "memory", shape, dtype)
+
+
+@dataclass
+class Judgement:
+    verdict: str  # accepted | rejected | inconclusive
+    reasons: list[str]
+    target_ratio: float = math.nan  # geomean candidate / current best on the target (< 1 is better)
+    target_interval: tuple[float, float] = (math.nan, math.nan)
+    ratios: dict[Key, float] = field(default_factory=dict)  # every judged metric, candidate / current best
+
+    @property
+    def gain(self) -> float:
+        return 1 - self.target_ratio if math.isfinite(self.target_ratio) else 0.0
+
+    def details(self) -> dict[str, Any]:
+        return {"target_ratio": self.target_ratio, "target_interval": list(self.target_interval),
+                "ratios": [{"pass": k[0], "shape": k[1], "dtype": k[2], "ratio": v} for k, v in self.ratios.items()]}
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+
+def _pct(ratio: float) -> str:
+    return f"{abs(ratio - 1) * 100:.1f}%"
+
+
+def measured_ratios(result: dict[str, Any]) -> tuple[dict[Key, tuple[float, float, float]], dict[Key, float]]:
+    """``(times, memory)``: candidate / current best per (pass, shape, dtype) with the interval, and per
+    ("memory", shape, dtype)."""
+    times = {}
+    for r in (result.get("timing") or {}).get("rows", []):
+        if r["contender"] == "candidate" and r["relative_to"] == "against" and r.get("ratio") is not None:
+            times[(r["pass"], r["shape"], r["dtype"])] = (r["ratio"], r["ci_low"], r["ci_high"])
+    peaks: dict[tuple[str, str], dict[str, float]] = {}
+    for r in (result.get("memory") or {}).get("rows", []):
+        if r.get("peak_bytes") is not None:
+            peaks.setdefault((r["shape"], r["dtype"]), {})[r["contender"]] = r["peak_bytes"]
+    memory = {("memory", shape, dtype): p["candidate"] / p["against"]
+              for (shape, dtype), p in peaks.items() if p.get("against") and "candidate" in p}
+    return times, memory
+
+
+def chain_ratios(accepted: list[dict[str, Any]]) -> dict[Key, float]:
+    """The current best against the baseline: the product, per metric, of the ratios of every accepted trial."""
+    total: dict[Key, float] = {}
+    for result in accepted:
+        times, memory = measured_ratios(result)
+        for key, (ratio, _, _) in times.items():
+            total[key] = total.get(key, 1.0) * ratio
+        for key, ratio in memory.items():
+            total[key] = total.get(key, 1.0) * ratio
+    return total
+
+
+def judge(result: dict[str, Any], guardrails: Guardrails, best_vs_baseline: dict[Key, float] | None = None,
+          ) -> Judgement:
+    best_vs_baseline = best_vs_baseline or {}
+    status = result.get("status")
+    if status != "complete":
+        what = {"failed-correctness": "failed the correctness gate", "invalid-variant": "is not a valid variant",
+                "crashed": "crashed or timed out"}.get(status, f"ended as {status}")
+        return Judgement("rejected", [f"the variant {what}: {result.get('reason', '')}".strip()])
+    against = result.get("against") or {}
+    if not against:
+        raise ValueError("a trial without --against has no current best to be judged against")
+    if against.get("sha256") == (result.get("variant") or {}).get("sha256"):
+        return Judgement("rejected", ["the variant is identical to the current best"])
+
+    times, memory = measured_ratios(result)
+    reasons = []
+    limit, cumulative = 1 + guardrails.max_regression, 1 + guardrails.max_cumulative_regression
+    for key, (ratio, low, high) in times.items():
+        label = f"{key[0]} {key[1]} {key[2]}"
+        if ratio > limit:
+            reasons.append(f"{label}: {_pct(ratio)} slower than the current best (ratio {ratio:.3f} "
+                           f"[{low:.3f}, {high:.3f}]; at most {guardrails.max_regression:.0%} allowed)")
+        total = ratio * best_vs_baseline.get(key, 1.0)
+        if ratio <= limit and total > cumulative:
+            reasons.append(f"{label}: {_pct(total)} slower than the baseline through the accepted variants "
+                           f"(at most {guardrails.max_cumulative_regression:.0%} allowed)")
+    for key, ratio in memory.items():
+        label = f"peak memory {key[1]} {key[2]}"
+        if ratio > limit:
+            reasons.append(f"{label}: {_pct(ratio)} more than the current best (ratio {ratio:.3f}; at most "
+                           f"{guardrails.max_regression:.0%} allowed)")
+        elif ratio * best_vs_baseline.get(key, 1.0) > cumulative:
+            reasons.append(f"{label}: {_pct(ratio * best_vs_baseline.get(key, 1.0))} more than the baseline "
+                           f"through the accepted variants")
+
+    ratios = {**{k: v[0] for k, v in times.items()}, **memory}
+    if guardrails.target == "memory":
+        values = list(memory.values())
+        point = geomean(values)
+        low = high = point
+        improved, worse = point < 1 - 1e-9, point >= 1 - 1e-9
+    else:
+        rows = [v for k, v in times.items() if k[0] == guardrails.target]
+        if not rows:
+            return Judgement("rejected", [f"the trial has no {guardrails.target} timings to judge"], ratios=ratios)
+        point, low, high = geomean([r[0] for r in rows]), geomean([r[1] for r in rows]), geomean([r[2] for r in rows])
+        improved, worse = high < 1, low >= 1
+    if not math.isfinite(point):
+        return Judgement("rejected", [f"no {guardrails.target} measurement to judge"], ratios=ratios)
+    target = (f"{guardrails.target}: geomean ratio {point:.3f} [{low:.3f}, {high:.3f}] "
+              f"({(1 - point) * 100:+.1f}% vs the current best)")
+    if reasons:
+        return Judgement("rejected", [*reasons, target], point, (low, high), ratios)
+    if improved:
+        return Judgement("accepted", [target], point, (low, high), ratios)
+    if worse:
+        return Judgement("rejected", [f"{target}: not better than the current best"], point, (low, high), ratios)
+    return Judgement("inconclusive", [f"{target}: the interval straddles 1, noise is larger than the effect; "
+                                      "re-measure, never accept"], point, (low, high), ratios)

@@ -1,0 +1,96 @@
+"""The judge, fed recorded measurements so that verdicts do not depend on this machine's speed."""
+
+import copy
+
+import pytest
+
+from liger_perf.guardrails import Guardrails
+from liger_perf.history import load_trials
+from liger_perf.judge import chain_ratios, judge
+
+SHAPES = ("2048x1024", "2048x8192")
+DTYPES = ("float32", "bfloat16")
+
+
+def _result(target_ratio=0.8, other_ratio=1.0, half_width=0.02, memory_ratio=1.0, overrides=None, status="complete"):
+    """A trial of a candidate against the current best: every pass, shape and dtype, side by side."""
+    rows = []
+    for pass_name in ("forward", "backward", "full"):
+        for shape in SHAPES:
+            for dtype in DTYPES:
+                ratio = target_ratio if pass_name == "backward" else other_ratio
+                ratio = (overrides or {}).get((pass_name, shape, dtype), ratio)
+                rows += [{"pass": pass_name, "shape": shape, "dtype": dtype, "contender": "candidate",
+                          "relative_to": "against", "ratio": ratio, "ci_low": ratio - half_width,
+                          "ci_high": ratio + half_width},
+                         {"pass": pass_name, "shape": shape, "dtype": dtype, "contender": "against",
+                          "relative_to": "against", "ratio": 1.0, "ci_low": 1.0, "ci_high": 1.0}]
+    memory = [{"shape": s, "dtype": d, "contender": c, "peak_bytes": 1e9 * (memory_ratio if c == "candidate" else 1)}
+              for s in SHAPES for d in DTYPES for c in ("candidate", "against")]
+    return {"status": status, "reason": "", "variant": {"sha256": "new"}, "against": {"sha256": "best"},
+            "timing": {"rows": rows}, "memory": {"rows": memory}}
+
+
+RULES = Guardrails(target="backward")
+
+
+def test_a_clear_improvement_is_accepted():
+    verdict = judge(_result(target_ratio=0.8), RULES)
+    assert verdict.verdict == "accepted" and abs(verdict.gain - 0.2) < 1e-9
+
+
+def test_faster_target_but_six_percent_slower_elsewhere_at_one_shape_is_rejected_with_that_reason():
+    verdict = judge(_result(target_ratio=0.8, overrides={("forward", "2048x8192", "bfloat16"): 1.06}), RULES)
+    assert verdict.verdict == "rejected"
+    assert any(r.startswith("forward 2048x8192 bfloat16: 6.0% slower than the current best") for r in verdict.reasons)
+    # 4% slower is within the guardrail.
+    assert judge(_result(target_ratio=0.8, overrides={("forward", "2048x8192", "bfloat16"): 1.04}),
+                 RULES).verdict == "accepted"
+
+
+def test_more_memory_is_a_regression_and_less_memory_can_be_the_target():
+    verdict = judge(_result(target_ratio=0.8, memory_ratio=1.06), RULES)
+    assert verdict.verdict == "rejected" and any("peak memory" in r and "6.0% more" in r for r in verdict.reasons)
+    assert judge(_result(target_ratio=1.0, memory_ratio=0.7), Guardrails(target="memory")).verdict == "accepted"
+
+
+def test_cumulative_drift_against_the_baseline_is_a_regression():
+    chain = {("full", "2048x1024", "float32"): 1.03}  # the current best is already 3% slower than the baseline
+    verdict = judge(_result(target_ratio=0.8, overrides={("full", "2048x1024", "float32"): 1.03}), RULES, chain)
+    assert verdict.verdict == "rejected"
+    assert any("slower than the baseline through the accepted variants" in r for r in verdict.reasons)
+
+
+def test_noise_larger_than_the_effect_is_inconclusive_never_accepted():
+    verdict = judge(_result(target_ratio=0.99, half_width=0.03), RULES)
+    assert verdict.verdict == "inconclusive" and "re-measure" in verdict.reasons[0]
+
+
+def test_a_variant_identical_to_the_best_is_never_accepted():
+    result = _result(target_ratio=0.5)
+    result["variant"]["sha256"] = result["against"]["sha256"]
+    verdict = judge(result, RULES)
+    assert verdict.verdict == "rejected" and "identical" in verdict.reasons[0]
+
+
+def test_a_variant_that_fails_correctness_is_rejected_before_it_is_timed():
+    result = {"status": "failed-correctness", "reason": "the correctness gate failed: 13x100 float16 dW",
+              "variant": {"sha256": "new"}, "against": {"sha256": "best"}}
+    verdict = judge(result, RULES)
+    assert verdict.verdict == "rejected" and "correctness" in verdict.reasons[0]
+
+
+@pytest.mark.parametrize("kernel", ["relu_squared", "fused_add_rms_norm"])
+@pytest.mark.parametrize("target", ["forward", "backward", "full"])
+def test_real_a_a_trials_from_the_h200_are_never_accepted(kernel, target):
+    """The baseline against itself, recorded on the GPU: even posing as a different variant, never accepted."""
+    a_a = next(t for t in load_trials(kernel) if t["name"] == "a-a")
+    assert judge(a_a, Guardrails(target=target)).verdict == "rejected"  # identical source
+    posing = copy.deepcopy(a_a)
+    posing["variant"]["sha256"] = "0" * 64
+    assert judge(posing, Guardrails(target=target)).verdict != "accepted"
+
+
+def test_chain_ratios_multiply_along_the_accepted_variants():
+    total = chain_ratios([_result(target_ratio=0.8), _result(target_ratio=0.5)])
+    assert abs(total[("backward", "2048x1024", "float32")] - 0.4) < 1e-12
