@@ -57,6 +57,15 @@ class Tolerances:
 
 
 @dataclass(frozen=True)
+class Remedy:
+    """A knob change that answers a diagnosis, with the reason it should help and the effect to expect."""
+
+    changes: Mapping[str, Any]
+    why: str
+    effect: str
+
+
+@dataclass(frozen=True)
 class Case:
     """One point of a check or a benchmark: a shape, a dtype and the kernel's options."""
 
@@ -110,6 +119,10 @@ class KernelSpec(ABC):
     check_configs: Sequence[Mapping[str, Any]] = ({},)
     bench_config: Mapping[str, Any] = {}
     tolerances: Mapping[torch.dtype, Tolerances]
+    #: Kernel knowledge for the rules proposer: per pass, per diagnosis (``spills``,
+    #: ``register_limited_occupancy``, ``low_achieved_occupancy``, ``under_one_wave``, ``memory_latency``), the
+    #: knob changes worth trying, best first; ``explore`` lists moves to try when no diagnosis is left.
+    remedies: Mapping[str, Mapping[str, Sequence[Remedy]]] = {}
 
     @abstractmethod
     def make_inputs(self, shape: Shape, dtype: torch.dtype, device: torch.device,

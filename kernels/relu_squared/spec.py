@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from liger_perf.spec import KernelSpec, Tolerance, Tolerances
+from liger_perf.spec import KernelSpec, Remedy, Tolerance, Tolerances
 
 
 class ReluSquaredSpec(KernelSpec):
@@ -24,6 +24,24 @@ class ReluSquaredSpec(KernelSpec):
     check_shapes = {
         "gpu": [(1, 1), (1, 1000), (37, 4099), (4096, 8191)],
         "interpret": [(1, 1), (1, 37), (13, 257)],
+    }
+    remedies = {
+        "forward": {
+            "memory_latency": [Remedy({"BLOCK_SIZE": 4096}, "more elements per program keep more loads in flight",
+                                      "forward faster where DRAM is under-used")],
+            "low_achieved_occupancy": [Remedy({"BLOCK_SIZE": 4096, "num_warps": 8}, "bigger programs, fewer of "
+                                              "them: less scheduling overhead per byte", "forward a few % faster")],
+            "explore": [Remedy({"BLOCK_SIZE": 4096}, "more work per program", "forward a few % faster"),
+                        Remedy({"num_warps": 8}, "more warps per program", "forward a few % faster")],
+        },
+        "backward": {
+            "memory_latency": [Remedy({"bwd_BLOCK_SIZE": 4096}, "more elements per program keep more loads in "
+                                      "flight", "backward faster where DRAM is under-used")],
+            "low_achieved_occupancy": [Remedy({"bwd_BLOCK_SIZE": 4096, "bwd_num_warps": 8}, "bigger programs, "
+                                              "fewer of them", "backward a few % faster")],
+            "explore": [Remedy({"bwd_BLOCK_SIZE": 4096}, "more work per program", "backward a few % faster"),
+                        Remedy({"bwd_num_warps": 8}, "more warps per program", "backward a few % faster")],
+        },
     }
     tolerances = {
         torch.float32: Tolerances(

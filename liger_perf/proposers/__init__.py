@@ -1,0 +1,53 @@
+"""Proposers (strategies): what to try next, from the whole history of a kernel.
+
+A proposer sees a ``Context`` (the spec, every trial so far, the current best and its source, the target) and
+returns a ``Proposal`` (a complete variant module with its hypothesis and predicted effect) or ``Stop`` (with
+the reason nothing is left to try). The loop does not care how a proposal was made: the offline rules proposer
+turns knobs that NCU diagnoses point to; a code-writing LLM proposer can sit beside it behind the same interface.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from liger_perf.errors import UserError
+from liger_perf.spec import KernelSpec
+
+
+@dataclass
+class Context:
+    spec: KernelSpec
+    target: str
+    trials: list[dict[str, Any]]  # every readable trial of this kernel on this device mode, in order
+    best: dict[str, Any]  # the current best's trial result
+    best_source: str
+
+
+@dataclass
+class Proposal:
+    name: str
+    source: str
+    hypothesis: str
+    prediction: str
+    changes: dict[str, Any] = field(default_factory=dict)
+    diagnosis: str = ""
+
+
+@dataclass
+class Stop:
+    reason: str
+
+
+class Proposer(Protocol):
+    name: str
+
+    def propose(self, context: Context) -> Proposal | Stop: ...
+
+
+def get_proposer(name: str) -> Proposer:
+    if name == "rules":
+        from liger_perf.proposers.rules import RulesProposer
+
+        return RulesProposer()
+    raise UserError(f"unknown proposer {name!r}: use rules")

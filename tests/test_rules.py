@@ -1,0 +1,65 @@
+"""The rules proposer, on the real NCU metrics of the baselines recorded on the H200."""
+
+import copy
+
+from liger_perf.history import load_trials
+from liger_perf.proposers import Context, Proposal, Stop
+from liger_perf.proposers.rules import RulesProposer, diagnose
+from liger_perf.registry import baseline_path, get_spec
+from liger_perf.variants import read_knobs, source_hash
+
+
+def _context(kernel, target, extra_trials=()):
+    trials = load_trials(kernel)
+    baseline = next(t for t in trials if t["name"] == "baseline")
+    return Context(get_spec(kernel), target, [*trials, *extra_trials], baseline,
+                   baseline_path(kernel).read_text())
+
+
+def test_diagnoses_the_fused_backward_spills_at_the_widest_rows_first():
+    baseline = next(t for t in load_trials("fused_add_rms_norm") if t["name"] == "baseline")
+    diagnoses = diagnose(baseline, "backward")
+    assert diagnoses[0].name == "spills" and "2048x32768" in diagnoses[0].evidence
+    assert "local-memory traffic" in diagnoses[0].evidence
+    assert {"under_one_wave", "low_achieved_occupancy"} <= {d.name for d in diagnoses}
+    assert diagnose({"ncu": {"status": "unavailable"}}, "backward") == []
+
+
+def test_proposes_the_remedy_the_diagnosis_points_to_with_hypothesis_and_prediction():
+    proposal = RulesProposer().propose(_context("fused_add_rms_norm", "backward"))
+    assert isinstance(proposal, Proposal)
+    assert proposal.changes == {"column_chunked": True, "BLOCK_SIZE": 8192} and proposal.diagnosis == "spills"
+    assert "register spills" in proposal.hypothesis and proposal.prediction
+    knobs, _ = read_knobs(proposal.source)
+    assert knobs["column_chunked"] is True and knobs["BLOCK_SIZE"] == 8192
+
+
+def test_never_proposes_a_variant_the_history_holds():
+    first = RulesProposer().propose(_context("fused_add_rms_norm", "backward"))
+    held = {"name": "x", "variant": {"sha256": source_hash(first.source), "knobs": {}}, "verdict": "rejected"}
+    second = RulesProposer().propose(_context("fused_add_rms_norm", "backward", [held]))
+    assert second.changes == {"column_chunked": True, "BLOCK_SIZE": 4096}
+
+
+def test_a_rejected_direction_is_not_repeated():
+    context = _context("relu_squared", "forward")
+    context.best = copy.deepcopy(context.best)
+    context.best["ncu"] = {"status": "unavailable", "reason": "test"}  # only exploration moves are left
+    first = RulesProposer().propose(context)
+    assert first.changes == {"BLOCK_SIZE": 4096}
+    baseline_sha = context.best["variant"]["sha256"]
+    rejected = {"name": "bigger-blocks", "variant": {"sha256": "other", "knobs": {}}, "verdict": "rejected",
+                "changes": {"BLOCK_SIZE": 2048}, "against": {"sha256": baseline_sha}}
+    context.trials.append(rejected)
+    proposal = RulesProposer().propose(context)
+    assert proposal.changes == {"num_warps": 8}  # no larger BLOCK_SIZE from 1024 again, not even 4096
+
+
+def test_says_why_it_stops_when_nothing_is_left():
+    context = _context("relu_squared", "forward")
+    context.best = copy.deepcopy(context.best)
+    context.best["ncu"] = {"status": "unavailable", "reason": "test"}
+    proposer = RulesProposer()
+    while isinstance(step := proposer.propose(context), Proposal):
+        context.trials.append({"name": step.name, "variant": {"sha256": source_hash(step.source), "knobs": {}}})
+    assert isinstance(step, Stop) and "nothing left to try for forward" in step.reason
