@@ -141,6 +141,94 @@ def history_command(
         console.print(table)
 
 
+@app.command("optimize")
+def optimize_command(
+    kernel: str = typer.Argument(..., help="a registered kernel"),
+    target: Optional[str] = typer.Option(None, help="forward | backward | full | memory; default: guardrails.yaml's"),
+    budget: Optional[int] = typer.Option(None, min=1, help="trials to run in this invocation, the baseline trial "
+                                                           "included; default: 10 on a GPU, 3 interpreted"),
+    proposer: str = typer.Option("rules", help="rules (offline, NCU-driven)"),
+    device: str = typer.Option("auto", help="auto | cuda | interpret"),
+    guardrails: Optional[Path] = typer.Option(None, help="acceptance rules; default: the project's guardrails.yaml"),
+    interactive: bool = typer.Option(False, help="after the baseline trial, show the diagnosis and the plan and "
+                                                 "wait for a yes"),
+    repetitions: int = typer.Option(0, help="timed repetitions per contender; 0: 100 on a GPU, 5 interpreted"),
+    convergence: bool = typer.Option(True, help="run the convergence part of the gate in every trial"),
+) -> None:
+    """The loop: propose a variant, run its trial against the current best, judge it, record the verdict."""
+    from liger_perf.device import select_device
+    from liger_perf.guardrails import TARGETS, load_guardrails
+    from liger_perf.history import load_trials
+    from liger_perf.loop import OptimizeLoop
+    from liger_perf.proposers import get_proposer
+    from liger_perf.registry import get_spec, project_root
+    from liger_perf.report import write_report
+
+    get_spec(kernel)
+    if target is not None and target not in TARGETS:
+        raise UserError(f"--target {target!r}: use one of {', '.join(TARGETS)}")
+    rules = load_guardrails(guardrails or project_root() / "guardrails.yaml", target=target)
+    chosen = get_proposer(proposer)
+    mode = select_device(device).mode
+    if budget is None:
+        budget = 3 if mode == "interpret" else 10
+    if mode == "interpret":
+        console.print(f"No CUDA device: a short loop ({budget} trials) under the Triton interpreter on the CPU. Its "
+                      "timings are CPU timings and there is no NCU profile; the verdicts exercise the machinery, "
+                      "not the GPU.")
+    confirm = (lambda text: typer.confirm(f"{text}\nGo on with the loop?", default=False)) if interactive else None
+
+    def show(event):
+        # Messages carry brackets (intervals, knob dicts) that are text, not console markup.
+        if event.kind == "trial-start":
+            console.print(f"trial {event.index} of at most {event.budget}: {event.message}", markup=False)
+        elif event.kind in ("trial-end", "judged-pending"):
+            trial = event.trial or {}
+            console.print(f"  {trial.get('notebook', '')}: {event.message}", markup=False)
+        elif event.kind == "stop":
+            best = event.trial or {}
+            console.print(f"stopped: {event.message}\ncurrent best: trial {best.get('trial_id', 0):04d} "
+                          f"{best.get('name', '')}", markup=False)
+
+    loop = OptimizeLoop(kernel, rules, chosen, device=device, budget=budget, repetitions=repetitions,
+                        convergence=convergence, confirm=confirm, on_event=show)
+    loop.run()
+    report = write_report(kernel, [t for t in load_trials(kernel) if t.get("device") == mode])
+    console.print(f"report: {report}")
+
+
+@app.command("diff")
+def diff_command(kernel: str = typer.Argument(..., help="a registered kernel"),
+                 device: str = typer.Option("auto", help="whose history: auto | cuda | interpret")) -> None:
+    """The unified diff from the baseline to the best accepted variant."""
+    from liger_perf.device import select_device
+    from liger_perf.loop import best_trial
+    from liger_perf.registry import get_spec
+    from liger_perf.report import variant_diff
+
+    get_spec(kernel)
+    _, best = best_trial(kernel, mode=select_device(device).mode)
+    if best is None:
+        err_console.print(f"{kernel}: no accepted variant yet; the baseline is the best")
+        return
+    sys.stdout.write(variant_diff(kernel, best))
+
+
+@app.command("report")
+def report_command(kernel: str = typer.Argument(..., help="a registered kernel"),
+                   device: str = typer.Option("auto", help="whose history: auto | cuda | interpret")) -> None:
+    """Write reports/<kernel>/report.md (every trial, best vs baseline and peers, plots, the winning diff)."""
+    from liger_perf.device import select_device
+    from liger_perf.history import load_trials
+    from liger_perf.registry import get_spec
+    from liger_perf.report import write_report
+
+    get_spec(kernel)
+    mode = select_device(device).mode
+    path = write_report(kernel, [t for t in load_trials(kernel) if t.get("device") == mode])
+    console.print(f"report: {path}")
+
+
 def _gate_table(rows) -> Table:
     table = Table("shape", "dtype", "config", "layout", "output", "against", "max abs err", "max rel err",
                   "‖err‖/‖ref‖", "verdict", title="correctness gate")

@@ -1,0 +1,291 @@
+"""The optimize loop: propose, run, judge, record; resumable from the notebooks alone.
+
+Every step's state is a notebook under ``notebooks/<kernel>/`` (and the variant module it ran, under
+``notebooks/<kernel>/variants/``). Killed at any point, the same command picks up where the history ends:
+a trial that finished without a verdict is judged, a half-written one (hidden ``.partial`` file) is dropped and
+its variant runs again under a new number, and nothing that completed runs twice.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from liger_perf.errors import UserError
+from liger_perf.guardrails import Guardrails
+from liger_perf.history import load_trials, warn
+from liger_perf.judge import chain_ratios, judge
+from liger_perf.proposers import Context, Proposal, Proposer, Stop
+from liger_perf.record import record_verdict
+from liger_perf.registry import baseline_path, get_spec
+from liger_perf.runner import next_trial_id, notebooks_dir, run_trial
+from liger_perf.variants import source_hash
+
+
+@dataclass
+class LoopEvent:
+    """What the loop tells whoever watches it (the CLI's progress display, a test)."""
+
+    kind: str  # "trial-start" | "trial-end" | "judged-pending" | "stop"
+    message: str
+    trial: dict[str, Any] | None = None
+    index: int = 0
+    budget: int = 0
+
+
+@dataclass
+class LoopOutcome:
+    stop_reason: str
+    best: dict[str, Any]
+    trials_run: int
+    events: list[LoopEvent] = field(default_factory=list)
+
+
+class _Lock:
+    """One optimize run per kernel folder at a time; a lock left by a killed run is taken over."""
+
+    def __init__(self, folder: Path):
+        self.path = folder / ".optimize.lock"
+
+    def __enter__(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            try:
+                pid = int(self.path.read_text().strip() or 0)
+            except ValueError:
+                pid = 0
+            if pid and pid != os.getpid() and _alive(pid):
+                raise UserError(f"another optimize run (pid {pid}) is working on {self.path.parent}; wait for it "
+                                f"or stop it")
+        self.path.write_text(str(os.getpid()))
+        return self
+
+    def __exit__(self, *exc):
+        self.path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _is_baseline(trial: dict, baseline_sha: str) -> bool:
+    return (trial.get("variant") or {}).get("sha256") == baseline_sha and not trial.get("against") \
+        and trial.get("status") == "complete"
+
+
+def accepted_chain(trials: list[dict], baseline_sha: str) -> tuple[dict | None, list[dict]]:
+    """(the baseline trial, the accepted trials in order): the current best is the last of them."""
+    baseline = next((t for t in trials if _is_baseline(t, baseline_sha)), None)
+    return baseline, [t for t in trials if t.get("verdict") == "accepted"]
+
+
+def floor_reached(best: dict, target: str, fraction: float) -> bool:
+    rows = [r for r in (best.get("timing") or {}).get("rows", [])
+            if r["contender"] == "candidate" and r["pass"] == target]
+    return bool(rows) and all((r.get("bandwidth_fraction") or 0) >= fraction for r in rows)
+
+
+class OptimizeLoop:
+    def __init__(self, kernel: str, guardrails: Guardrails, proposer: Proposer, device: str = "auto",
+                 budget: int = 10, root: Path | None = None, repetitions: int = 0, convergence: bool = True,
+                 confirm: Callable[[str], bool] | None = None, on_event: Callable[[LoopEvent], None] | None = None):
+        from liger_perf.device import select_device
+
+        self.spec = get_spec(kernel)
+        self.kernel, self.guardrails, self.proposer, self.budget = kernel, guardrails, proposer, budget
+        self.device_arg = device
+        self.mode = select_device(device).mode  # sets nothing up but the mode: no variant runs in this process
+        self.root = root or notebooks_dir()
+        self.folder = self.root / kernel
+        self.variants = self.folder / "variants"
+        self.repetitions, self.convergence = repetitions, convergence
+        self.confirm, self.on_event = confirm, on_event
+        self.baseline_file = baseline_path(kernel)
+        self.baseline_sha = source_hash(self.baseline_file.read_text())
+        self.events: list[LoopEvent] = []
+
+    # -- the loop ------------------------------------------------------------------------------------------
+
+    def run(self) -> LoopOutcome:
+        if self.guardrails.target != "memory" and self.guardrails.target not in self.spec.passes:
+            raise UserError(f"--target {self.guardrails.target}: {self.kernel} has the passes "
+                            f"{', '.join(self.spec.passes)} (or memory)")
+        with _Lock(self.folder):
+            self._drop_half_written()
+            self._judge_pending()
+            trials_run = 0
+            baseline, _ = accepted_chain(self._trials(), self.baseline_sha)
+            if baseline is None:
+                self._emit("trial-start", "baseline trial (with peers: eager, torch.compile, liger-kernel)",
+                           index=1)
+                baseline = self._run(self.baseline_file, None, name="baseline", hypothesis="", prediction="",
+                                     changes=None, peers=True)
+                trials_run += 1
+                if baseline["status"] != "complete":
+                    return self._stop(f"the baseline trial did not complete ({baseline['status']}: "
+                                      f"{baseline.get('reason', '')}); fix the baseline first", baseline, trials_run)
+                if self.confirm is not None and not self._confirm_plan(baseline):
+                    return self._stop("stopped after the baseline trial: the plan was not confirmed", baseline,
+                                      trials_run)
+            while True:
+                trials = self._trials()
+                baseline, chain = accepted_chain(trials, self.baseline_sha)
+                best = chain[-1] if chain else baseline
+                reason = self._stop_reason(trials, best, trials_run)
+                if reason:
+                    return self._stop(reason, best, trials_run)
+                step = self._remeasure(trials) or self.proposer.propose(Context(
+                    self.spec, self.guardrails.target, trials, best, best["variant"]["source"]))
+                if isinstance(step, Stop):
+                    return self._stop(step.reason, best, trials_run)
+                trials_run += 1
+                self._emit("trial-start", f"{step.name} (current best: {best['trial_id']:04d} {best['name']}): "
+                           f"{step.hypothesis}", index=trials_run)
+                variant_file = self._write_variant(step)
+                result = self._run(variant_file, self._best_file(best), name=step.name, hypothesis=step.hypothesis,
+                                   prediction=step.prediction, changes=step.changes, peers=False,
+                                   repetitions=self._repetitions(step))
+                self._judge_and_record(result, [t for t in chain])
+
+    # -- steps ---------------------------------------------------------------------------------------------
+
+    def _trials(self) -> list[dict]:
+        return [t for t in load_trials(self.kernel, self.root) if t.get("device") == self.mode]
+
+    def _drop_half_written(self) -> None:
+        for partial in self.folder.glob(".*.partial.ipynb"):
+            warn(f"dropping {partial.name}: a trial killed before it finished (its variant will run again)")
+            partial.unlink()
+
+    def _judge_pending(self) -> None:
+        trials = self._trials()
+        for trial in trials:
+            if trial.get("verdict") is None and trial.get("against"):
+                _, chain = accepted_chain([t for t in trials if t["trial_id"] < trial["trial_id"]], self.baseline_sha)
+                self._emit("judged-pending", f"trial {trial['trial_id']:04d} finished before the loop was stopped: "
+                           "judging it now", trial)
+                self._judge_and_record(trial, chain)
+                trials = self._trials()
+
+    def _judge_and_record(self, result: dict, chain: list[dict]) -> None:
+        judgement = judge(result, self.guardrails, chain_ratios(chain))
+        details = {**judgement.details(), "target": self.guardrails.target, "proposer": self.proposer.name,
+                   "gain": judgement.gain}
+        notebook = result.get("notebook")
+        record_verdict(notebook, judgement.verdict, judgement.reasons, details)
+        result = {**result, "verdict": judgement.verdict, "verdict_reasons": judgement.reasons,
+                  "verdict_details": details}
+        self._emit("trial-end", f"{judgement.verdict}: {'; '.join(judgement.reasons)}", result)
+
+    def _run(self, variant_file: Path, against: Path | None, name: str, hypothesis: str, prediction: str,
+             changes: dict | None, peers: bool, repetitions: int | None = None) -> dict:
+        run = run_trial(self.kernel, variant_file, against, name=name, hypothesis=hypothesis, prediction=prediction,
+                        passes=list(self.spec.passes), device=self.device_arg,
+                        repetitions=self.repetitions if repetitions is None else repetitions, ncu=True, peers=peers,
+                        convergence=self.convergence, confidence=self.guardrails.confidence, changes=changes,
+                        timeout_s=self.guardrails.trial_timeout_s, root=self.root)
+        return {**run.result, "notebook": str(run.notebook), "trial_id": int(run.notebook.name[:4]),
+                "verdict": None}
+
+    def _write_variant(self, step: Proposal) -> Path:
+        self.variants.mkdir(parents=True, exist_ok=True)
+        path = self.variants / f"{next_trial_id(self.kernel, self.root):04d}-{step.name}.py"
+        path.write_text(step.source)
+        return path
+
+    def _best_file(self, best: dict) -> Path:
+        """The current best's module: the baseline, or the variant file its trial ran (rebuilt from the
+        notebook's copy of the source if the file is gone)."""
+        if (best.get("variant") or {}).get("sha256") == self.baseline_sha:
+            return self.baseline_file
+        path = Path(best["variant"]["path"])
+        if path.is_file() and source_hash(path.read_text()) == best["variant"]["sha256"]:
+            return path
+        self.variants.mkdir(parents=True, exist_ok=True)
+        rebuilt = self.variants / f"{best['trial_id']:04d}-{best['name']}.py"
+        rebuilt.write_text(best["variant"]["source"])
+        return rebuilt
+
+    def _remeasure(self, trials: list[dict]) -> Proposal | None:
+        """An inconclusive trial is measured once more, with twice the repetitions; never accepted as it was."""
+        last = trials[-1] if trials else None
+        if not last or last.get("verdict") != "inconclusive" or (last.get("name") or "").endswith("-remeasure"):
+            return None
+        return Proposal(name=f"{last['name']}-remeasure", source=last["variant"]["source"],
+                        hypothesis=f"re-measure of trial {last['trial_id']:04d}, which was inconclusive: "
+                                   + (last.get("hypothesis") or ""),
+                        prediction=last.get("prediction") or "", changes=last.get("changes") or {},
+                        diagnosis="remeasure")
+
+    def _repetitions(self, step: Proposal) -> int:
+        if step.diagnosis != "remeasure":
+            return self.repetitions
+        from liger_perf.device import Device
+        from liger_perf.timing import TimingPlan
+
+        import torch
+
+        base = self.repetitions or TimingPlan.default(Device(self.mode, torch.device("cpu"))).repetitions
+        return 2 * base
+
+    def _stop_reason(self, trials: list[dict], best: dict, trials_run: int) -> str:
+        if trials_run >= self.budget:
+            return f"the budget of {self.budget} trials is spent"
+        target = self.guardrails.target
+        if target != "memory" and floor_reached(best, target, self.guardrails.floor_fraction_stop):
+            return (f"the best variant's {target} runs at {self.guardrails.floor_fraction_stop:.0%} or more of the "
+                    "bandwidth floor at every shape: nothing left to win")
+        judged = [t for t in trials if t.get("verdict") in ("accepted", "rejected") and t.get("status") == "complete"]
+        tail = judged[-2:]
+        if len(tail) == 2 and all((t.get("verdict_details") or {}).get("gain", 0) < self.guardrails.min_gain
+                                  for t in tail):
+            return (f"two judged trials in a row ({tail[0]['trial_id']:04d}, {tail[1]['trial_id']:04d}) gained less "
+                    f"than {self.guardrails.min_gain:.0%} on {target}")
+        return ""
+
+    def _confirm_plan(self, baseline: dict) -> bool:
+        from liger_perf.proposers.rules import diagnose
+
+        passes = ["forward", "backward"] if self.guardrails.target == "full" else [self.guardrails.target]
+        lines = [f"Diagnosis of the baseline ({self.guardrails.target}):"]
+        for p in passes if self.guardrails.target != "memory" else []:
+            lines += [f"  - {d.name} (severity {d.severity:.2f}): {d.evidence}" for d in diagnose(baseline, p)]
+        lines.append("Planned order of the proposer's remedies:")
+        for p in passes if self.guardrails.target != "memory" else ["forward", "backward"]:
+            for diag, remedies in self.spec.remedies.get(p, {}).items():
+                lines += [f"  - {p} {diag}: {dict(r.changes)} ({r.why})" for r in remedies]
+        return self.confirm("\n".join(lines))
+
+    def _stop(self, reason: str, best: dict, trials_run: int) -> LoopOutcome:
+        self._emit("stop", reason, best)
+        return LoopOutcome(reason, best, trials_run, self.events)
+
+    def _emit(self, kind: str, message: str, trial: dict | None = None, index: int = 0) -> None:
+        event = LoopEvent(kind, message, trial, index, self.budget)
+        self.events.append(event)
+        if self.on_event is not None:
+            self.on_event(event)
+
+
+def best_trial(kernel: str, root: Path | None = None, mode: str | None = None) -> tuple[dict | None, dict | None]:
+    """(baseline trial, best accepted trial or None) of a kernel's history, for ``diff`` and ``report``."""
+    baseline_sha = source_hash(baseline_path(kernel).read_text())
+    trials = [t for t in load_trials(kernel, root) if mode is None or t.get("device") == mode]
+    baseline, chain = accepted_chain(trials, baseline_sha)
+    return baseline, (chain[-1] if chain else None)
+
+
+def geomean_ratio(result: dict, pass_name: str) -> float:
+    values = [r["ratio"] for r in (result.get("timing") or {}).get("rows", [])
+              if r["contender"] == "candidate" and r["relative_to"] == "against" and r["pass"] == pass_name
+              and r.get("ratio")]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan

@@ -1,0 +1,159 @@
+"""``reports/<kernel>/``: a markdown report of the history, with plots, and the winning change as a diff.
+
+Everything in it is read from the trial notebooks. Ratios between the best variant and the baseline are the
+product of the side-by-side ratios of the accepted chain (each measured in one run); times for the plots are the
+baseline trial's medians scaled by those ratios, and peers' times are from the baseline trial itself.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from liger_perf.judge import chain_ratios
+from liger_perf.loop import accepted_chain, geomean_ratio
+from liger_perf.registry import baseline_path, project_root
+from liger_perf.variants import source_hash
+
+
+def reports_dir() -> Path:
+    """``reports/`` of the project, or ``$LIGER_PERF_REPORTS``."""
+    return Path(os.environ.get("LIGER_PERF_REPORTS", project_root() / "reports"))
+
+
+def variant_diff(kernel: str, best: dict | None) -> str:
+    """Unified diff from the baseline to the best accepted variant ('' when the baseline is still best)."""
+    if best is None:
+        return ""
+    base = baseline_path(kernel).read_text()
+    return "".join(difflib.unified_diff(base.splitlines(keepends=True),
+                                        best["variant"]["source"].splitlines(keepends=True),
+                                        fromfile=f"kernels/{kernel}/baseline.py",
+                                        tofile=f"trial {best['trial_id']:04d} {best['name']}"))
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """A pipe table (pandas' own ``to_markdown`` needs one more dependency for these few lines)."""
+    if frame.empty:
+        return "(none)"
+    header = "| " + " | ".join(map(str, frame.columns)) + " |"
+    rule = "| " + " | ".join("---" for _ in frame.columns) + " |"
+    body = ["| " + " | ".join(str(v).replace("|", "/").replace("\n", " ") for v in row) + " |"
+            for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *body])
+
+
+def _fmt(value: float, digits: int = 3) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def trials_table(trials: list[dict], passes: list[str]) -> pd.DataFrame:
+    rows = []
+    for t in trials:
+        details = t.get("verdict_details") or {}
+        memory = [r["ratio"] for r in details.get("ratios", []) if r["pass"] == "memory"]
+        rows.append({
+            "trial": f"{t['trial_id']:04d}", "name": t.get("name"), "device": t.get("device"),
+            "changes": ", ".join(f"{k}={v}" for k, v in (t.get("changes") or {}).items()) or "-",
+            "hypothesis": (t.get("hypothesis") or "-").replace("|", "/"),
+            **{f"{p} ratio": _fmt(geomean_ratio(t, p)) for p in passes},
+            "memory ratio": _fmt(math.exp(sum(map(math.log, memory)) / len(memory))) if memory else "-",
+            "status": t.get("status"), "verdict": t.get("verdict") or "-",
+            "reasons": "; ".join(t.get("verdict_reasons") or [t.get("reason") or ""]).replace("|", "/"),
+        })
+    return pd.DataFrame(rows)
+
+
+def write_report(kernel: str, trials: list[dict], out: Path | None = None) -> Path:
+    """Write ``report.md`` (and PNG plots) for the trials of one device mode; return the report's path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from liger_perf.registry import get_spec
+
+    spec = get_spec(kernel)
+    out = out or reports_dir() / kernel
+    out.mkdir(parents=True, exist_ok=True)
+    baseline_sha = source_hash(baseline_path(kernel).read_text())
+    baseline, chain = accepted_chain(trials, baseline_sha)
+    best = chain[-1] if chain else None
+    ratios = chain_ratios(chain)
+    lines = [f"# {kernel}: optimization report", ""]
+    if not trials:
+        lines.append("No trials yet: run `liger-perf optimize` or `liger-perf trial` first.")
+        (out / "report.md").write_text("\n".join(lines) + "\n")
+        return out / "report.md"
+    devices = sorted({t.get("device") for t in trials})
+    fingerprint = (baseline or trials[0]).get("fingerprint") or {}
+    lines += [f"Trials: {len(trials)} on {', '.join(devices)}"
+              + (f" ({fingerprint.get('gpu')}, torch {fingerprint.get('torch')}, triton {fingerprint.get('triton')})"
+                 if fingerprint.get("gpu") else " (Triton interpreter on the CPU: CPU timings)"),
+              "Best: " + (f"trial {best['trial_id']:04d} `{best['name']}`" if best else "the baseline (nothing "
+                                                                                       "accepted yet)"), "",
+              "## Every trial", "",
+              "Ratios are the candidate's time over the current best's, geometric mean over shapes and dtypes, "
+              "measured side by side in the trial (< 1 is faster).", ""]
+    lines += [markdown_table(trials_table(trials, list(spec.passes))), ""]
+
+    if baseline is not None:
+        rows = []
+        for r in (baseline.get("timing") or {}).get("rows", []):
+            if r["contender"] != "candidate":
+                continue
+            key = (r["pass"], r["shape"], r["dtype"])
+            ratio = ratios.get(key, 1.0)
+            row = {"pass": r["pass"], "shape": r["shape"], "dtype": r["dtype"], "best / baseline": _fmt(ratio)}
+            best_fraction = None
+            if best is not None:
+                best_fraction = next((b["bandwidth_fraction"] for b in best["timing"]["rows"]
+                                      if b["contender"] == "candidate" and (b["pass"], b["shape"], b["dtype"]) == key),
+                                     None)
+            row["best % of bandwidth floor"] = _fmt(100 * (best_fraction if best_fraction is not None
+                                                          else r.get("bandwidth_fraction") or math.nan), 1)
+            for p in baseline["timing"]["rows"]:
+                if (p["pass"], p["shape"], p["dtype"]) == key and p["contender"] not in ("candidate", "against"):
+                    row[f"best / {p['contender']}"] = _fmt(ratio / p["ratio"])
+            rows.append(row)
+        lines += ["## Best against the baseline and the peers, per shape", "",
+                  "best / baseline: product of the accepted chain's side-by-side ratios; best / peer: that, "
+                  f"over the peer's ratio to the baseline in trial {baseline['trial_id']:04d}.", "",
+                  markdown_table(pd.DataFrame(rows)), ""]
+        plots = _plot_times(baseline, ratios, out, plt)
+        lines += [f"![{p.stem}]({p.name})" for p in plots] + [""]
+    diff = variant_diff(kernel, best)
+    lines += ["## The winning change", "", "```diff", diff or "(none: the baseline is still the best)", "```", ""]
+    (out / "best.diff").write_text(diff)
+    (out / "report.md").write_text("\n".join(lines))
+    return out / "report.md"
+
+
+def _plot_times(baseline: dict, ratios: dict, out: Path, plt) -> list[Path]:
+    frame = pd.DataFrame(baseline["timing"]["rows"])
+    paths = []
+    for (pass_name, dtype), group in frame.groupby(["pass", "dtype"], sort=False):
+        fig, ax = plt.subplots(figsize=(7, 4))
+        shapes = list(dict.fromkeys(group["shape"]))
+        for contender, series in group.groupby("contender", sort=False):
+            times = series.set_index("shape").loc[shapes, "median_ms"]
+            ax.plot(shapes, times.to_numpy(), marker="o", label="baseline" if contender == "candidate" else contender)
+        base = group[group["contender"] == "candidate"].set_index("shape").loc[shapes, "median_ms"]
+        best = [t * ratios.get((pass_name, s, dtype), 1.0) for s, t in zip(shapes, base)]
+        ax.plot(shapes, best, marker="s", linestyle="--", linewidth=2, label="best")  # dashed: may cover the baseline
+        ax.set_yscale("log")
+        ax.set_xlabel("shape")
+        ax.set_ylabel("median time (ms)")
+        ax.set_title(f"{pass_name}, {dtype}")
+        ax.tick_params(axis="x", rotation=30)
+        ax.legend()
+        fig.tight_layout()
+        path = out / f"time-{pass_name}-{dtype}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        paths.append(path)
+    return paths

@@ -1,0 +1,117 @@
+"""The optimize loop in interpreter mode: runs, stops with a reason, survives being killed, resumes."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from liger_perf.guardrails import Guardrails
+from liger_perf.history import load_trials
+from liger_perf.loop import OptimizeLoop
+from liger_perf.proposers.rules import RulesProposer
+from liger_perf.registry import baseline_path
+from liger_perf.runner import kernel_notebooks, run_trial
+
+from broken_variants import ROOT
+
+ARGS = ["optimize", "relu_squared", "--target", "forward", "--repetitions", "2", "--no-convergence"]
+
+
+def _env(tmp_path):
+    return {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1",
+            "LIGER_PERF_NOTEBOOKS": str(tmp_path / "notebooks"), "LIGER_PERF_REPORTS": str(tmp_path / "reports")}
+
+
+def _check_history_intact(folder):
+    trials = load_trials("relu_squared", folder.parent)
+    ids = [t["trial_id"] for t in trials]
+    assert ids == sorted(set(ids))
+    assert sum(t["name"] == "baseline" for t in trials) == 1
+    measured = [t["variant"]["sha256"] for t in trials if not t["name"].endswith("-remeasure")]
+    assert len(measured) == len(set(measured)), "a variant ran twice"
+    assert all(t["verdict"] for t in trials if t["name"] != "baseline"), "a trial was left unjudged"
+    assert not list(folder.glob(".*.partial.ipynb")) and not (folder / ".optimize.lock").exists()
+    return trials
+
+
+def test_killed_in_the_middle_of_a_trial_the_loop_resumes_from_the_notebooks(tmp_path):
+    env = _env(tmp_path)
+    folder = tmp_path / "notebooks" / "relu_squared"
+    command = [sys.executable, "-m", "liger_perf", *ARGS, "--budget", "4"]
+    process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    deadline = time.time() + 600
+    while not list(folder.glob(".0001-*.partial.ipynb")):  # the first proposed trial is running
+        assert process.poll() is None and time.time() < deadline, process.stdout.read().decode()[-3000:]
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)  # the loop and the trial's kernel process, mid-trial
+    process.wait()
+    assert [p.name for p in kernel_notebooks("relu_squared", folder.parent)] == ["0000-baseline.ipynb"]
+    assert (folder / ".optimize.lock").exists()  # left behind by the killed run
+
+    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "dropping .0001-" in done.stderr  # the half-written trial is discarded, not half-read
+    assert "stopped:" in done.stdout and "report:" in done.stdout
+    trials = _check_history_intact(folder)
+    assert trials[0]["name"] == "baseline" and len(trials) >= 2
+    # The killed trial left no notebook, so its number and its proposal are taken again, and this time complete.
+    assert trials[1]["trial_id"] == 1 and trials[1]["name"] == "block-size-4096"
+    assert (tmp_path / "reports" / "relu_squared" / "report.md").is_file()
+    report = (tmp_path / "reports" / "relu_squared" / "report.md").read_text()
+    assert "| 0001 | block-size-4096 |" in report and "## The winning change" in report
+    diff = subprocess.run([sys.executable, "-m", "liger_perf", "diff", "relu_squared"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert diff.returncode == 0, diff.stderr
+    accepted = [t for t in trials if t["verdict"] == "accepted"]
+    if accepted:  # CPU timings decide whether anything was accepted; either way the answer is stated
+        changed = [line for line in diff.stdout.splitlines() if line.startswith(("+ ", "- ", "+\t", "-\t"))
+                   or (line[:1] in "+-" and not line.startswith(("+++", "---")))]
+        assert changed and all("KNOBS" not in line for line in changed)  # only the changed knob lines
+    else:
+        assert "no accepted variant yet" in diff.stderr
+
+
+def test_a_trial_finished_but_not_judged_is_judged_on_resume_and_the_budget_stops_the_loop(tmp_path):
+    root = tmp_path / "notebooks"
+    fast = dict(device="interpret", repetitions=2, convergence=False, root=root)
+    run_trial("relu_squared", baseline_path("relu_squared"), **fast)
+    variant = tmp_path / "wider.py"
+    variant.write_text(baseline_path("relu_squared").read_text().replace('"num_warps": 4,', '"num_warps": 8,'))
+    run_trial("relu_squared", variant, against=baseline_path("relu_squared"), name="wider", **fast)
+    assert load_trials("relu_squared", root)[1]["verdict"] is None  # the loop was killed before judging it
+
+    events = []
+    loop = OptimizeLoop("relu_squared", Guardrails(target="forward"), RulesProposer(), device="interpret",
+                        budget=1, root=root, repetitions=2, convergence=False, on_event=events.append)
+    outcome = loop.run()
+    assert events[0].kind == "judged-pending" and events[0].trial["trial_id"] == 1
+    assert outcome.trials_run == 1 and "budget of 1 trials is spent" in outcome.stop_reason
+    trials = _check_history_intact(root / "relu_squared")
+    assert trials[1]["verdict"] in ("accepted", "rejected", "inconclusive") and len(trials) == 3
+
+
+def test_interactive_stops_after_the_baseline_when_not_confirmed(tmp_path):
+    shown = []
+    loop = OptimizeLoop("relu_squared", Guardrails(target="backward"), RulesProposer(), device="interpret",
+                        budget=5, root=tmp_path, repetitions=2, convergence=False,
+                        confirm=lambda text: shown.append(text) or False)
+    outcome = loop.run()
+    assert "not confirmed" in outcome.stop_reason and outcome.trials_run == 1
+    assert "Planned order" in shown[0] and "bwd_BLOCK_SIZE" in shown[0]
+    assert [t["name"] for t in load_trials("relu_squared", tmp_path)] == ["baseline"]
+
+
+def test_optimize_bad_input_is_one_line(tmp_path):
+    env = _env(tmp_path)
+    bad = tmp_path / "g.yaml"
+    bad.write_text("target: backward\nmax_regression: 2\n")
+    for args, expected in ((["optimize", "relu_squared", "--guardrails", str(bad)], "g.yaml:2: max_regression"),
+                           (["optimize", "relu_squared", "--target", "sideways"], "--target 'sideways'"),
+                           (["optimize", "relu_squared", "--proposer", "oracle"], "unknown proposer")):
+        out = subprocess.run([sys.executable, "-m", "liger_perf", *args], env=env, cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+        lines = [line for line in out.stderr.splitlines() if line.strip()]
+        assert out.returncode == 2 and len(lines) == 1 and expected in lines[0], out.stderr
+    assert not (tmp_path / "notebooks").exists()
