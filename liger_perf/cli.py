@@ -147,7 +147,10 @@ def optimize_command(
     target: Optional[str] = typer.Option(None, help="forward | backward | full | memory; default: guardrails.yaml's"),
     budget: Optional[int] = typer.Option(None, min=1, help="trials to run in this invocation, the baseline trial "
                                                            "included; default: 10 on a GPU, 3 interpreted"),
-    proposer: str = typer.Option("rules", help="rules (offline, NCU-driven)"),
+    proposer: str = typer.Option("rules", help="rules (offline, NCU-driven) | llm (an OpenAI-compatible endpoint: "
+                                               "OPENAI_BASE_URL, OPENAI_API_KEY) | auto (rules, then the LLM)"),
+    model: Optional[str] = typer.Option(None, help="the LLM's model name (or LIGER_PERF_MODEL)"),
+    llm_config: Optional[Path] = typer.Option(None, help="YAML with base_url, api_key, model, timeout_s, ..."),
     device: str = typer.Option("auto", help="auto | cuda | interpret"),
     guardrails: Optional[Path] = typer.Option(None, help="acceptance rules; default: the project's guardrails.yaml"),
     interactive: bool = typer.Option(False, help="after the baseline trial, show the diagnosis and the plan and "
@@ -168,7 +171,7 @@ def optimize_command(
     if target is not None and target not in TARGETS:
         raise UserError(f"--target {target!r}: use one of {', '.join(TARGETS)}")
     rules = load_guardrails(guardrails or project_root() / "guardrails.yaml", target=target)
-    chosen = get_proposer(proposer)
+    chosen = get_proposer(proposer, model=model, llm_config=str(llm_config) if llm_config else None)
     mode = select_device(device).mode
     if budget is None:
         budget = 3 if mode == "interpret" else 10

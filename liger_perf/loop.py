@@ -153,7 +153,7 @@ class OptimizeLoop:
                 variant_file = self._write_variant(step)
                 result = self._run(variant_file, self._best_file(best), name=step.name, hypothesis=step.hypothesis,
                                    prediction=step.prediction, changes=step.changes, peers=False,
-                                   repetitions=self._repetitions(step))
+                                   repetitions=self._repetitions(step), audit=step.audit)
                 self._judge_and_record(result, [t for t in chain])
 
     # -- steps ---------------------------------------------------------------------------------------------
@@ -187,8 +187,9 @@ class OptimizeLoop:
         self._emit("trial-end", f"{judgement.verdict}: {'; '.join(judgement.reasons)}", result)
 
     def _run(self, variant_file: Path, against: Path | None, name: str, hypothesis: str, prediction: str,
-             changes: dict | None, peers: bool, repetitions: int | None = None) -> dict:
+             changes: dict | None, peers: bool, repetitions: int | None = None, audit: dict | None = None) -> dict:
         run = run_trial(self.kernel, variant_file, against, name=name, hypothesis=hypothesis, prediction=prediction,
+                        audit=audit,
                         passes=list(self.spec.passes), device=self.device_arg,
                         repetitions=self.repetitions if repetitions is None else repetitions, ncu=True, peers=peers,
                         convergence=self.convergence, confidence=self.guardrails.confidence, changes=changes,

@@ -49,7 +49,8 @@ class Trial:
     def __init__(self, kernel: str, variant: str, against: str = "", passes=("forward", "backward", "full"),
                  device: str = "auto", trial_id: int = 0, name: str = "", hypothesis: str = "",
                  prediction: str = "", repetitions: int = 0, ncu: bool = True, peers: bool = False,
-                 convergence: bool = True, artifacts: str = "", confidence: float = 0.95, changes: Any = None):
+                 convergence: bool = True, artifacts: str = "", confidence: float = 0.95, changes: Any = None,
+                 proposer_audit: dict | None = None):
         from liger_perf.device import select_device
 
         self.device = select_device(device)  # before any variant is imported
@@ -75,6 +76,7 @@ class Trial:
             "variant": {"path": str(variant), "sha256": source_hash(source), "knobs": knobs, "source": source},
             "against": None, "passes": self.passes, "device": self.device.mode, "suite": self.device.suite,
             "fingerprint": fingerprint(self.device, project_root()), "status": "running", "reason": "",
+            "proposer_audit": proposer_audit,
         }
         self.variant = self.against = None
         try:
@@ -105,6 +107,26 @@ class Trial:
         if self.data["status"] == "invalid-variant":
             lines.append(f"\n**The variant is invalid:** {self.data['reason']}")
         _display(markdown="\n".join(lines))
+
+    def show_proposer(self) -> None:
+        """For audit: which model proposed this variant, the full prompt and every reply, and their checks."""
+        audit = self.data.get("proposer_audit")
+        if not audit:
+            _display(markdown="*Proposed without a language model (rules proposer or by hand).*")
+            return
+        lines = [f"## Proposer: {audit.get('proposer')} (model `{audit.get('model')}` at {audit.get('endpoint_host')})",
+                 f"Tokens: {audit.get('prompt_tokens')} prompt, {audit.get('completion_tokens')} completion."]
+        if audit.get("fallback"):
+            lines.append(f"**{audit['fallback']}**")
+        for exchange in audit.get("exchanges", []):
+            lines.append(f"- reply {exchange['attempt']} ({exchange['seconds']} s): "
+                         f"validation {exchange['validation']}")
+        _display(markdown="\n\n".join(lines))
+        _display(markdown=f"<details><summary>prompt ({len(audit.get('prompt', ''))} characters)</summary>\n\n"
+                          f"```text\n{audit.get('prompt', '')}\n```\n</details>")
+        for exchange in audit.get("exchanges", []):
+            _display(markdown=f"<details><summary>reply {exchange['attempt']}</summary>\n\n```text\n"
+                              f"{exchange['reply']}\n```\n</details>")
 
     def show_source(self) -> None:
         """The variant's full source: with it the notebook alone rebuilds the variant."""

@@ -32,6 +32,9 @@ class Proposal:
     prediction: str
     changes: dict[str, Any] = field(default_factory=dict)
     diagnosis: str = ""
+    #: What the proposer asked and was answered (model, endpoint host, prompt, replies, tokens, validation,
+    #: fallback), recorded in the trial notebook for audit; None for the rules proposer.
+    audit: dict[str, Any] | None = None
 
 
 @dataclass
@@ -45,9 +48,15 @@ class Proposer(Protocol):
     def propose(self, context: Context) -> Proposal | Stop: ...
 
 
-def get_proposer(name: str) -> Proposer:
+def get_proposer(name: str, model: str | None = None, llm_config: str | None = None) -> Proposer:
+    """``rules`` (offline), ``llm`` (an OpenAI-compatible endpoint) or ``auto`` (rules, then the LLM)."""
     if name == "rules":
         from liger_perf.proposers.rules import RulesProposer
 
         return RulesProposer()
-    raise UserError(f"unknown proposer {name!r}: use rules")
+    if name in ("llm", "auto"):
+        from liger_perf.proposers.llm import AutoProposer, LlmProposer, load_settings
+
+        settings = load_settings(model, llm_config)
+        return LlmProposer(settings) if name == "llm" else AutoProposer(settings)
+    raise UserError(f"unknown proposer {name!r}: use rules, llm or auto")

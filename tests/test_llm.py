@@ -1,0 +1,153 @@
+"""The LLM proposer through the real openai client, against a recorded OpenAI-compatible server on loopback."""
+
+import json
+import os
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from liger_perf.history import load_trials
+from liger_perf.proposers import Context, Proposal
+from liger_perf.proposers.llm import LlmProposer, LlmSettings, build_prompt
+from liger_perf.proposers.safety import check_generated_source
+from liger_perf.record import read_result
+from liger_perf.registry import baseline_path, get_spec
+from liger_perf.runner import kernel_notebooks
+
+from broken_variants import ROOT
+from llm_server import FakeOpenAI, reply
+
+BASELINE = baseline_path("relu_squared").read_text()
+GOOD = BASELINE.replace('"BLOCK_SIZE": 1024,', '"BLOCK_SIZE": 2048,')
+BAD = {
+    "imports os": ("import torch\nimport os\n" + BASELINE, "imports os"),
+    "imports subprocess": (BASELINE.replace("import torch\n", "import torch\nfrom subprocess import run\n", 1),
+                           "imports from subprocess"),
+    "syntax error": (BASELINE.replace("def relu_squared(X):", "def relu_squared(X:"), "syntax error"),
+    "no interface": (BASELINE.replace("def relu_squared(X):", "def relu_sq(X):"), "does not define relu_squared"),
+    "writes a file": (BASELINE.replace('    return ReluSquaredFunction.apply(X)',
+                                       '    open("/tmp/x", "w").write("x")\n    return ReluSquaredFunction.apply(X)'),
+                      "uses open()"),
+}
+
+
+def _context():
+    trials = load_trials("relu_squared")
+    return Context(get_spec("relu_squared"), "forward", trials, trials[0], BASELINE)
+
+
+def _proposer(server, **settings):
+    return LlmProposer(LlmSettings(base_url=server.base_url, api_key="sk-test", model="recorded",
+                                   endpoint_retries=0, **settings))
+
+
+def test_a_good_reply_becomes_a_proposal_with_its_audit():
+    with FakeOpenAI([reply(GOOD)]) as server:
+        proposal = _proposer(server).propose(_context())
+    assert isinstance(proposal, Proposal) and proposal.source == GOOD
+    assert proposal.changes == {"BLOCK_SIZE": 2048} and proposal.name == "llm-bigger-blocks"
+    audit = proposal.audit
+    assert audit["model"] == "recorded" and audit["endpoint_host"].startswith("127.0.0.1:")
+    assert "sk-test" not in json.dumps(audit)  # never the key
+    assert audit["prompt_tokens"] == 1000 and audit["exchanges"][0]["validation"] == "ok"
+    sent = server.requests[0]["messages"][-1]["content"]
+    assert sent == audit["prompt"]
+    for trial in _context().trials:  # every earlier trial of the kernel is in the prompt
+        assert f"#{trial['trial_id']:04d} {trial['name']}" in sent
+    assert BASELINE in sent and "NCU" in sent and get_spec("relu_squared").math in sent
+
+
+@pytest.mark.parametrize("kind", sorted(BAD))
+def test_an_unsafe_or_broken_reply_is_rejected_with_the_reason_and_retried(kind):
+    source, reason = BAD[kind]
+    with FakeOpenAI([reply(source), reply(GOOD)]) as server:
+        proposal = _proposer(server).propose(_context())
+    assert proposal.source == GOOD
+    first = proposal.audit["exchanges"][0]["validation"]
+    assert reason in first, first
+    retry = server.requests[1]["messages"][-1]["content"]
+    assert retry.startswith("Your reply was rejected:") and reason in retry
+
+
+def test_replies_that_keep_failing_fall_back_to_the_rules_proposer():
+    source, _ = BAD["imports os"]
+    with FakeOpenAI([reply(source)] * 2) as server:
+        proposal = _proposer(server, repairs=1).propose(_context())
+    assert proposal.diagnosis != "llm" and "fell back to the rules proposer" in proposal.audit["fallback"]
+    assert proposal.hypothesis.startswith("[rules proposer; the LLM step failed")
+
+
+@pytest.mark.parametrize("failure", [{"status": 500}, {"status": 429}, {"hang": 3}])
+def test_a_failing_or_hanging_endpoint_falls_back_to_the_rules_proposer(failure):
+    with FakeOpenAI([failure] * 3) as server:
+        proposal = _proposer(server, timeout_s=1).propose(_context())
+    assert isinstance(proposal, Proposal) and proposal.diagnosis != "llm"
+    assert "the endpoint failed" in proposal.audit["fallback"]
+
+
+def test_a_long_history_is_summarised_never_cut():
+    context = _context()
+    many = [{**context.trials[0], "trial_id": i, "name": f"t{i}", "verdict": "rejected",
+             "verdict_reasons": ["x" * 2000]} for i in range(40)]
+    context.trials = many
+    prompt = build_prompt(context, LlmSettings(base_url="http://x", model="m", max_prompt_chars=20000))
+    assert "older trials are collapsed to one line each" in prompt
+    assert all(f"#{i:04d} t{i}:" in prompt for i in range(40))
+
+
+def test_static_checks():
+    spec = get_spec("relu_squared")
+    assert check_generated_source(BASELINE, spec) == ""
+    assert "torch.load" in check_generated_source(BASELINE + "\nW = torch.load('w.pt')\n", spec)
+    assert "__subclasses__" in check_generated_source(BASELINE + "\nC = object.__subclasses__()\n", spec)
+    assert "environ" in check_generated_source(BASELINE + "\nimport math\nE = math.environ\n", spec)
+
+
+def _cli(args, env, timeout=900):
+    return subprocess.run([sys.executable, "-m", "liger_perf", *args], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_without_an_endpoint_the_command_says_how_to_configure_one(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LIGER_PERF_"))}
+    env.update(PYTHONPATH=str(ROOT), TRITON_INTERPRET="1", LIGER_PERF_NOTEBOOKS=str(tmp_path))
+    out = _cli(["optimize", "relu_squared", "--proposer", "llm"], env)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2 and len(lines) == 1 and "OPENAI_BASE_URL" in lines[0], out.stderr
+
+
+def test_a_short_llm_loop_in_interpreter_mode_records_prompts_and_replies(tmp_path):
+    with FakeOpenAI([reply(GOOD)]) as server:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1", "OPENAI_BASE_URL": server.base_url,
+               "OPENAI_API_KEY": "sk-test", "LIGER_PERF_NOTEBOOKS": str(tmp_path / "nb"),
+               "LIGER_PERF_REPORTS": str(tmp_path / "reports")}
+        out = _cli(["optimize", "relu_squared", "--target", "forward", "--budget", "2", "--proposer", "llm",
+                    "--model", "recorded", "--repetitions", "2", "--no-convergence"], env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    notebooks = kernel_notebooks("relu_squared", tmp_path / "nb")
+    assert [p.name for p in notebooks] == ["0000-baseline.ipynb", "0001-llm-bigger-blocks.ipynb"]
+    result = read_result(nbformat.read(notebooks[1], as_version=4))
+    assert result["status"] == "complete" and result["variant"]["source"] == GOOD
+    audit = result["proposer_audit"]
+    assert audit["model"] == "recorded" and "#0000 baseline" in audit["prompt"]
+    assert json.loads(audit["exchanges"][0]["reply"])["source"] == GOOD
+    assert load_trials("relu_squared", tmp_path / "nb")[1]["verdict"] in ("accepted", "rejected", "inconclusive")
+    text = notebooks[1].read_text()
+    assert "Proposer: llm" in text and "sk-test" not in text
+
+
+def test_auto_uses_the_rules_while_they_have_moves_then_the_llm():
+    from liger_perf.proposers.llm import AutoProposer
+    from liger_perf.variants import source_hash
+
+    context = _context()
+    assert AutoProposer(LlmSettings()).propose(context).diagnosis != "llm"  # no endpoint: rules alone
+    with FakeOpenAI([reply(GOOD)]) as server:
+        auto = AutoProposer(LlmSettings(base_url=server.base_url, model="recorded", endpoint_retries=0))
+        first = auto.propose(context)
+        assert first.diagnosis != "llm" and not server.requests  # the rules still have a move
+        while (step := auto.rules.propose(context)).__class__ is Proposal:
+            context.trials.append({"name": step.name, "variant": {"sha256": source_hash(step.source), "knobs": {}}})
+        assert auto.propose(context).diagnosis == "llm" and len(server.requests) == 1
