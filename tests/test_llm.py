@@ -149,5 +149,6 @@ def test_auto_uses_the_rules_while_they_have_moves_then_the_llm():
         first = auto.propose(context)
         assert first.diagnosis != "llm" and not server.requests  # the rules still have a move
         while (step := auto.rules.propose(context)).__class__ is Proposal:
-            context.trials.append({"name": step.name, "variant": {"sha256": source_hash(step.source), "knobs": {}}})
+            context.trials.append({"trial_id": len(context.trials), "name": step.name, "status": "complete",
+                                   "variant": {"sha256": source_hash(step.source), "knobs": {}}})
         assert auto.propose(context).diagnosis == "llm" and len(server.requests) == 1
