@@ -8,10 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from liger_perf.errors import UserError
+from liger_perf.config import load_yaml_model
 
 TARGETS = ("forward", "backward", "full", "memory")
 
@@ -48,43 +47,6 @@ class Guardrails(BaseModel):
         return self
 
 
-def _key_lines(text: str) -> dict[str, int]:
-    try:
-        node = yaml.compose(text)
-    except yaml.YAMLError:
-        return {}
-    if not isinstance(node, yaml.MappingNode):
-        return {}
-    return {k.value: k.start_mark.line + 1 for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
-
-
 def load_guardrails(path: str | Path, **overrides) -> Guardrails:
     """Read and validate ``path``; ``overrides`` (such as the command line's ``--target``) win over the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path} does not exist: copy guardrails.yaml from the project root, or pass --guardrails")
-    text = path.read_text()
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark else ""
-        raise UserError(f"{path}{where}: not valid YAML ({getattr(e, 'problem', e)}): fix the syntax") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a mapping of keys to values (target: backward, ...), "
-                        f"found a {type(data).__name__}")
-    lines = _key_lines(text)
-    try:
-        return Guardrails(**{**data, **{k: v for k, v in overrides.items() if v is not None}})
-    except ValidationError as e:
-        error = e.errors()[0]
-        key = str(error["loc"][0]) if error["loc"] else ""
-        line = f":{lines[key]}" if key in lines else ""
-        if error["type"] == "extra_forbidden":
-            allowed = ", ".join(Guardrails.model_fields)
-            raise UserError(f"{path}{line}: unknown key {key!r}: the keys are {allowed}") from None
-        message = error["msg"].removeprefix("Value error, ")
-        value = f" (got {error['input']!r})" if key and not isinstance(error.get("input"), dict) else ""
-        raise UserError(f"{path}{line}: {key or 'guardrails'}: {message}{value}") from None
+    return load_yaml_model(path, Guardrails, **overrides)
