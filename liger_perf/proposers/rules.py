@@ -15,11 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from liger_perf.ncu import STALL_PREFIX, STALL_SUFFIX
 from liger_perf.proposers import Context, Proposal, Stop
 from liger_perf.spec import Remedy
 from liger_perf.variants import read_knobs, source_hash, with_knobs
-
-STALL_PREFIX, STALL_SUFFIX = "smsp__average_warps_issue_stalled_", "_per_issue_active.ratio"
 
 
 @dataclass
