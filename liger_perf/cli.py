@@ -135,9 +135,12 @@ def history_command(
     else:
         table = Table("trial", "name", "device", "status", "verdict", "changes", "hypothesis",
                       title=f"{kernel}: trials")
+        def text(value) -> str:  # a column with some None comes back from pandas as NaN
+            return "-" if value is None or value != value or value == "" else str(value)
+
         for t in trials_frame(trials).to_dict("records"):
-            table.add_row(f"{t['trial_id']:04d}", t["name"], t["device"], t["status"], t["verdict"] or "-",
-                          t["changes"], (t["hypothesis"] or "")[:80])
+            table.add_row(f"{int(t['trial_id']):04d}", text(t["name"]), text(t["device"]), text(t["status"]),
+                          text(t["verdict"]), text(t["changes"]), text(t["hypothesis"])[:80])
         console.print(table)
 
 
@@ -230,6 +233,27 @@ def report_command(kernel: str = typer.Argument(..., help="a registered kernel")
     mode = select_device(device).mode
     path = write_report(kernel, [t for t in load_trials(kernel) if t.get("device") == mode])
     console.print(f"report: {path}")
+
+
+@app.command("nightly")
+def nightly_command(
+    config: Optional[Path] = typer.Option(None, help="the job's YAML; default: nightly.yaml in the project"),
+    print_schedule: Optional[str] = typer.Option(None, "--print-schedule",
+                                                 help="cron | systemd | github: print a ready schedule and exit"),
+) -> None:
+    """Unattended: re-validate each kernel's best on today's stack, then keep tuning; a morning summary.
+
+    Exit code 1 when a regression was found (so that a scheduler can alert), 2 on bad input."""
+    from liger_perf.nightly import Nightly, load_config, schedule
+    from liger_perf.registry import project_root
+
+    if print_schedule is not None:
+        sys.stdout.write(schedule(print_schedule, config))
+        return
+    job = load_config(config or project_root() / "nightly.yaml")
+    code, summary = Nightly(job, echo=lambda text: console.print(text, markup=False)).run()
+    console.print(f"summary: {summary}" + ("  (regressions found: exit code 1)" if code else ""))
+    raise typer.Exit(code)
 
 
 def _gate_table(rows) -> Table:

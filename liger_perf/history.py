@@ -18,7 +18,7 @@ import pandas as pd
 from liger_perf.record import FORMAT, read_result, read_verdict
 from liger_perf.runner import TRIAL_FILE, kernel_notebooks
 
-TRIAL_COLUMNS = ["trial_id", "name", "status", "verdict", "hypothesis", "prediction", "variant_sha256",
+TRIAL_COLUMNS = ["trial_id", "name", "kind", "status", "verdict", "hypothesis", "prediction", "variant_sha256",
                  "against_sha256", "device", "notebook"]
 COLUMNS = TRIAL_COLUMNS + ["pass", "shape", "dtype", "contender", "kernel_name", "metric", "value"]
 TIMING_METRICS = ("median_ms", "ratio", "ci_low", "ci_high", "bandwidth_fraction")
@@ -70,7 +70,8 @@ def load_trials(kernel: str, root: Path | None = None) -> list[dict[str, Any]]:
 
 
 def _trial_columns(trial: dict[str, Any]) -> dict[str, Any]:
-    return {"trial_id": trial.get("trial_id"), "name": trial.get("name"), "status": trial.get("status"),
+    return {"trial_id": trial.get("trial_id"), "name": trial.get("name"), "kind": trial.get("kind", "experiment"),
+            "status": trial.get("status"),
             "verdict": trial.get("verdict"), "hypothesis": trial.get("hypothesis"),
             "prediction": trial.get("prediction"), "variant_sha256": (trial.get("variant") or {}).get("sha256"),
             "against_sha256": (trial.get("against") or {}).get("sha256"), "device": trial.get("device"),

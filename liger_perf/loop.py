@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -44,11 +45,12 @@ class LoopOutcome:
     events: list[LoopEvent] = field(default_factory=list)
 
 
-class _Lock:
-    """One optimize run per kernel folder at a time; a lock left by a killed run is taken over."""
+class Lock:
+    """One run of a kind (optimize, nightly) per folder at a time; a lock left by a killed run is taken over."""
 
-    def __init__(self, folder: Path):
-        self.path = folder / ".optimize.lock"
+    def __init__(self, folder: Path, kind: str = "optimize"):
+        self.path = folder / f".{kind}.lock"
+        self.kind = kind
 
     def __enter__(self):
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -58,8 +60,8 @@ class _Lock:
             except ValueError:
                 pid = 0
             if pid and pid != os.getpid() and _alive(pid):
-                raise UserError(f"another optimize run (pid {pid}) is working on {self.path.parent}; wait for it "
-                                f"or stop it")
+                raise UserError(f"another {self.kind} run (pid {pid}) is working on {self.path.parent}; wait for "
+                                f"it or stop it (its lock: {self.path})")
         self.path.write_text(str(os.getpid()))
         return self
 
@@ -97,7 +99,8 @@ def floor_reached(best: dict, target: str, fraction: float) -> bool:
 class OptimizeLoop:
     def __init__(self, kernel: str, guardrails: Guardrails, proposer: Proposer, device: str = "auto",
                  budget: int = 10, root: Path | None = None, repetitions: int = 0, convergence: bool = True,
-                 confirm: Callable[[str], bool] | None = None, on_event: Callable[[LoopEvent], None] | None = None):
+                 confirm: Callable[[str], bool] | None = None, on_event: Callable[[LoopEvent], None] | None = None,
+                 deadline: float | None = None):
         from liger_perf.device import select_device
 
         self.spec = get_spec(kernel)
@@ -109,6 +112,7 @@ class OptimizeLoop:
         self.variants = self.folder / "variants"
         self.repetitions, self.convergence = repetitions, convergence
         self.confirm, self.on_event = confirm, on_event
+        self.deadline = deadline  # time.time() after which no new trial starts (a nightly job's wall clock)
         self.baseline_file = baseline_path(kernel)
         self.baseline_sha = source_hash(self.baseline_file.read_text())
         self.events: list[LoopEvent] = []
@@ -119,7 +123,7 @@ class OptimizeLoop:
         if self.guardrails.target != "memory" and self.guardrails.target not in self.spec.passes:
             raise UserError(f"--target {self.guardrails.target}: {self.kernel} has the passes "
                             f"{', '.join(self.spec.passes)} (or memory)")
-        with _Lock(self.folder):
+        with Lock(self.folder, "optimize"):
             self._drop_half_written()
             self._judge_pending()
             trials_run = 0
@@ -169,7 +173,7 @@ class OptimizeLoop:
     def _judge_pending(self) -> None:
         trials = self._trials()
         for trial in trials:
-            if trial.get("verdict") is None and trial.get("against"):
+            if trial.get("verdict") is None and trial.get("against") and trial.get("kind") != "revalidation":
                 _, chain = accepted_chain([t for t in trials if t["trial_id"] < trial["trial_id"]], self.baseline_sha)
                 self._emit("judged-pending", f"trial {trial['trial_id']:04d} finished before the loop was stopped: "
                            "judging it now", trial)
@@ -241,6 +245,8 @@ class OptimizeLoop:
     def _stop_reason(self, trials: list[dict], best: dict, trials_run: int) -> str:
         if trials_run >= self.budget:
             return f"the budget of {self.budget} trials is spent"
+        if self.deadline is not None and time.time() >= self.deadline:
+            return "the wall-clock budget is spent"
         target = self.guardrails.target
         if target != "memory" and floor_reached(best, target, self.guardrails.floor_fraction_stop):
             return (f"the best variant's {target} runs at {self.guardrails.floor_fraction_stop:.0%} or more of the "

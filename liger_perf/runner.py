@@ -64,7 +64,7 @@ def run_trial(kernel: str, variant: str | Path, against: str | Path | None = Non
               hypothesis: str = "", prediction: str = "", passes: list[str] | None = None, device: str = "auto",
               repetitions: int = 0, ncu: bool = True, peers: bool | None = None, convergence: bool = True,
               confidence: float = 0.95, changes: dict | None = None, audit: dict | None = None,
-              timeout_s: float = 3600,
+              kind: str = "experiment", timeout_s: float = 3600,
               root: Path | None = None, progress_bar: bool = False) -> TrialRun:
     """Execute one trial notebook and return its path and structured result.
 
@@ -95,7 +95,7 @@ def run_trial(kernel: str, variant: str | Path, against: str | Path | None = Non
         "passes": list(passes or spec.passes), "device": device, "trial_id": trial_id, "name": name,
         "hypothesis": hypothesis, "prediction": prediction, "changes": changes, "repetitions": repetitions,
         "confidence": confidence, "ncu": ncu, "peers": peers, "convergence": convergence,
-        "artifacts": str(artifacts), "proposer_audit": audit,
+        "artifacts": str(artifacts), "proposer_audit": audit, "kind": kind,
     }
     started = time.time()
     failure = None
@@ -130,5 +130,5 @@ def _bare_result(parameters: dict, variant: Path) -> dict:
             "prediction": parameters["prediction"], "changes": parameters["changes"],
             "variant": {"path": parameters["variant"], "sha256": source_hash(source), "source": source, "knobs": None},
             "against": {"path": parameters["against"], "sha256": None} if parameters["against"] else None,
-            "proposer_audit": parameters["proposer_audit"],
+            "proposer_audit": parameters["proposer_audit"], "kind": parameters["kind"],
             "passes": parameters["passes"], "device": parameters["device"]}

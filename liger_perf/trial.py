@@ -50,7 +50,7 @@ class Trial:
                  device: str = "auto", trial_id: int = 0, name: str = "", hypothesis: str = "",
                  prediction: str = "", repetitions: int = 0, ncu: bool = True, peers: bool = False,
                  convergence: bool = True, artifacts: str = "", confidence: float = 0.95, changes: Any = None,
-                 proposer_audit: dict | None = None):
+                 proposer_audit: dict | None = None, kind: str = "experiment"):
         from liger_perf.device import select_device
 
         self.device = select_device(device)  # before any variant is imported
@@ -77,6 +77,8 @@ class Trial:
             "against": None, "passes": self.passes, "device": self.device.mode, "suite": self.device.suite,
             "fingerprint": fingerprint(self.device, project_root()), "status": "running", "reason": "",
             "proposer_audit": proposer_audit,
+            # "experiment" (judged by the loop) or "revalidation" (a nightly check of the best; never judged)
+            "kind": kind,
         }
         self.variant = self.against = None
         try:

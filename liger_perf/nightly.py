@@ -1,0 +1,305 @@
+"""``liger-perf nightly``: unattended tuning across kernels, safe to schedule, and a morning summary.
+
+Per kernel, in the configured order: re-validate the current best against the baseline on today's software
+stack (when the stack changed since the last re-validation, or there never was one): a side-by-side trial whose
+gate checks the best again. The best failing the gate, or its advantage over the baseline shrinking by more than
+``max_regression`` against the last recorded figure, is a regression, reported with both runs' environment
+fingerprints. Then the optimize loop goes on from the notebooks within the kernel's trial budget and the time
+left. One kernel's failure is recorded and the job goes on. The summary lands in ``reports/nightly/<date>.md``
+and ``.json``; the exit code is 1 when a regression was found.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from liger_perf.config import load_yaml_model
+from liger_perf.errors import UserError
+from liger_perf.guardrails import load_guardrails
+from liger_perf.history import load_trials
+from liger_perf.judge import chain_ratios, geomean, measured_ratios
+from liger_perf.loop import Lock, OptimizeLoop, accepted_chain
+from liger_perf.proposers import get_proposer
+from liger_perf.record import jsonable
+from liger_perf.registry import baseline_path, kernel_names, project_root
+from liger_perf.runner import notebooks_dir, run_trial
+from liger_perf.variants import source_hash
+
+STACK_KEYS = ("gpu", "driver", "cuda", "torch", "triton", "liger_perf", "python")
+
+
+class KernelJob(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    target: Literal["forward", "backward", "full", "memory"] = "backward"
+    budget: int = Field(5, ge=0, le=1000)  # trials of the optimize loop per night
+
+    @field_validator("name")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        if name not in kernel_names():
+            raise ValueError(f"unknown kernel {name!r}; registered: {', '.join(kernel_names())}")
+        return name
+
+
+class NightlyConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kernels: list[KernelJob] = Field(min_length=1)
+    wall_clock_s: float = Field(6 * 3600, gt=0)  # the whole job; no new trial starts after it
+    device: Literal["auto", "cuda", "interpret"] = "auto"
+    proposer: Literal["rules", "llm", "auto"] = "rules"
+    model: str | None = None
+    guardrails: str = "guardrails.yaml"
+    repetitions: int = Field(0, ge=0)  # 0: the trial's default for the device
+    convergence: bool = True
+
+
+def load_config(path: str | Path) -> NightlyConfig:
+    return load_yaml_model(path, NightlyConfig)
+
+
+def stack_of(fingerprint: dict | None) -> dict:
+    return {k: (fingerprint or {}).get(k) for k in STACK_KEYS}
+
+
+def _advantage(result: dict, target: str) -> float:
+    """Baseline time (or memory) over the best's, from a best-against-baseline trial: > 1 means the best wins."""
+    times, memory = measured_ratios(result)
+    values = list(memory.values()) if target == "memory" else [v[0] for k, v in times.items() if k[0] == target]
+    ratio = geomean(values)
+    return 1 / ratio if values and math.isfinite(ratio) and ratio > 0 else math.nan
+
+
+class Nightly:
+    def __init__(self, config: NightlyConfig, root: Path | None = None, reports: Path | None = None,
+                 echo=print):
+        self.config = config
+        self.root = root or notebooks_dir()
+        self.reports = reports
+        self.echo = echo
+        self.started = time.time()
+
+    def time_left(self) -> float:
+        return self.config.wall_clock_s - (time.time() - self.started)
+
+    def run(self) -> tuple[int, Path]:
+        """(exit code, summary path)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with Lock(self.root, "nightly"):
+            results = []
+            for job in self.config.kernels:
+                started = time.time()
+                entry: dict[str, Any] = {"kernel": job.name, "target": job.target, "accepted": [],
+                                         "regressions": [], "trials_run": 0, "notebooks": [], "error": None}
+                try:
+                    if self.time_left() <= 0:
+                        entry["skipped"] = "the job's wall-clock budget was spent before this kernel"
+                    else:
+                        self._kernel(job, entry)
+                except Exception as e:  # one kernel's failure must not stop the others
+                    entry["error"] = f"{type(e).__name__}: {e}"
+                    entry["traceback"] = traceback.format_exc(limit=5)
+                    self.echo(f"{job.name}: failed: {entry['error']}")
+                entry["seconds"] = round(time.time() - started, 1)
+                results.append(entry)
+            path = self._write_summary(results)
+        regressions = sum(len(e["regressions"]) for e in results)
+        return (1 if regressions else 0), path
+
+    # -- one kernel ----------------------------------------------------------------------------------------
+
+    def _kernel(self, job: KernelJob, entry: dict) -> None:
+        from liger_perf.device import select_device
+
+        rules = load_guardrails(project_root() / self.config.guardrails
+                                if not Path(self.config.guardrails).is_absolute() else self.config.guardrails,
+                                target=job.target,
+                                trial_timeout_s=max(60.0, min(3600.0, self.time_left())))
+        mode = select_device(self.config.device).mode
+        baseline_sha = source_hash(baseline_path(job.name).read_text())
+        trials = [t for t in load_trials(job.name, self.root) if t.get("device") == mode]
+        baseline, chain = accepted_chain(trials, baseline_sha)
+        if chain:
+            self._revalidate(job, entry, trials, chain, rules, mode)
+        known = {t["trial_id"] for t in load_trials(job.name, self.root)}
+        if job.budget and self.time_left() > 0:
+            loop = OptimizeLoop(job.name, rules, get_proposer(self.config.proposer, model=self.config.model),
+                                device=self.config.device, budget=job.budget, root=self.root,
+                                repetitions=self.config.repetitions, convergence=self.config.convergence,
+                                deadline=self.started + self.config.wall_clock_s)
+            outcome = loop.run()
+            entry["stop_reason"] = outcome.stop_reason
+            self.echo(f"{job.name}: {outcome.stop_reason}")
+        new = [t for t in load_trials(job.name, self.root) if t["trial_id"] not in known]
+        entry["trials_run"] += len(new)
+        entry["notebooks"] += [t["notebook"] for t in new]
+        entry["accepted"] = [{"trial": t["trial_id"], "name": t["name"], "gain": (t.get("verdict_details") or {})
+                              .get("gain"), "notebook": t["notebook"]} for t in new if t.get("verdict") == "accepted"]
+
+    def _revalidate(self, job, entry, trials, chain, rules, mode) -> None:
+        best = chain[-1]
+        last = next((t for t in reversed(trials) if t.get("kind") == "revalidation"
+                     and (t.get("variant") or {}).get("sha256") == best["variant"]["sha256"]), None)
+        from liger_perf.device import select_device
+        from liger_perf.fingerprint import fingerprint
+
+        today = stack_of(fingerprint(select_device(self.config.device), project_root()))
+        if last is not None and stack_of(last.get("fingerprint")) == today:
+            entry["revalidation"] = f"skipped: the software stack is unchanged since trial {last['trial_id']:04d}"
+            return
+        best_file = Path(best["variant"]["path"])
+        if not best_file.is_file() or source_hash(best_file.read_text()) != best["variant"]["sha256"]:
+            best_file = self.root / job.name / "variants" / f"{best['trial_id']:04d}-{best['name']}.py"
+            best_file.parent.mkdir(parents=True, exist_ok=True)
+            best_file.write_text(best["variant"]["source"])
+        self.echo(f"{job.name}: re-validating trial {best['trial_id']:04d} {best['name']} against the baseline")
+        run = run_trial(job.name, best_file, baseline_path(job.name), name=f"revalidate-{best['name']}"[:60],
+                        hypothesis="nightly re-validation of the current best against the baseline on today's stack",
+                        device=self.config.device, repetitions=self.config.repetitions,
+                        convergence=self.config.convergence, confidence=rules.confidence, root=self.root,
+                        timeout_s=rules.trial_timeout_s, kind="revalidation", peers=False)
+        result = run.result
+        entry["trials_run"] += 1
+        entry["notebooks"].append(str(run.notebook))
+        previous = last or best
+        if last is not None:
+            before = _advantage(last, job.target)
+        else:  # the accepted chain's own side-by-side ratios, multiplied
+            ratios = chain_ratios(chain)
+            values = [v for k, v in ratios.items() if (k[0] == "memory") == (job.target == "memory")
+                      and (job.target == "memory" or k[0] == job.target)]
+            before = 1 / geomean(values) if values else math.nan
+        evidence = {"best_trial": best["trial_id"], "revalidation_notebook": str(run.notebook),
+                    "previous_notebook": previous.get("notebook"),
+                    "fingerprint_before": stack_of(previous.get("fingerprint")),
+                    "fingerprint_now": stack_of(result.get("fingerprint"))}
+        if result.get("status") != "complete":
+            entry["regressions"].append({**evidence, "what": f"the best no longer passes: {result.get('status')}: "
+                                                             f"{result.get('reason', '')}"})
+            return
+        now = _advantage(result, job.target)
+        entry["revalidation"] = f"best vs baseline on {job.target}: {now:.3f}x now, {before:.3f}x before"
+        if math.isfinite(before) and math.isfinite(now) and now < before * (1 - rules.max_regression):
+            entry["regressions"].append({**evidence, "advantage_before": before, "advantage_now": now,
+                                         "what": f"the best's {job.target} advantage over the baseline shrank from "
+                                                 f"{before:.3f}x to {now:.3f}x (more than "
+                                                 f"{rules.max_regression:.0%})"})
+
+    # -- the summary ---------------------------------------------------------------------------------------
+
+    def _write_summary(self, results: list[dict]) -> Path:
+        from liger_perf.report import reports_dir
+
+        out = (self.reports or reports_dir()) / "nightly"
+        out.mkdir(parents=True, exist_ok=True)
+        stamp = dt.datetime.now().strftime("%Y-%m-%d")
+        path = out / f"{stamp}.md"
+        summary = {"date": stamp, "seconds": round(time.time() - self.started, 1),
+                   "regressions": sum(len(e["regressions"]) for e in results), "kernels": results}
+        (out / f"{stamp}.json").write_text(json.dumps(jsonable(summary), indent=1) + "\n")
+        lines = [f"# Nightly run {stamp}", "",
+                 f"{len(results)} kernels, {sum(e['trials_run'] for e in results)} trials, {summary['seconds']:.0f} s; "
+                 f"**{summary['regressions']} regression(s)**.", ""]
+        for e in results:
+            lines += [f"## {e['kernel']} ({e['target']})", "",
+                      f"- trials run: {e['trials_run']}, time: {e['seconds']:.0f} s"]
+            if e.get("skipped"):
+                lines.append(f"- skipped: {e['skipped']}")
+            if e.get("error"):
+                lines.append(f"- **failed**: {e['error']}")
+            if e.get("revalidation"):
+                lines.append(f"- re-validation: {e['revalidation']}")
+            for r in e["regressions"]:
+                lines.append(f"- **regression**: {r['what']} (now: `{r['revalidation_notebook']}`, before: "
+                             f"`{r.get('previous_notebook')}`)")
+                lines.append("  | | before | now |\n  | --- | --- | --- |")
+                lines += [f"  | {k} | {r['fingerprint_before'].get(k)} | {r['fingerprint_now'].get(k)} |"
+                          for k in STACK_KEYS]
+            for a in e["accepted"]:
+                gain = a.get("gain")
+                lines.append(f"- accepted: trial {a['trial']:04d} `{a['name']}`"
+                             + (f", {gain * 100:.1f}% on {e['target']}" if gain is not None else "")
+                             + f" (`{a['notebook']}`)")
+            if e.get("stop_reason"):
+                lines.append(f"- the loop stopped: {e['stop_reason']}")
+            lines += [f"- notebooks: {', '.join(f'`{n}`' for n in e['notebooks']) or 'none'}", ""]
+        path.write_text("\n".join(lines))
+        return path
+
+
+_CRON = """\
+# crontab -e: every night at 02:00; the log goes beside the summaries
+0 2 * * * cd {root} && {python} {args} >> {root}/reports/nightly/cron.log 2>&1
+"""
+_SYSTEMD = """\
+# ~/.config/systemd/user/liger-perf-nightly.service
+[Unit]
+Description=liger-perf nightly tuning
+
+[Service]
+Type=oneshot
+WorkingDirectory={root}
+ExecStart={python} {args}
+
+# ~/.config/systemd/user/liger-perf-nightly.timer
+[Unit]
+Description=liger-perf nightly tuning
+
+[Timer]
+OnCalendar=*-*-* 02:00:00
+Persistent=true
+
+[Install]
+WantedBy=timers.target
+
+# then: systemctl --user daemon-reload && systemctl --user enable --now liger-perf-nightly.timer
+"""
+_GITHUB = """\
+# .github/workflows/nightly.yml: on a self-hosted runner with a GPU (labels: self-hosted, gpu)
+name: liger-perf nightly
+on:
+  schedule:
+    - cron: '0 2 * * *'
+  workflow_dispatch:
+concurrency: liger-perf-nightly
+jobs:
+  nightly:
+    runs-on: [self-hosted, gpu]
+    timeout-minutes: 480
+    steps:
+      - uses: actions/checkout@v4
+      - run: python3 -m pip install -e .
+      - run: python3 {args}
+      - name: commit the notebooks and the summary, also when a regression failed the job
+        if: always()
+        run: |
+          git add notebooks reports
+          git -c user.name=liger-perf -c user.email=liger-perf@localhost commit -m "nightly $(date +%F)" || true
+          git push
+"""
+
+
+def schedule(kind: str, config: Path | None) -> str:
+    """A ready-to-use schedule for this checkout: ``cron``, ``systemd`` or ``github``."""
+    templates = {"cron": _CRON, "systemd": _SYSTEMD, "github": _GITHUB}
+    if kind not in templates:
+        raise UserError(f"--print-schedule {kind!r}: use cron, systemd or github")
+    root = project_root()
+    config_arg = ""
+    if config:
+        config = Path(config).resolve()
+        if kind == "github" and config.is_relative_to(root):  # a CI checkout lives elsewhere: stay relative
+            config = config.relative_to(root)
+        config_arg = f" --config {config}"
+    return templates[kind].format(root=root, python=sys.executable, args=f"-m liger_perf nightly{config_arg}")

@@ -1,0 +1,151 @@
+"""liger-perf nightly in interpreter mode: summary, lock, resume after a kill, regressions, config errors."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import nbformat
+import pytest
+
+from liger_perf import record
+from liger_perf.history import load_trials
+from liger_perf.registry import baseline_path
+from liger_perf.runner import kernel_notebooks, run_trial
+
+from broken_variants import ROOT
+
+FAST = "device: interpret\nrepetitions: 2\nconvergence: false\nguardrails: " + str(ROOT / "guardrails.yaml") + "\n"
+
+
+def _setup(tmp_path, kernels):
+    config = tmp_path / "nightly.yaml"
+    config.write_text("kernels:\n" + "".join(f"  - {{name: {k}, target: {t}, budget: {b}}}\n" for k, t, b in kernels)
+                      + FAST)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1",
+           "LIGER_PERF_NOTEBOOKS": str(tmp_path / "nb"), "LIGER_PERF_REPORTS": str(tmp_path / "reports")}
+    return config, env
+
+
+def _nightly(config, env, timeout=1200):
+    return subprocess.run([sys.executable, "-m", "liger_perf", "nightly", "--config", str(config)], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def _summary(tmp_path):
+    (path,) = (tmp_path / "reports" / "nightly").glob("*.json")
+    return json.loads(path.read_text()), path.with_suffix(".md").read_text()
+
+
+def test_a_nightly_run_over_both_kernels_writes_the_summary_and_a_quiet_night_ends_quickly(tmp_path):
+    config, env = _setup(tmp_path, [("fused_add_rms_norm", "backward", 1), ("relu_squared", "forward", 2)])
+    out = _nightly(config, env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    summary, text = _summary(tmp_path)
+    assert [k["kernel"] for k in summary["kernels"]] == ["fused_add_rms_norm", "relu_squared"]
+    assert summary["regressions"] == 0 and all(k["trials_run"] >= 1 and not k["error"] for k in summary["kernels"])
+    assert "## fused_add_rms_norm (backward)" in text and "0000-baseline.ipynb" in text
+    history = subprocess.run([sys.executable, "-m", "liger_perf", "history", "relu_squared"], env=env, cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+    assert history.returncode == 0 and "baseline" in history.stdout
+
+    config.write_text(config.read_text().replace("budget: 1", "budget: 0").replace("budget: 2", "budget: 0"))
+    out = _nightly(config, env)  # re-validates whatever was accepted (CPU timings: a verdict either way)
+    assert out.returncode in (0, 1), out.stdout + out.stderr
+    started = time.time()
+    out = _nightly(config, env)  # the same stack, no budget: nothing to do
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert time.time() - started < 60
+    summary, text = _summary(tmp_path)
+    assert sum(k["trials_run"] for k in summary["kernels"]) == 0
+    assert all("unchanged" in (k.get("revalidation") or "unchanged") for k in summary["kernels"])
+
+
+def test_a_second_run_while_the_first_holds_the_lock_exits_at_once(tmp_path):
+    config, env = _setup(tmp_path, [("relu_squared", "forward", 1)])
+    (tmp_path / "nb").mkdir()
+    (tmp_path / "nb" / ".nightly.lock").write_text(str(os.getpid()))  # a live process holds it
+    started = time.time()
+    out = _nightly(config, env)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2 and len(lines) == 1 and "another nightly run" in lines[0], out.stderr
+    assert time.time() - started < 30 and not (tmp_path / "reports").exists()
+
+
+def test_a_run_killed_mid_way_resumes_the_next_night(tmp_path):
+    config, env = _setup(tmp_path, [("relu_squared", "forward", 3)])
+    folder = tmp_path / "nb" / "relu_squared"
+    process = subprocess.Popen([sys.executable, "-m", "liger_perf", "nightly", "--config", str(config)], env=env,
+                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 600
+    while not list(folder.glob(".0001-*.partial.ipynb")):
+        assert process.poll() is None and time.time() < deadline
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    out = _nightly(config, env)
+    assert out.returncode in (0, 1), out.stdout + out.stderr
+    trials = load_trials("relu_squared", tmp_path / "nb")
+    ids = [t["trial_id"] for t in trials]
+    assert ids == sorted(set(ids)) and sum(t["name"] == "baseline" for t in trials) == 1
+    assert not list(folder.glob(".*.partial.ipynb")) and not list((tmp_path / "nb").glob(".*.lock"))
+    assert all(t["verdict"] for t in trials if t["name"] != "baseline" and t.get("kind") != "revalidation")
+    summary, _ = _summary(tmp_path)
+    assert summary["kernels"][0]["trials_run"] >= 1
+
+
+def test_a_best_that_got_slower_is_a_regression_with_both_fingerprints_and_exit_code_1(tmp_path):
+    config, env = _setup(tmp_path, [("relu_squared", "forward", 0)])
+    root = tmp_path / "nb"
+    fast = dict(device="interpret", repetitions=2, convergence=False, root=root)
+    run_trial("relu_squared", baseline_path("relu_squared"), **fast)
+    best = tmp_path / "best.py"
+    best.write_text(baseline_path("relu_squared").read_text().replace('"BLOCK_SIZE": 1024,', '"BLOCK_SIZE": 2048,'))
+    run = run_trial("relu_squared", best, against=baseline_path("relu_squared"), name="best", **fast)
+    # Injected: last night this best was recorded as 10x faster than the baseline in forward.
+    nb = nbformat.read(run.notebook, as_version=4)
+    result = record.read_result(nb)
+    for row in result["timing"]["rows"]:
+        if row["contender"] == "candidate":
+            row["ratio"], row["ci_low"], row["ci_high"] = 0.1, 0.09, 0.11
+    record.set_result(nb, result)
+    record.set_verdict(nb, "accepted", ["recorded for the test"], {"gain": 0.9})
+    record.write_atomic(nb, run.notebook)
+
+    out = _nightly(config, env)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "regressions found" in out.stdout
+    summary, text = _summary(tmp_path)
+    (regression,) = summary["kernels"][0]["regressions"]
+    assert regression["advantage_before"] == pytest.approx(10.0) and regression["advantage_now"] < 9.5
+    assert regression["fingerprint_before"]["torch"] and regression["fingerprint_now"]["triton"]
+    assert "**regression**" in text and "| triton |" in text
+    revalidation = kernel_notebooks("relu_squared", root)[-1]
+    assert revalidation.name.startswith("0002-revalidate-best")
+    assert load_trials("relu_squared", root)[-1]["kind"] == "revalidation"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("kernels:\n  - {name: softmax}\n", "unknown kernel 'softmax'"),
+    ("kernels:\n  - {name: relu_squared, budget: -1}\n", "kernels.0.budget"),
+    ("kernels: []\n", "kernels"),
+    ("kernels:\n  - {name: relu_squared}\nwall_clock: 10\n", ":3: unknown key 'wall_clock'"),
+    ("kernels:\n  - {name: relu_squared}\nproposer: oracle\n", ":3: proposer"),
+])
+def test_a_broken_config_is_a_one_line_error(tmp_path, text, expected):
+    config, env = _setup(tmp_path, [])
+    config.write_text(text)
+    out = _nightly(config, env, timeout=120)
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2 and len(lines) == 1 and expected in lines[0], out.stderr
+
+
+@pytest.mark.parametrize("kind, expected", [("cron", "0 2 * * *"), ("systemd", "OnCalendar="),
+                                            ("github", "runs-on: [self-hosted, gpu]")])
+def test_print_schedule(kind, expected):
+    out = subprocess.run([sys.executable, "-m", "liger_perf", "nightly", "--print-schedule", kind],
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and expected in out.stdout and "liger_perf nightly" in out.stdout
