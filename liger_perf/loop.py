@@ -116,6 +116,7 @@ class OptimizeLoop:
         self.baseline_file = baseline_path(kernel)
         self.baseline_sha = source_hash(self.baseline_file.read_text())
         self.events: list[LoopEvent] = []
+        self.run_ids: set[int] = set()  # trials this invocation ran: the gain stop rule looks at these only
 
     # -- the loop ------------------------------------------------------------------------------------------
 
@@ -198,8 +199,9 @@ class OptimizeLoop:
                         repetitions=self.repetitions if repetitions is None else repetitions, ncu=True, peers=peers,
                         convergence=self.convergence, confidence=self.guardrails.confidence, changes=changes,
                         timeout_s=self.guardrails.trial_timeout_s, root=self.root)
-        return {**run.result, "notebook": str(run.notebook), "trial_id": int(run.notebook.name[:4]),
-                "verdict": None}
+        trial_id = int(run.notebook.name.split("-")[0])
+        self.run_ids.add(trial_id)
+        return {**run.result, "notebook": str(run.notebook), "trial_id": trial_id, "verdict": None}
 
     def _write_variant(self, step: Proposal) -> Path:
         self.variants.mkdir(parents=True, exist_ok=True)
@@ -251,7 +253,9 @@ class OptimizeLoop:
         if target != "memory" and floor_reached(best, target, self.guardrails.floor_fraction_stop):
             return (f"the best variant's {target} runs at {self.guardrails.floor_fraction_stop:.0%} or more of the "
                     "bandwidth floor at every shape: nothing left to win")
-        judged = [t for t in trials if t.get("verdict") in ("accepted", "rejected") and t.get("status") == "complete"]
+        # Two small gains in a row in *this* run: an earlier night's tail must not stop tonight's work unstarted.
+        judged = [t for t in trials if t.get("verdict") in ("accepted", "rejected") and t.get("status") == "complete"
+                  and t["trial_id"] in self.run_ids]
         tail = judged[-2:]
         if len(tail) == 2 and all((t.get("verdict_details") or {}).get("gain", 0) < self.guardrails.min_gain
                                   for t in tail):

@@ -115,3 +115,16 @@ def test_optimize_bad_input_is_one_line(tmp_path):
         lines = [line for line in out.stderr.splitlines() if line.strip()]
         assert out.returncode == 2 and len(lines) == 1 and expected in lines[0], out.stderr
     assert not (tmp_path / "notebooks").exists()
+
+
+def test_small_gains_stop_the_loop_only_within_one_run(tmp_path):
+    from liger_perf.loop import OptimizeLoop as Loop
+
+    loop = Loop("relu_squared", Guardrails(target="forward"), RulesProposer(), device="interpret", budget=9,
+                root=tmp_path)
+    best = {"timing": {"rows": []}}
+    small = [{"trial_id": i, "verdict": "rejected", "status": "complete", "verdict_details": {"gain": 0.001}}
+             for i in (1, 2)]
+    assert loop._stop_reason(small, best, trials_run=0) == ""  # an earlier run's tail
+    loop.run_ids.update({1, 2})
+    assert "gained less than 1%" in loop._stop_reason(small, best, trials_run=2)
