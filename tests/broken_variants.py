@@ -20,7 +20,9 @@ class BrokenVariant:
     kernel: str
     name: str
     mistake: str
-    exposed_in: str  # the output (or gradient) whose comparison must fail
+    #: The output (or gradient) whose comparison must fail; several, separated by "|", where the mistake reaches
+    #: more than one and random inputs decide which one the gate meets first.
+    exposed_in: str
     edits: tuple[tuple[str, str], ...]  # (text of the baseline, its replacement); each text occurs exactly once
 
 
@@ -36,7 +38,8 @@ BROKEN = (
           "    if CASTING != _GEMMA:\n        mean_sq = mean_sq.to(dtype).to(tl.float32)\n    if CASTING == _NONE:"))),
     BrokenVariant(
         "fused_add_rms_norm", "gemma_in_input_dtype",
-        "under gemma the weight and the normalised row are rounded to the input dtype, not kept in float32", "Y",
+        "under gemma the weight and the normalised row are rounded to the input dtype, not kept in float32",
+        "Y|dX|dR",  # the backward's dY * (W + offset) shares the rounded weight factor
         (("    if CASTING != _GEMMA:\n        wo = wo.to(w.dtype).to(tl.float32)",
           "    wo = wo.to(w.dtype).to(tl.float32)"),
          ("    if CASTING == _GEMMA:\n        return (s32 * rstd * wo).to(s.dtype)\n", ""))),
