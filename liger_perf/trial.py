@@ -17,8 +17,6 @@ import pandas as pd
 
 from liger_perf.record import FORMAT, RESULT_MIME, jsonable
 
-PEER_NAMES = ("eager", "torch.compile", "liger-kernel")
-
 
 def _display(obj=None, markdown: str | None = None) -> None:
     try:
