@@ -8,7 +8,6 @@ its variant runs again under a new number, and nothing that completed runs twice
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from typing import Any, Callable
 from liger_perf.errors import UserError
 from liger_perf.guardrails import Guardrails
 from liger_perf.history import load_trials, warn
-from liger_perf.judge import chain_ratios, judge
+from liger_perf.judge import chain_ratios, geomean, judge
 from liger_perf.proposers import Context, Proposal, Proposer, Stop
 from liger_perf.record import record_verdict
 from liger_perf.registry import baseline_path, get_spec
@@ -299,4 +298,4 @@ def geomean_ratio(result: dict, pass_name: str) -> float:
     values = [r["ratio"] for r in (result.get("timing") or {}).get("rows", [])
               if r["contender"] == "candidate" and r["relative_to"] == "against" and r["pass"] == pass_name
               and r.get("ratio")]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+    return geomean(values)

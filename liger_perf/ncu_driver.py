@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     device = select_device("cuda")
     import torch
 
-    from liger_perf.passes import prepare_pass
+    from liger_perf.passes import case_inputs, prepare_pass
     from liger_perf.registry import get_spec
     from liger_perf.spec import dtype_name, shape_label
     from liger_perf.variants import load_variant
@@ -53,11 +53,7 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             if args.dtypes and dtype_name(case.dtype) not in args.dtypes.split(","):
                 continue
-            inputs = spec.make_inputs(case.shape, case.dtype, device.torch_device, config=case.config)
-            with torch.no_grad():
-                outputs = spec.reference(inputs, case.config)
-            cotangents = spec.grad_outputs(tuple(o.detach() for o in outputs))
-            del outputs
+            inputs, cotangents = case_inputs(spec, case, device)
             prepared = prepare_pass(spec, forward, inputs, case.config, pass_name, cotangents)
             for _ in range(args.warmup):
                 prepared.arm()()

@@ -20,6 +20,14 @@ class PreparedPass:
     arm: Callable[[], Callable[[], Any]]
 
 
+def case_inputs(spec: KernelSpec, case, device) -> tuple[Inputs, tuple[torch.Tensor, ...]]:
+    """Fresh inputs for a case and random cotangents shaped like the reference's outputs."""
+    inputs = spec.make_inputs(case.shape, case.dtype, device.torch_device, config=case.config)
+    with torch.no_grad():
+        outputs = spec.reference(inputs, case.config)
+    return inputs, spec.grad_outputs(tuple(o.detach() for o in outputs))
+
+
 def training_leaves(spec: KernelSpec, inputs: Inputs) -> Inputs:
     """A contender's own copies of the inputs, the differentiable ones requiring grad, as in training."""
     return {k: v.detach().clone().requires_grad_(k in spec.differentiable) for k, v in inputs.items()}

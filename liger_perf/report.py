@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from liger_perf.judge import chain_ratios
+from liger_perf.judge import chain_ratios, geomean
 from liger_perf.loop import accepted_chain, geomean_ratio
 from liger_perf.registry import baseline_path, project_root
 from liger_perf.variants import source_hash
@@ -61,7 +61,7 @@ def trials_table(trials: list[dict], passes: list[str]) -> pd.DataFrame:
             "changes": ", ".join(f"{k}={v}" for k, v in (t.get("changes") or {}).items()) or "-",
             "hypothesis": (t.get("hypothesis") or "-").replace("|", "/"),
             **{f"{p} ratio": _fmt(geomean_ratio(t, p)) for p in passes},
-            "memory ratio": _fmt(math.exp(sum(map(math.log, memory)) / len(memory))) if memory else "-",
+            "memory ratio": _fmt(geomean(memory)) if memory else "-",
             "status": t.get("status"), "verdict": t.get("verdict") or "-",
             "reasons": "; ".join(t.get("verdict_reasons") or [t.get("reason") or ""]).replace("|", "/"),
         })

@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 
 from liger_perf.device import Device
-from liger_perf.passes import prepare_pass
+from liger_perf.passes import case_inputs, prepare_pass
 from liger_perf.spec import Case, ForwardFn, KernelSpec, dtype_name, shape_label
 
 SAMPLE_COLUMNS = ["pass", "shape", "dtype", "contender", "rep", "ms"]
@@ -112,11 +112,7 @@ def time_case(spec: KernelSpec, contenders: Mapping[str, ForwardFn], case: Case,
     The two ``judged`` contenders (the candidate and the current best) each get two copies of the inputs and
     swap them every repetition: where a buffer sits in memory can move a memory-bound kernel's time by a
     percent or two, and that must not pass for a difference between the kernels."""
-    inputs = spec.make_inputs(case.shape, case.dtype, device.torch_device, config=case.config)
-    with torch.no_grad():
-        outputs = spec.reference(inputs, case.config)
-    cotangents = spec.grad_outputs(tuple(o.detach() for o in outputs))
-    del outputs
+    inputs, cotangents = case_inputs(spec, case, device)
     pair = [name for name in judged if name in contenders]
     swap = len(pair) == 2
     prepared = {name: [prepare_pass(spec, fwd, inputs, case.config, pass_name, cotangents)
@@ -208,11 +204,7 @@ def peak_memory(spec: KernelSpec, contenders: Mapping[str, ForwardFn], cases: li
     interpreter the column is empty (NaN) and the reason is stated."""
     rows = []
     for case in cases:
-        inputs = spec.make_inputs(case.shape, case.dtype, device.torch_device, config=case.config)
-        with torch.no_grad():
-            outputs = spec.reference(inputs, case.config)
-        cotangents = spec.grad_outputs(tuple(o.detach() for o in outputs))
-        del outputs
+        inputs, cotangents = case_inputs(spec, case, device)
         for name, fwd in contenders.items():
             peak = math.nan
             if not device.interpreted:

@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from liger_perf.errors import UserError
+from liger_perf.judge import geomean
 from liger_perf.proposers import Context, Proposal, Stop
 from liger_perf.proposers.rules import RulesProposer, diagnose
 from liger_perf.proposers.safety import check_generated_source
@@ -106,11 +107,7 @@ def _ratios(trial: dict) -> str:
     rows = [r for r in (trial.get("timing") or {}).get("rows", []) if r["contender"] == "candidate"
             and r["relative_to"] == "against" and r.get("ratio")]
     for pass_name in dict.fromkeys(r["pass"] for r in rows):
-        values = [r["ratio"] for r in rows if r["pass"] == pass_name]
-        product = 1.0
-        for v in values:
-            product *= v
-        parts.append(f"{pass_name} x{product ** (1 / len(values)):.3f}")
+        parts.append(f"{pass_name} x{geomean([r['ratio'] for r in rows if r['pass'] == pass_name]):.3f}")
     return ", ".join(parts) or "-"
 
 
