@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -160,6 +161,8 @@ def optimize_command(
                                                  "wait for a yes"),
     repetitions: int = typer.Option(0, help="timed repetitions per contender; 0: 100 on a GPU, 5 interpreted"),
     convergence: bool = typer.Option(True, help="run the convergence part of the gate in every trial"),
+    max_minutes: Optional[float] = typer.Option(None, min=0, help="start no new trial after this many minutes "
+                                                                  "(a trial under way finishes)"),
 ) -> None:
     """The loop: propose a variant, run its trial against the current best, judge it, record the verdict."""
     from liger_perf.device import select_device
@@ -197,10 +200,44 @@ def optimize_command(
                           f"{best.get('name', '')}", markup=False)
 
     loop = OptimizeLoop(kernel, rules, chosen, device=device, budget=budget, repetitions=repetitions,
-                        convergence=convergence, confirm=confirm, on_event=show)
+                        convergence=convergence, confirm=confirm, on_event=show,
+                        deadline=None if max_minutes is None else time.time() + 60 * max_minutes)
     loop.run()
     report = write_report(kernel, [t for t in load_trials(kernel) if t.get("device") == mode])
     console.print(f"report: {report}")
+
+
+@app.command("bench")
+def bench_command(
+    kernel: str = typer.Argument(..., help="a registered kernel"),
+    variant: Optional[Path] = typer.Option(None, help="the variant to measure; default: the best accepted one "
+                                                      "(the baseline if none was accepted)"),
+    device: str = typer.Option("auto", help="auto | cuda | interpret"),
+    repetitions: int = typer.Option(0, help="timed repetitions per contender; 0: 100 on a GPU, 5 interpreted"),
+    timeout: float = typer.Option(1800, help="seconds the measurement may run before it is stopped"),
+) -> None:
+    """Best variant, baseline, liger-kernel, eager and torch.compile side by side in one run -> reports/<kernel>/."""
+    from liger_perf.bench import best_variant_file, run_bench, summary_table, write_bench_report
+    from liger_perf.device import select_device
+    from liger_perf.registry import get_spec
+
+    get_spec(kernel)
+    mode = select_device(device).mode
+    if variant is not None and not variant.is_file():
+        raise UserError(f"variant file {variant} does not exist: give the path of a variant module (.py)")
+    chosen = variant or best_variant_file(kernel, mode)
+    if mode == "interpret":
+        console.print("No CUDA device: benchmarking under the Triton interpreter on the CPU (CPU timings; no "
+                      "torch.compile, liger-kernel or peak memory).")
+    with console.status(f"bench of {kernel}: {chosen} beside the baseline and the peers..."):
+        data = run_bench(kernel, chosen, device=device, repetitions=repetitions, timeout_s=timeout)
+    path = write_bench_report(kernel, data)
+    table = summary_table(data)
+    rich_table = Table(*table.columns)
+    for row in table.itertuples(index=False):
+        rich_table.add_row(*map(str, row))
+    console.print(rich_table)
+    console.print(f"bench report: {path}")
 
 
 @app.command("diff")

@@ -28,17 +28,30 @@ def test_diagnoses_the_fused_backward_spills_at_the_widest_rows_first():
 def test_proposes_the_remedy_the_diagnosis_points_to_with_hypothesis_and_prediction():
     proposal = RulesProposer().propose(_context("fused_add_rms_norm", "backward"))
     assert isinstance(proposal, Proposal)
-    assert proposal.changes == {"column_chunked": True, "BLOCK_SIZE": 8192} and proposal.diagnosis == "spills"
+    assert proposal.changes == {"bwd_column_chunked": "per_row", "BLOCK_SIZE": 8192}
+    assert proposal.diagnosis == "spills"
     assert "register spills" in proposal.hypothesis and proposal.prediction
     knobs, _ = read_knobs(proposal.source)
-    assert knobs["column_chunked"] is True and knobs["BLOCK_SIZE"] == 8192
+    assert knobs["bwd_column_chunked"] == "per_row" and knobs["BLOCK_SIZE"] == 8192
+
+
+def test_without_spills_a_narrow_row_backward_gets_multi_row_tiles():
+    context = _context("fused_add_rms_norm", "backward")
+    context.best = copy.deepcopy(context.best)
+    for launch in context.best["ncu"]["launches"]:
+        for key in [k for k in launch["metrics"] if "mem_local" in k]:
+            launch["metrics"][key] = 0.0
+    diagnoses = [d.name for d in diagnose(context.best, "backward")]
+    assert "spills" not in diagnoses and diagnoses[0] in ("under_one_wave", "low_achieved_occupancy")
+    proposal = RulesProposer().propose(context)
+    assert proposal.changes == {"bwd_tile_elements": 8192} and "tiles" in proposal.hypothesis
 
 
 def test_never_proposes_a_variant_the_history_holds():
     first = RulesProposer().propose(_context("fused_add_rms_norm", "backward"))
     held = {"name": "x", "variant": {"sha256": source_hash(first.source), "knobs": {}}, "verdict": "rejected"}
     second = RulesProposer().propose(_context("fused_add_rms_norm", "backward", [held]))
-    assert second.changes == {"column_chunked": True, "BLOCK_SIZE": 4096}
+    assert second.changes == {"bwd_column_chunked": "per_row", "BLOCK_SIZE": 4096}
 
 
 def test_a_rejected_direction_is_not_repeated():

@@ -14,13 +14,13 @@ def test_knobs_are_readable_without_import():
 
 def test_with_knobs_writes_a_loadable_variant_with_new_values(tmp_path):
     source = baseline_path("fused_add_rms_norm").read_text()
-    new = with_knobs(source, {"num_warps": 8, "column_chunked": True, "BLOCK_SIZE": 256})
+    new = with_knobs(source, {"num_warps": 8, "bwd_column_chunked": "per_row", "BLOCK_SIZE": 256})
     assert read_knobs(new)[0]["num_warps"] == 8
     assert read_knobs(source)[0]["num_warps"] == "auto"  # the original text is untouched
     path = tmp_path / "v1.py"
     path.write_text(new)
     module = load_variant(path, get_spec("fused_add_rms_norm")).module
-    assert module.KNOBS["column_chunked"] is True
+    assert module.KNOBS["bwd_column_chunked"] == "per_row"
 
 
 def test_with_knobs_rejects_values_outside_choices():
@@ -31,13 +31,41 @@ def test_with_knobs_rejects_values_outside_choices():
         with_knobs(source, {"warps": 4})
 
 
-def test_column_chunked_variant_passes_gate(tmp_path, interpret_device):
+# Each of the backward's algorithms, at shapes where it is really taken (the interpreter suite's rows are at
+# most 100 columns wide, so chunks of 32 columns): (knobs, the launch settings that prove the path is taken).
+ALGORITHMS = {
+    "per_row_chunks": ({"bwd_column_chunked": "per_row", "fwd_column_chunked": True, "BLOCK_SIZE": 32},
+                       {"bwd_chunk_mode": 1, "fwd_chunked": True, "bwd_BLOCK_SIZE": 32}),
+    "rows_outer_chunks": ({"bwd_column_chunked": "rows_outer", "BLOCK_SIZE": 32, "bwd_rows_per_program": 8},
+                          {"bwd_chunk_mode": 2, "fwd_chunked": False, "bwd_BLOCK_SIZE": 32}),
+    "row_tiles": ({"bwd_tile_elements": 512, "bwd_num_warps": "auto", "dw_reduction": "triton", "num_stages": 2,
+                   "fwd_rows_per_program": 2},
+                  {"bwd_chunk_mode": 0, "bwd_tile_rows": 4, "bwd_BLOCK_SIZE": 128}),
+}
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_each_backward_algorithm_passes_the_gate(tmp_path, interpret_device, algorithm):
+    import torch
+
     from liger_perf.correctness import check_variant
 
+    knobs, expected = ALGORITHMS[algorithm]
     spec = get_spec("fused_add_rms_norm")
-    path = tmp_path / "chunked.py"
-    path.write_text(with_knobs(baseline_path(spec.name).read_text(),
-                               {"column_chunked": True, "BLOCK_SIZE": 256, "dw_reduction": "triton",
-                                "bwd_rows_per_program": 8, "fwd_rows_per_program": 2}))
-    result = check_variant(spec, load_variant(path, spec), interpret_device, convergence=False, fail_fast=True)
+    path = tmp_path / f"{algorithm}.py"
+    path.write_text(with_knobs(baseline_path(spec.name).read_text(), knobs))
+    variant = load_variant(path, spec)
+    settings = variant.module._launch_settings(100, torch.device("cpu"))
+    assert {k: settings[k] for k in expected} == expected
+    result = check_variant(spec, variant, interpret_device, convergence=False, fail_fast=True)
     assert result.failures().empty, result.failures()[["case", "output", "reason"]].to_string()
+
+
+def test_the_baseline_takes_the_one_row_unchunked_path():
+    import torch
+
+    spec = get_spec("fused_add_rms_norm")
+    settings = load_variant(baseline_path(spec.name), spec).module._launch_settings(5000, torch.device("cpu"))
+    assert settings["bwd_chunk_mode"] == 0 and settings["bwd_tile_rows"] == 1
+    assert settings["BLOCK_SIZE"] == settings["bwd_BLOCK_SIZE"] == 8192
+    assert settings["num_warps"] == settings["bwd_num_warps"] == 16

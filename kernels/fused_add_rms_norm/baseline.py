@@ -21,8 +21,16 @@ Hugging Face Transformers' models and Liger-Kernel:
 Algorithm: the forward runs ``fwd_rows_per_program`` rows per program; the backward runs on a grid of about
 one program per SM, each looping over its share of rows and accumulating a float32 partial ``dW`` that a
 final reduction sums. Launch settings are chosen once in the forward and reach the backward through the
-autograd context. With ``column_chunked`` a row is walked in ``BLOCK_SIZE`` chunks instead of held whole in
-registers (two passes over the row; for very wide rows).
+autograd context. The knobs reach the algorithms a kernel engineer would try next:
+
+* ``bwd_tile_elements``: the backward walks its rows ``max(1, tile // row block)`` at a time as one 2-D tile,
+  so a narrow row no longer leaves a program with a single row's loads in flight;
+* ``bwd_column_chunked``: a wide row is walked in ``BLOCK_SIZE``-column chunks instead of held whole in
+  registers. ``"per_row"``: two passes over each row (the second re-reads the row while it is still in L2),
+  the program's float32 ``dW`` partial updated in place per row; ``"rows_outer"``: first every row's
+  ``sum(m * S)``, then columns outermost with a chunk of ``dW`` in registers (re-reads whole rows from DRAM);
+* ``fwd_column_chunked``: the forward's two passes over a chunked row (the second re-reads ``S`` from L2);
+* ``dw_reduction``: the partials summed by ``torch.sum`` plus a cast, or by one Triton kernel.
 """
 
 import math
@@ -33,23 +41,27 @@ import triton.language as tl
 
 # Tunable knobs: the optimizer writes new variants by changing these values (allowed values in KNOB_CHOICES).
 KNOBS = {
-    "BLOCK_SIZE": "auto",  # columns a program holds at once; "auto": next power of two of H (whole row)
-    "num_warps": "auto",  # "auto": 4, 8, 16 or 32 by BLOCK_SIZE
+    "BLOCK_SIZE": "auto",  # columns a chunked pass holds at once; "auto": next power of two of H (whole row)
+    "num_warps": "auto",  # "auto": 4, 8, 16 or 32 by the elements a program holds at once
     "num_stages": "auto",  # software pipelining of the backward's row loop; "auto": Triton's default
-    "bwd_num_warps": "same",  # "same": the forward's num_warps
+    "bwd_num_warps": "same",  # "same": as num_warps says (a number, or "auto" on the backward's own tile)
     "fwd_rows_per_program": 1,
     "bwd_rows_per_program": "auto",  # "auto": ceil(rows / SM count), i.e. one program per SM
-    "column_chunked": False,  # walk each row in BLOCK_SIZE chunks (needs BLOCK_SIZE < H to matter)
+    "bwd_tile_elements": "row",  # elements per backward step: "row" (one row), or rows = max(1, this // row)
+    "fwd_column_chunked": False,  # walk each row in BLOCK_SIZE chunks in the forward (if BLOCK_SIZE < H)
+    "bwd_column_chunked": False,  # False, "per_row" or "rows_outer" (if BLOCK_SIZE < H; see the docstring)
     "dw_reduction": "torch",  # how the per-program float32 dW partials are summed: "torch" or "triton"
 }
 KNOB_CHOICES = {
-    "BLOCK_SIZE": ["auto", 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
+    "BLOCK_SIZE": ["auto", 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
     "num_warps": ["auto", 1, 2, 4, 8, 16, 32],
     "num_stages": ["auto", 1, 2, 3, 4],
-    "bwd_num_warps": ["same", 1, 2, 4, 8, 16, 32],
+    "bwd_num_warps": ["same", "auto", 1, 2, 4, 8, 16, 32],
     "fwd_rows_per_program": [1, 2, 4, 8],
     "bwd_rows_per_program": ["auto", 1, 2, 4, 8, 16, 32, 64, 128],
-    "column_chunked": [False, True],
+    "bwd_tile_elements": ["row", 256, 512, 1024, 2048, 4096, 8192, 16384, 32768],
+    "fwd_column_chunked": [False, True],
+    "bwd_column_chunked": [False, "per_row", "rows_outer"],
     "dw_reduction": ["torch", "triton"],
 }
 
@@ -163,18 +175,61 @@ def _add_residual_grad(dnorm, ds, CASTING: tl.constexpr):
     return (dnorm + ds.to(tl.float32)).to(ds.dtype)
 
 
+_UNCHUNKED: tl.constexpr = tl.constexpr(0)
+_PER_ROW: tl.constexpr = tl.constexpr(1)
+_ROWS_OUTER: tl.constexpr = tl.constexpr(2)
+CHUNK_MODES = {False: 0, "per_row": 1, "rows_outer": 2}
+
+
+@triton.jit
+def _dx(m, s, rstd, dot, ds, n_cols, CASTING: tl.constexpr):
+    """dS_total for a row (or a tile of rows, with ``rstd`` and ``dot`` broadcast along the columns)."""
+    dnorm = rstd * m - (rstd * rstd * rstd / n_cols) * dot * s.to(tl.float32)
+    return _add_residual_grad(dnorm, ds, CASTING)
+
+
 @triton.jit
 def _backward_kernel(
     DX, DY, DS, S, W, RSTD, DW_PARTIAL, DOT,
     stride_dx, stride_dy, stride_ds, stride_s, stride_dw,
     n_rows, n_cols, offset, rows_per_program,
-    CASTING: tl.constexpr, BLOCK_SIZE: tl.constexpr, CHUNKED: tl.constexpr, NUM_STAGES: tl.constexpr,
+    CASTING: tl.constexpr, BLOCK_SIZE: tl.constexpr, CHUNK_MODE: tl.constexpr, TILE_ROWS: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
 ):
     pid = tl.program_id(0)
     row_start = pid * rows_per_program
     row_end = tl.minimum(row_start + rows_per_program, n_rows)
     cols = tl.arange(0, BLOCK_SIZE)
-    if CHUNKED:
+    if CHUNK_MODE == _PER_ROW:
+        # Two passes over each row: the first computes sum(m * S) and asks L2 to keep the row, the second
+        # re-reads it from there. dW cannot stay in registers across a wide row's chunks, so this program's
+        # float32 partial is updated in place, row by row (it stays in L2: one row of H floats per program).
+        for row in range(row_start, row_end):
+            row64 = tl.cast(row, tl.int64)
+            rstd = tl.load(RSTD + row64)
+            dot = tl.zeros((), dtype=tl.float32)
+            for start in range(0, n_cols, BLOCK_SIZE):
+                c = start + cols
+                mask = c < n_cols
+                dy = tl.load(DY + row64 * stride_dy + c, mask=mask, other=0.0, eviction_policy="evict_last")
+                s = tl.load(S + row64 * stride_s + c, mask=mask, other=0.0, eviction_policy="evict_last")
+                wo = _weight_factor(tl.load(W + c, mask=mask, other=0.0), offset, CASTING)
+                m, _ = _row_grads(dy, s, wo, rstd, n_cols, CASTING)
+                dot += tl.sum(m * s.to(tl.float32), axis=0)
+            for start in range(0, n_cols, BLOCK_SIZE):
+                c = start + cols
+                mask = c < n_cols
+                dy = tl.load(DY + row64 * stride_dy + c, mask=mask, other=0.0, eviction_policy="evict_first")
+                s = tl.load(S + row64 * stride_s + c, mask=mask, other=0.0, eviction_policy="evict_first")
+                wo = _weight_factor(tl.load(W + c, mask=mask, other=0.0), offset, CASTING)
+                m, dw = _row_grads(dy, s, wo, rstd, n_cols, CASTING)
+                ds = tl.load(DS + row64 * stride_ds + c, mask=mask, other=0.0, eviction_policy="evict_first")
+                tl.store(DX + row64 * stride_dx + c, _dx(m, s, rstd, dot, ds, n_cols, CASTING), mask=mask)
+                partial = DW_PARTIAL + pid * stride_dw + c
+                # The first row starts the partial: no zero-fill launch, no read of uninitialised memory.
+                dw += tl.load(partial, mask=mask & (c * 0 + row > row_start), other=0.0)
+                tl.store(partial, dw, mask=mask)
+    elif CHUNK_MODE == _ROWS_OUTER:
         # Pass 1: each row's sum(m * S), kept in DOT, so that pass 2 can walk columns outermost and keep one
         # chunk of dW in registers across all of this program's rows.
         for row in range(row_start, row_end):
@@ -201,13 +256,12 @@ def _backward_kernel(
                 dy = tl.load(DY + row64 * stride_dy + c, mask=mask, other=0.0)
                 s = tl.load(S + row64 * stride_s + c, mask=mask, other=0.0)
                 m, dw = _row_grads(dy, s, wo, rstd, n_cols, CASTING)
-                dot = tl.load(DOT + row64)
-                dx = _add_residual_grad(rstd * m - (rstd * rstd * rstd / n_cols) * dot * s.to(tl.float32),
-                                        tl.load(DS + row64 * stride_ds + c, mask=mask, other=0.0), CASTING)
-                tl.store(DX + row64 * stride_dx + c, dx, mask=mask)
+                ds = tl.load(DS + row64 * stride_ds + c, mask=mask, other=0.0)
+                tl.store(DX + row64 * stride_dx + c, _dx(m, s, rstd, tl.load(DOT + row64), ds, n_cols, CASTING),
+                         mask=mask)
                 dw_acc += dw
             tl.store(DW_PARTIAL + pid * stride_dw + c, dw_acc, mask=mask)
-    else:
+    elif TILE_ROWS == 1:
         mask = cols < n_cols
         wo = _weight_factor(tl.load(W + cols, mask=mask, other=0.0), offset, CASTING)
         dw_acc = tl.zeros((BLOCK_SIZE,), dtype=tl.float32)
@@ -218,21 +272,48 @@ def _backward_kernel(
             s = tl.load(S + row64 * stride_s + cols, mask=mask, other=0.0)
             m, dw = _row_grads(dy, s, wo, rstd, n_cols, CASTING)
             dot = tl.sum(m * s.to(tl.float32), axis=0)
-            dx = _add_residual_grad(rstd * m - (rstd * rstd * rstd / n_cols) * dot * s.to(tl.float32),
-                                    tl.load(DS + row64 * stride_ds + cols, mask=mask, other=0.0), CASTING)
-            tl.store(DX + row64 * stride_dx + cols, dx, mask=mask)
+            ds = tl.load(DS + row64 * stride_ds + cols, mask=mask, other=0.0)
+            tl.store(DX + row64 * stride_dx + cols, _dx(m, s, rstd, dot, ds, n_cols, CASTING), mask=mask)
             dw_acc += dw
         tl.store(DW_PARTIAL + pid * stride_dw + cols, dw_acc, mask=mask)
+    else:
+        # TILE_ROWS rows per step as one [TILE_ROWS, BLOCK_SIZE] tile: more independent loads in flight per
+        # program where a row is narrow. Rows past this program's share are masked (their dY loads as 0, so
+        # their dW contribution is 0).
+        col_mask = cols < n_cols
+        wo = _weight_factor(tl.load(W + cols, mask=col_mask, other=0.0), offset, CASTING)[None, :]
+        dw_acc = tl.zeros((BLOCK_SIZE,), dtype=tl.float32)
+        tile = tl.arange(0, TILE_ROWS)
+        for first in tl.range(row_start, row_end, TILE_ROWS, num_stages=NUM_STAGES):
+            rows = first + tile
+            row_mask = rows < row_end
+            rows64 = rows.to(tl.int64)[:, None]
+            mask = row_mask[:, None] & col_mask[None, :]
+            rstd = tl.load(RSTD + rows64, mask=row_mask[:, None], other=0.0)
+            dy = tl.load(DY + rows64 * stride_dy + cols[None, :], mask=mask, other=0.0)
+            s = tl.load(S + rows64 * stride_s + cols[None, :], mask=mask, other=0.0)
+            m, dw = _row_grads(dy, s, wo, rstd, n_cols, CASTING)
+            dot = tl.sum(m * s.to(tl.float32), axis=1)[:, None]
+            ds = tl.load(DS + rows64 * stride_ds + cols[None, :], mask=mask, other=0.0)
+            tl.store(DX + rows64 * stride_dx + cols[None, :], _dx(m, s, rstd, dot, ds, n_cols, CASTING), mask=mask)
+            dw_acc += tl.sum(dw, axis=0)
+        tl.store(DW_PARTIAL + pid * stride_dw + cols, dw_acc, mask=col_mask)
 
 
 @triton.jit
-def _sum_rows_kernel(OUT, PARTIAL, n_partials, n_cols, stride_p, BLOCK_COLS: tl.constexpr):
+def _sum_rows_kernel(OUT, PARTIAL, n_partials, n_cols, stride_p, BLOCK_COLS: tl.constexpr,
+                     BLOCK_PARTIALS: tl.constexpr):
+    # A [BLOCK_PARTIALS, BLOCK_COLS] tile per step: the partials are few and short, so a serial walk over them
+    # would be one DRAM round trip per partial.
     cols = tl.program_id(0) * BLOCK_COLS + tl.arange(0, BLOCK_COLS)
-    mask = cols < n_cols
+    col_mask = cols < n_cols
+    parts = tl.arange(0, BLOCK_PARTIALS)
     acc = tl.zeros((BLOCK_COLS,), dtype=tl.float32)
-    for p in range(0, n_partials):
-        acc += tl.load(PARTIAL + p * stride_p + cols, mask=mask, other=0.0)
-    tl.store(OUT + cols, acc.to(OUT.dtype.element_ty), mask=mask)
+    for first in range(0, n_partials, BLOCK_PARTIALS):
+        p = first + parts
+        mask = (p < n_partials)[:, None] & col_mask[None, :]
+        acc += tl.sum(tl.load(PARTIAL + p[:, None] * stride_p + cols[None, :], mask=mask, other=0.0), axis=0)
+    tl.store(OUT + cols, acc.to(OUT.dtype.element_ty), mask=col_mask)
 
 
 def _multiprocessor_count(device):
@@ -241,24 +322,33 @@ def _multiprocessor_count(device):
     return 4  # the interpreter: a few programs, so that rows are still split unevenly between them
 
 
+def _warps_for(elements):
+    return 32 if elements >= 32768 else 16 if elements >= 8192 else 8 if elements >= 2048 else 4
+
+
 def _launch_settings(n_cols, device):
-    """Block size, warps and stages, chosen once in the forward and reused by the backward."""
-    block = KNOBS["BLOCK_SIZE"]
-    if block == "auto":
-        block = triton.next_power_of_2(n_cols)
-    if not KNOBS["column_chunked"] and block < n_cols:
-        block = triton.next_power_of_2(n_cols)  # an unchunked row must fit in one block
+    """Block sizes, tile, warps and stages of both passes, chosen once in the forward and reused by the
+    backward (through the autograd context)."""
+    row_block = triton.next_power_of_2(n_cols)
+    chunk = row_block if KNOBS["BLOCK_SIZE"] == "auto" else min(KNOBS["BLOCK_SIZE"], row_block)
+    fwd_chunked = bool(KNOBS["fwd_column_chunked"]) and chunk < row_block
+    bwd_chunking = KNOBS["bwd_column_chunked"] if chunk < row_block else False
+    fwd_block = chunk if fwd_chunked else row_block
+    bwd_block = chunk if bwd_chunking else row_block
+    tile = KNOBS["bwd_tile_elements"]
+    tile_rows = 1 if bwd_chunking or tile == "row" else max(1, tile // bwd_block)
     warps = KNOBS["num_warps"]
-    if warps == "auto":
-        warps = 32 if block >= 32768 else 16 if block >= 8192 else 8 if block >= 2048 else 4
     bwd_warps = warps if KNOBS["bwd_num_warps"] == "same" else KNOBS["bwd_num_warps"]
     stages = KNOBS["num_stages"]
     return {
-        "BLOCK_SIZE": block,
-        "num_warps": warps,
-        "bwd_num_warps": bwd_warps,
+        "BLOCK_SIZE": fwd_block,
+        "num_warps": _warps_for(fwd_block) if warps == "auto" else warps,
+        "bwd_BLOCK_SIZE": bwd_block,
+        "bwd_chunk_mode": CHUNK_MODES[bwd_chunking],
+        "bwd_tile_rows": tile_rows,
+        "bwd_num_warps": _warps_for(tile_rows * bwd_block) if bwd_warps == "auto" else bwd_warps,
         "num_stages": None if stages == "auto" else stages,
-        "chunked": bool(KNOBS["column_chunked"]),
+        "fwd_chunked": fwd_chunked,
         "sm_count": _multiprocessor_count(device),
     }
 
@@ -287,7 +377,7 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
             Y.stride(0), S.stride(0), X2.stride(0), R2.stride(0),
             n_rows, n_cols, eps, offset,
             CASTING=mode, BLOCK_SIZE=settings["BLOCK_SIZE"], ROWS_PER_PROGRAM=rows_per_program,
-            CHUNKED=settings["chunked"], num_warps=settings["num_warps"],
+            CHUNKED=settings["fwd_chunked"], num_warps=settings["num_warps"],
         )
         ctx.save_for_backward(S, W, RSTD)
         ctx.settings, ctx.mode, ctx.offset, ctx.in_place = settings, mode, offset, in_place
@@ -306,19 +396,21 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
         n_programs = triton.cdiv(n_rows, rows_per_program)
         dX = dY2 if ctx.in_place and dY2.is_contiguous() else torch.empty_like(S)
         dW_partial = torch.empty((n_programs, n_cols), dtype=torch.float32, device=S.device)
-        dot = torch.empty(n_rows if settings["chunked"] else 1, dtype=torch.float32, device=S.device)
+        rows_outer = settings["bwd_chunk_mode"] == CHUNK_MODES["rows_outer"]
+        dot = torch.empty(n_rows if rows_outer else 1, dtype=torch.float32, device=S.device)
         _backward_kernel[(n_programs,)](
             dX, dY2, dS2, S, W, RSTD, dW_partial, dot,
             dX.stride(0), dY2.stride(0), dS2.stride(0), S.stride(0), dW_partial.stride(0),
             n_rows, n_cols, ctx.offset, rows_per_program,
-            CASTING=ctx.mode, BLOCK_SIZE=settings["BLOCK_SIZE"], CHUNKED=settings["chunked"],
-            NUM_STAGES=settings["num_stages"], num_warps=settings["bwd_num_warps"],
+            CASTING=ctx.mode, BLOCK_SIZE=settings["bwd_BLOCK_SIZE"], CHUNK_MODE=settings["bwd_chunk_mode"],
+            TILE_ROWS=settings["bwd_tile_rows"], NUM_STAGES=settings["num_stages"],
+            num_warps=settings["bwd_num_warps"],
         )
         if KNOBS["dw_reduction"] == "triton":
             dW = torch.empty_like(W)
-            block_cols = 256
+            block_cols = 128
             _sum_rows_kernel[(triton.cdiv(n_cols, block_cols),)](
-                dW, dW_partial, n_programs, n_cols, dW_partial.stride(0), BLOCK_COLS=block_cols)
+                dW, dW_partial, n_programs, n_cols, dW_partial.stride(0), BLOCK_COLS=block_cols, BLOCK_PARTIALS=32)
         else:
             dW = dW_partial.sum(dim=0).to(W.dtype)
         dX = dX.view(shape)

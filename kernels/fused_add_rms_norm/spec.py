@@ -13,12 +13,28 @@ HIDDEN_SIZES = (1024, 2048, 4096, 8192, 16384, 32768)
 
 _CHUNK = "walk each row in BLOCK_SIZE-column chunks, so that a thread holds one chunk in registers, not the row"
 _CHUNKED_BWD = [
-    Remedy({"column_chunked": True, "BLOCK_SIZE": 8192}, _CHUNK + " (8192 columns)",
-           "backward no longer spills at H > 8192: several times faster there; unchanged at H <= 8192"),
-    Remedy({"column_chunked": True, "BLOCK_SIZE": 4096}, _CHUNK + " (4096 columns)",
+    Remedy({"bwd_column_chunked": "per_row", "BLOCK_SIZE": 8192},
+           _CHUNK + " (8192 columns), twice per row: the second pass re-reads the row from L2 and updates the "
+           "program's float32 dW partial in place", "backward no longer spills at H > 8192: several times faster "
+           "there (DRAM bytes unchanged, L2 absorbs the re-read); H <= 8192 unchanged"),
+    Remedy({"bwd_column_chunked": "per_row", "BLOCK_SIZE": 4096}, _CHUNK + " (4096 columns, two passes per row)",
            "backward no longer spills at H > 4096; fewer registers per thread, higher occupancy"),
-    Remedy({"column_chunked": True, "BLOCK_SIZE": 16384}, _CHUNK + " (16384 columns)",
+    Remedy({"bwd_column_chunked": "per_row", "BLOCK_SIZE": 16384}, _CHUNK + " (16384 columns, two passes per row)",
            "backward spills less at H = 32768; unchanged below"),
+    Remedy({"bwd_column_chunked": "rows_outer", "BLOCK_SIZE": 8192}, _CHUNK + " (8192 columns), columns "
+           "outermost with a chunk of dW in registers", "backward no longer spills at H > 8192, at the cost of "
+           "re-reading dY and S from DRAM"),
+]
+# A narrow row leaves a one-program-per-SM backward with one row's loads in flight per step: a multi-row tile
+# (as many rows as make up ~8192 elements) multiplies that without adding dW partials.
+_TILE_BWD = [
+    Remedy({"bwd_tile_elements": 8192}, "walk the backward's rows as [rows, H] tiles of about 8192 elements "
+           "(8 rows at H = 1024), so each program has several rows' loads in flight per step",
+           "backward 2-4x faster at H <= 2048, faster at H = 4096; unchanged at H >= 8192 (a tile is one row)"),
+    Remedy({"bwd_tile_elements": 16384}, "[rows, H] tiles of about 16384 elements in the backward",
+           "backward faster at H <= 8192; unchanged above"),
+    Remedy({"bwd_tile_elements": 4096}, "[rows, H] tiles of about 4096 elements in the backward",
+           "backward faster at H <= 2048; unchanged above"),
 ]
 _FEWER_ROWS_BWD = [
     Remedy({"bwd_rows_per_program": 8}, "more, shorter backward programs (8 rows each) fill every SM and hide "
@@ -63,22 +79,23 @@ class FusedAddRMSNormSpec(KernelSpec):
             "register_limited_occupancy": [*_CHUNKED_BWD[1:2], Remedy(
                 {"bwd_num_warps": 16}, "fewer warps per program leave more registers to each thread",
                 "backward: higher theoretical occupancy per SM at wide H")],
-            "under_one_wave": _FEWER_ROWS_BWD,
-            "low_achieved_occupancy": _FEWER_ROWS_BWD,
+            "under_one_wave": [*_TILE_BWD, *_FEWER_ROWS_BWD],
+            "low_achieved_occupancy": [*_TILE_BWD, *_FEWER_ROWS_BWD],
             "memory_latency": [
                 Remedy({"num_stages": 2}, "software-pipeline the backward's row loop so the next row's loads are "
                        "in flight while this row computes", "backward 5-20% faster where DRAM is under 60% busy"),
                 Remedy({"num_stages": 3}, "deeper pipelining of the backward's row loop",
                        "backward faster where memory latency, not bandwidth, limits"),
+                *_TILE_BWD[1:2],
             ],
             "explore": [
                 Remedy({"dw_reduction": "triton"}, "sum the float32 dW partials in one Triton kernel instead of "
                        "torch.sum plus a cast", "backward a few microseconds faster at every H"),
-                *_FEWER_ROWS_BWD,
+                *_TILE_BWD, *_FEWER_ROWS_BWD,
             ],
         },
         "forward": {
-            "spills": [Remedy({"column_chunked": True, "BLOCK_SIZE": 8192}, _CHUNK,
+            "spills": [Remedy({"fwd_column_chunked": True, "BLOCK_SIZE": 8192}, _CHUNK,
                               "forward no longer spills at H > 8192")],
             "register_limited_occupancy": [Remedy({"num_warps": 16}, "fewer warps per program leave more "
                                                   "registers to each thread", "forward: higher occupancy at wide H")],

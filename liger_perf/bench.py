@@ -1,0 +1,220 @@
+"""``liger-perf bench``: the best variant beside the baseline and the peers, side by side in one run.
+
+Contenders: the best accepted variant (or a given one), the baseline, ``liger-kernel`` (when installed),
+PyTorch eager and ``torch.compile``, timed interleaved on the same inputs (``liger_perf.timing``), with the copy
+bandwidth measured in the same run. Every ratio is a peer's median time over the best's, so > 1 means the best
+is that many times faster. The measurement runs in a child process under a time limit, as trials do: the best
+may be proposer-written code.
+
+Results: ``reports/<kernel>/bench.json`` (every figure), ``bench.md`` (tables) and ``bench-*.png`` (plots).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from liger_perf.errors import UserError
+from liger_perf.judge import geomean
+from liger_perf.report import markdown_table, reports_dir
+
+BEST = "best"
+
+
+def measure(kernel: str, variant: str, device_arg: str, repetitions: int) -> dict:
+    """The worker: time and measure peak memory of every contender (runs in the child process)."""
+    from liger_perf.device import select_device
+
+    device = select_device(device_arg)  # before any variant is imported
+    from liger_perf.fingerprint import fingerprint
+    from liger_perf.registry import baseline_path, get_spec, project_root
+    from liger_perf.timing import TimingPlan, copy_bandwidth, peak_memory, summarize, time_suite
+    from liger_perf.variants import load_variant
+
+    spec = get_spec(kernel)
+    best = load_variant(variant, spec)
+    contenders = {BEST: spec.variant_forward(best.module)}
+    baseline = load_variant(baseline_path(kernel), spec)
+    if baseline.sha256 != best.sha256:
+        contenders["baseline"] = spec.variant_forward(baseline.module)
+    unavailable = {}
+    upstream = spec.upstream_forward()
+    if device.interpreted:
+        unavailable["liger-kernel"] = unavailable["torch.compile"] = "not measured under the interpreter"
+    elif upstream is None:
+        unavailable["liger-kernel"] = "liger-kernel is not installed"
+    else:
+        contenders["liger-kernel"] = upstream
+    contenders["eager"] = spec.reference_forward()
+    if not device.interpreted:
+        import torch
+
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
+        contenders["torch.compile"] = torch.compile(spec.reference_forward(), dynamic=False)
+    plan = TimingPlan.default(device, repetitions)
+    cases = spec.cases(device.suite, "bench")
+    bandwidth = copy_bandwidth(device)
+    samples = time_suite(spec, contenders, cases, list(spec.passes), device, plan)
+    summary = summarize(samples, BEST, spec, bandwidth, plan)
+    memory = peak_memory(spec, contenders, cases, device)
+    return {"kernel": kernel, "variant": {"path": str(variant), "sha256": best.sha256},
+            "device": device.mode, "measured_at": time.time(), "fingerprint": fingerprint(device, project_root()),
+            "repetitions": plan.repetitions, "copy_bandwidth_bytes_per_s": bandwidth,
+            "contenders": list(contenders), "unavailable": unavailable,
+            "rows": summary.to_dict("records"), "memory": memory.to_dict("records")}
+
+
+def run_bench(kernel: str, variant: Path, device: str = "auto", repetitions: int = 0,
+              timeout_s: float = 1800) -> dict:
+    """Run ``measure`` in a child process under ``timeout_s``; its JSON result."""
+    out = reports_dir() / kernel / ".bench.partial.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "liger_perf.bench", kernel, str(variant), device, str(repetitions), str(out)]
+    try:
+        done = subprocess.run(command, timeout=timeout_s, capture_output=True, text=True)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"bench of {kernel} ran past {timeout_s:.0f} s and was stopped; pass a larger --timeout")
+    if done.returncode != 0 or not out.is_file():
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise UserError(f"bench of {kernel} failed in its child process: {tail[0]}")
+    data = json.loads(out.read_text())
+    out.unlink()
+    return data
+
+
+def speedups(data: dict) -> pd.DataFrame:
+    """Per pass, shape and dtype: each contender's median, the best's fraction of the bandwidth floor, and
+    each peer's time over the best's (with its simultaneous interval)."""
+    frame = pd.DataFrame(data["rows"])
+    table = frame.pivot_table(index=["pass", "shape", "dtype"], columns="contender", values="median_ms",
+                              sort=False)
+    table = table[[c for c in data["contenders"] if c in table.columns]].add_suffix(" ms")
+    best = frame[frame["contender"] == BEST].set_index(["pass", "shape", "dtype"])
+    table[f"{BEST} % of floor"] = (100 * best["bandwidth_fraction"]).round(1)
+    for row in frame[frame["contender"] != BEST].to_dict("records"):
+        table.loc[(row["pass"], row["shape"], row["dtype"]), f"{row['contender']} / {BEST}"] = (
+            f"{row['ratio']:.2f} [{row['ci_low']:.2f}, {row['ci_high']:.2f}]")
+    return table.reset_index()
+
+
+def summary_table(data: dict) -> pd.DataFrame:
+    """Per pass and peer: geometric mean and minimum of (peer time / best time) over shapes and dtypes, and the
+    best's lowest fraction of the bandwidth floor."""
+    frame = pd.DataFrame(data["rows"])
+    rows = []
+    for pass_name, group in frame.groupby("pass", sort=False):
+        best = group[group["contender"] == BEST]
+        for contender in [c for c in data["contenders"] if c != BEST]:
+            ratios = group[group["contender"] == contender]["ratio"].tolist()
+            rows.append({"pass": pass_name, "peer": contender, "geomean peer / best": round(geomean(ratios), 3),
+                         "min peer / best": round(min(ratios), 3),
+                         "best: lowest % of floor": round(100 * best["bandwidth_fraction"].min(), 1)})
+    return pd.DataFrame(rows)
+
+
+def memory_table(data: dict) -> pd.DataFrame:
+    frame = pd.DataFrame(data["memory"])
+    if frame.empty or frame["peak_bytes"].isna().all():
+        return pd.DataFrame()
+    table = frame.pivot_table(index=["shape", "dtype"], columns="contender", values="peak_bytes", sort=False)
+    table = table[[c for c in data["contenders"] if c in table.columns]]
+    out = (table / 2**20).round(1).add_suffix(" MiB")
+    if "eager" in table:
+        out[f"{BEST} saves vs eager"] = (100 * (1 - table[BEST] / table["eager"])).round(1).astype(str) + " %"
+    return out.reset_index()
+
+
+def write_bench_report(kernel: str, data: dict, out: Path | None = None) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = out or reports_dir() / kernel
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(data, indent=1, default=float))
+    fp = data["fingerprint"]
+    when = datetime.fromtimestamp(data["measured_at"], timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    where = (f"{fp['gpu']} ({fp['sm_count']} SMs), driver {fp['driver']}, CUDA {fp['cuda']}" if fp.get("gpu")
+             else "the Triton interpreter on the CPU: CPU timings, not GPU figures")
+    lines = [f"# `{kernel}`: the best variant beside the baseline and the peers", "",
+             f"- Measured {when} on {where}; torch {fp['torch']}, triton {fp['triton']}, "
+             f"liger-kernel {fp.get('liger_kernel') or 'not installed'}.",
+             f"- Best: `{data['variant']['path']}` (sha256 `{data['variant']['sha256'][:16]}`).",
+             f"- {data['repetitions']} interleaved repetitions per contender, medians; copy bandwidth measured in "
+             f"the same run: {data['copy_bandwidth_bytes_per_s'] / 1e9:.0f} GB/s (bytes read + written). "
+             "`peer / best` > 1: the best is that many times faster (95 % simultaneous intervals).",
+             *[f"- Not measured: {name} ({why})." for name, why in data.get("unavailable", {}).items()], "",
+             "## Summary", "", markdown_table(summary_table(data)), "",
+             "## Per shape", "", markdown_table(speedups(data)), ""]
+    memory = memory_table(data)
+    if not memory.empty:
+        lines += ["## Peak memory of forward + backward (above the inputs)", "", markdown_table(memory), ""]
+    for path in _plot(data, out, plt):
+        lines.append(f"![{path.stem}]({path.name})")
+    (out / "bench.md").write_text("\n".join(lines) + "\n")
+    return out / "bench.md"
+
+
+def best_variant_file(kernel: str, mode: str) -> Path:
+    """The best accepted variant of ``kernel``'s history on this device mode (rebuilt from its notebook's copy
+    of the source when the file is gone), else the baseline."""
+    from liger_perf.loop import best_trial
+    from liger_perf.registry import baseline_path
+    from liger_perf.runner import notebooks_dir
+    from liger_perf.variants import source_hash
+
+    _, best = best_trial(kernel, mode=mode)
+    if best is None:
+        return baseline_path(kernel)
+    path = Path(best["variant"]["path"])
+    if path.is_file() and source_hash(path.read_text()) == best["variant"]["sha256"]:
+        return path
+    rebuilt = notebooks_dir() / kernel / "variants" / f"{best['trial_id']:04d}-{best['name']}.py"
+    rebuilt.parent.mkdir(parents=True, exist_ok=True)
+    rebuilt.write_text(best["variant"]["source"])
+    return rebuilt
+
+
+def _plot(data: dict, out: Path, plt) -> list[Path]:
+    frame = pd.DataFrame(data["rows"])
+    peers = [c for c in data["contenders"] if c != BEST]
+    paths = []
+    for pass_name, group in frame.groupby("pass", sort=False):
+        cases = list(dict.fromkeys(zip(group["shape"], group["dtype"])))
+        fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(cases) * max(1, len(peers))), 4))
+        width = 0.8 / max(1, len(peers))
+        for i, peer in enumerate(peers):
+            series = group[group["contender"] == peer].set_index(["shape", "dtype"])
+            values = [series.loc[c, "ratio"] if c in series.index else math.nan for c in cases]
+            ax.bar([j + i * width for j in range(len(cases))], values, width, label=peer)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_yscale("log")
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cases))])
+        ax.set_xticklabels([f"{s}\n{d}" for s, d in cases], fontsize=7)
+        ax.set_ylabel("peer time / best time")
+        ax.set_title(f"{pass_name}: how many times faster the best is")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = out / f"bench-{pass_name}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def _main(argv: list[str]) -> None:
+    kernel, variant, device, repetitions, out = argv
+    data = measure(kernel, variant, device, int(repetitions))
+    Path(out).write_text(json.dumps(data, default=float))
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])

@@ -1,0 +1,42 @@
+"""``liger-perf bench``: contenders side by side in one child process, tables and plots in reports/<kernel>/."""
+
+import json
+import subprocess
+import sys
+
+from liger_perf.registry import baseline_path
+from liger_perf.variants import with_knobs
+
+
+def _bench(tmp_path, *args):
+    env = {"LIGER_PERF_REPORTS": str(tmp_path / "reports"), "LIGER_PERF_NOTEBOOKS": str(tmp_path / "notebooks"),
+           "TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)}
+    return subprocess.run([sys.executable, "-m", "liger_perf", "bench", "relu_squared", "--repetitions", "3", *args],
+                          capture_output=True, text=True, env=env, timeout=900)
+
+
+def test_bench_measures_best_beside_baseline_and_eager_and_writes_the_report(tmp_path):
+    variant = tmp_path / "bigger.py"
+    variant.write_text(with_knobs(baseline_path("relu_squared").read_text(), {"BLOCK_SIZE": 4096}))
+    done = _bench(tmp_path, "--variant", str(variant))
+    assert done.returncode == 0, done.stderr
+    assert "interpreter" in done.stdout
+    out = tmp_path / "reports" / "relu_squared"
+    data = json.loads((out / "bench.json").read_text())
+    assert data["contenders"] == ["best", "baseline", "eager"]
+    assert set(data["unavailable"]) == {"liger-kernel", "torch.compile"}
+    cases = {(r["pass"], r["shape"], r["dtype"]) for r in data["rows"]}
+    assert {p for p, _, _ in cases} == {"forward", "backward", "full"}
+    for r in data["rows"]:
+        assert r["median_ms"] > 0 and r["relative_to"] == "best"
+        assert (r["ratio"] == 1.0) == (r["contender"] == "best")
+    report = (out / "bench.md").read_text()
+    assert "geomean peer / best" in report and "baseline / best" in report and "Not measured: torch.compile" in report
+    assert all((out / f"bench-{p}.png").stat().st_size > 1000 for p in ("forward", "backward", "full"))
+    assert not (out / ".bench.partial.json").exists()
+
+
+def test_bench_rejects_a_missing_variant_file_in_one_line(tmp_path):
+    missing = _bench(tmp_path, "--variant", str(tmp_path / "nope.py"))
+    assert missing.returncode != 0 and "does not exist" in missing.stderr
+    assert "Traceback" not in missing.stderr
