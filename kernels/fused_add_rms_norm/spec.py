@@ -12,15 +12,17 @@ from liger_perf.spec import KernelSpec, Remedy, Tolerance, Tolerances
 HIDDEN_SIZES = (1024, 2048, 4096, 8192, 16384, 32768)
 
 _CHUNK = "walk each row in BLOCK_SIZE-column chunks, so that a thread holds one chunk in registers, not the row"
+# Widest chunks first after the first: a chunk size that loses at a narrower H than the one that spills is
+# followed by one that leaves that H alone.
 _CHUNKED_BWD = [
     Remedy({"bwd_column_chunked": "per_row", "BLOCK_SIZE": 8192},
            _CHUNK + " (8192 columns), twice per row: the second pass re-reads the row from L2 and updates the "
            "program's float32 dW partial in place", "backward no longer spills at H > 8192: several times faster "
            "there (DRAM bytes unchanged, L2 absorbs the re-read); H <= 8192 unchanged"),
-    Remedy({"bwd_column_chunked": "per_row", "BLOCK_SIZE": 4096}, _CHUNK + " (4096 columns, two passes per row)",
-           "backward no longer spills at H > 4096; fewer registers per thread, higher occupancy"),
     Remedy({"bwd_column_chunked": "per_row", "BLOCK_SIZE": 16384}, _CHUNK + " (16384 columns, two passes per row)",
            "backward spills less at H = 32768; unchanged below"),
+    Remedy({"bwd_column_chunked": "per_row", "BLOCK_SIZE": 4096}, _CHUNK + " (4096 columns, two passes per row)",
+           "backward no longer spills at H > 4096; fewer registers per thread, higher occupancy"),
     Remedy({"bwd_column_chunked": "rows_outer", "BLOCK_SIZE": 8192}, _CHUNK + " (8192 columns), columns "
            "outermost with a chunk of dW in registers", "backward no longer spills at H > 8192, at the cost of "
            "re-reading dY and S from DRAM"),
@@ -76,7 +78,7 @@ class FusedAddRMSNormSpec(KernelSpec):
     remedies = {
         "backward": {
             "spills": _CHUNKED_BWD,
-            "register_limited_occupancy": [*_CHUNKED_BWD[1:2], Remedy(
+            "register_limited_occupancy": [*_CHUNKED_BWD[2:3], Remedy(
                 {"bwd_num_warps": 16}, "fewer warps per program leave more registers to each thread",
                 "backward: higher theoretical occupancy per SM at wide H")],
             "under_one_wave": [*_TILE_BWD, *_FEWER_ROWS_BWD],

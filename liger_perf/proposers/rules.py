@@ -7,7 +7,8 @@ from its peak). Which knob changes answer which diagnosis is kernel knowledge, d
 (``KernelSpec.remedies``); this module only ranks, filters and writes them.
 
 It never proposes a variant the history already holds, and it learns from rejections: a knob moved in one
-direction from a given value that was rejected is not moved that way from that value again.
+direction from a given value by a trial that did not improve the target is not moved that way from that value
+again (a trial that improved the target but broke a guardrail elsewhere rules nothing out).
 """
 
 from __future__ import annotations
@@ -139,6 +140,10 @@ class RulesProposer:
         moves = set()
         for t in trials:
             if t.get("verdict") != "rejected" or not t.get("changes") or not t.get("against"):
+                continue
+            if (t.get("verdict_details") or {}).get("gain", 0) > 0:
+                # It won on the target and lost only on a guardrail somewhere: the direction is right, the
+                # step was too broad; the next remedy on the list may take it more narrowly.
                 continue
             before = knobs_by_sha.get(t["against"].get("sha256"), {})
             for knob, value in t["changes"].items():
