@@ -95,7 +95,7 @@ def speedups(data: dict) -> pd.DataFrame:
     frame = pd.DataFrame(data["rows"])
     table = frame.pivot_table(index=["pass", "shape", "dtype"], columns="contender", values="median_ms",
                               sort=False)
-    table = table[[c for c in data["contenders"] if c in table.columns]].add_suffix(" ms")
+    table = table[[c for c in data["contenders"] if c in table.columns]].round(4).add_suffix(" ms")
     best = frame[frame["contender"] == BEST].set_index(["pass", "shape", "dtype"])
     table[f"{BEST} % of floor"] = (100 * best["bandwidth_fraction"]).round(1)
     for row in frame[frame["contender"] != BEST].to_dict("records"):
