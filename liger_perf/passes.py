@@ -36,14 +36,16 @@ def training_leaves(spec: KernelSpec, inputs: Inputs) -> Inputs:
 def prepare_pass(spec: KernelSpec, forward: ForwardFn, inputs: Inputs, config: Mapping[str, Any], pass_name: str,
                  cotangents: tuple[torch.Tensor, ...]) -> PreparedPass:
     """``forward``: the training forward (graph recorded, outputs dropped). ``backward``: the gradients of a
-    forward run once beforehand, its graph kept. ``full``: both. Every repetition starts with ``.grad`` unset, so
-    no repetition adds into an earlier one's gradients."""
+    forward run once beforehand, its graph kept. ``full``: both.
+
+    Gradients are taken with ``torch.autograd.grad``, as they reach activations in training, not accumulated
+    into leaves' ``.grad``: a kernel that returns one tensor as the gradient of two inputs (``dX = dR``) would
+    otherwise pay for a full copy that AccumulateGrad makes when one tensor feeds two leaves, a cost of the
+    benchmark's leaves that no training step has. Nothing accumulates, so no repetition adds into another's."""
     leaves = training_leaves(spec, inputs)
     grad_leaves = [leaves[n] for n in spec.differentiable]
 
-    def reset():
-        for leaf in grad_leaves:
-            leaf.grad = None
+    def fresh_cotangents():
         # Clones: an in-place variant may overwrite the cotangent it is given.
         return [c.clone() for c in cotangents]
 
@@ -54,12 +56,12 @@ def prepare_pass(spec: KernelSpec, forward: ForwardFn, inputs: Inputs, config: M
         outputs = _as_tuple(forward(leaves, config))
 
         def arm():
-            cots = reset()
-            return lambda: torch.autograd.backward(outputs, cots, retain_graph=True)
+            cots = fresh_cotangents()
+            return lambda: torch.autograd.grad(outputs, grad_leaves, cots, retain_graph=True)
     elif pass_name == "full":
         def arm():
-            cots = reset()
-            return lambda: torch.autograd.backward(_as_tuple(forward(leaves, config)), cots)
+            cots = fresh_cotangents()
+            return lambda: torch.autograd.grad(_as_tuple(forward(leaves, config)), grad_leaves, cots)
     else:
         raise ValueError(f"unknown pass {pass_name!r}")
     return PreparedPass(pass_name, arm)

@@ -45,3 +45,22 @@ def test_intervals_widen_with_the_number_of_comparisons():
     narrow = width(summarize(one, "against", spec, 1e9, TimingPlan(50, 1)))
     wide = width(summarize(many, "against", spec, 1e9, TimingPlan(50, 1)))
     assert wide > narrow  # Bonferroni: simultaneous intervals over every ratio of the trial
+
+
+def test_timed_backward_takes_gradients_as_training_does_without_accumulate_grad_copies(interpret_device):
+    """dX = dR is one tensor from the kernel; accumulated into two leaves' .grad, autograd would copy it (a full
+    extra read and write that no training step pays). The timed pass must hand it over as it is."""
+    from liger_perf.passes import case_inputs, prepare_pass
+    from liger_perf.registry import baseline_path
+    from liger_perf.spec import Case
+    from liger_perf.variants import load_variant
+
+    import torch
+
+    spec = get_spec("fused_add_rms_norm")
+    case = Case((6, 40), torch.float32, spec.bench_config)
+    inputs, cotangents = case_inputs(spec, case, interpret_device)
+    forward = spec.variant_forward(load_variant(baseline_path(spec.name), spec).module)
+    for pass_name in ("backward", "full"):
+        dX, dR, dW = prepare_pass(spec, forward, inputs, case.config, pass_name, cotangents).arm()()
+        assert dX.data_ptr() == dR.data_ptr() and dW.shape == (40,)
