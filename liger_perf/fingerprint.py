@@ -33,6 +33,7 @@ def _driver_version() -> str:
 
 
 def fingerprint(device: Device, project_root: Path) -> dict[str, Any]:
+    stated = os.environ.get("LIGER_PERF_GIT_COMMIT", "")
     info: dict[str, Any] = {
         "device_mode": device.mode,
         "python": platform.python_version(),
@@ -41,10 +42,11 @@ def fingerprint(device: Device, project_root: Path) -> dict[str, Any]:
         "torch": torch.__version__,
         "triton": triton.__version__,
         "liger_perf": liger_perf.__version__,
-        # A copy of the checkout without .git (as on a lent GPU machine) states its commit in the environment.
-        "git_commit": _git(project_root, "rev-parse", "HEAD") or os.environ.get("LIGER_PERF_GIT_COMMIT", ""),
+        # A copy of the checkout (as on a lent GPU machine) states its commit in the environment, and that wins:
+        # such a copy may carry a .git of an older commit beside newer files.
+        "git_commit": stated or _git(project_root, "rev-parse", "HEAD"),
         # Uncommitted changes make the commit alone an incomplete description of the code that ran.
-        "git_dirty": bool(_git(project_root, "status", "--porcelain", "--untracked-files=no")),
+        "git_dirty": False if stated else bool(_git(project_root, "status", "--porcelain", "--untracked-files=no")),
     }
     if device.interpreted:
         info.update(gpu=None, sm_count=None, driver=None, cuda=None)

@@ -34,7 +34,9 @@ BAD = {
 
 
 def _context():
-    trials = load_trials("relu_squared")
+    # The first two trials recorded on the H200 (baseline and A/A): later loop runs add to the history, and
+    # these tests are about what the proposers do from that starting point.
+    trials = [t for t in load_trials("relu_squared") if t["trial_id"] < 2]
     return Context(get_spec("relu_squared"), "forward", trials, trials[0], BASELINE)
 
 

@@ -153,3 +153,16 @@ def test_atomic_write_keeps_the_old_notebook_when_writing_fails(tmp_path, monkey
 
 def test_result_json_has_no_nan():
     assert json.dumps(record.jsonable({"a": float("nan"), "b": [float("inf"), 1.0]})) == '{"a": null, "b": [null, 1.0]}'
+
+
+def test_a_stated_commit_wins_over_the_copy_s_own_git(monkeypatch, interpret_device):
+    """A checkout copied to a GPU machine may carry the .git of an older commit: the commit the caller states is
+    the one the notebooks must record."""
+    from liger_perf.fingerprint import fingerprint
+    from liger_perf.registry import project_root
+
+    monkeypatch.setenv("LIGER_PERF_GIT_COMMIT", "c0ffee1")
+    stated = fingerprint(interpret_device, project_root())
+    assert stated["git_commit"] == "c0ffee1" and stated["git_dirty"] is False
+    monkeypatch.delenv("LIGER_PERF_GIT_COMMIT")
+    assert fingerprint(interpret_device, project_root())["git_commit"] != "c0ffee1"
