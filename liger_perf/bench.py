@@ -164,23 +164,12 @@ def write_bench_report(kernel: str, data: dict, out: Path | None = None) -> Path
 
 
 def best_variant_file(kernel: str, mode: str) -> Path:
-    """The best accepted variant of ``kernel``'s history on this device mode (rebuilt from its notebook's copy
-    of the source when the file is gone), else the baseline."""
-    from liger_perf.loop import best_trial
+    """The best accepted variant of ``kernel``'s history on this device mode, else the baseline."""
+    from liger_perf.loop import best_trial, trial_variant_file
     from liger_perf.registry import baseline_path
-    from liger_perf.runner import notebooks_dir
-    from liger_perf.variants import source_hash
 
     _, best = best_trial(kernel, mode=mode)
-    if best is None:
-        return baseline_path(kernel)
-    path = Path(best["variant"]["path"])
-    if path.is_file() and source_hash(path.read_text()) == best["variant"]["sha256"]:
-        return path
-    rebuilt = notebooks_dir() / kernel / "variants" / f"{best['trial_id']:04d}-{best['name']}.py"
-    rebuilt.parent.mkdir(parents=True, exist_ok=True)
-    rebuilt.write_text(best["variant"]["source"])
-    return rebuilt
+    return baseline_path(kernel) if best is None else trial_variant_file(kernel, best)
 
 
 def _plot(data: dict, out: Path, plt) -> list[Path]:

@@ -209,17 +209,7 @@ class OptimizeLoop:
         return path
 
     def _best_file(self, best: dict) -> Path:
-        """The current best's module: the baseline, or the variant file its trial ran (rebuilt from the
-        notebook's copy of the source if the file is gone)."""
-        if (best.get("variant") or {}).get("sha256") == self.baseline_sha:
-            return self.baseline_file
-        path = Path(best["variant"]["path"])
-        if path.is_file() and source_hash(path.read_text()) == best["variant"]["sha256"]:
-            return path
-        self.variants.mkdir(parents=True, exist_ok=True)
-        rebuilt = self.variants / f"{best['trial_id']:04d}-{best['name']}.py"
-        rebuilt.write_text(best["variant"]["source"])
-        return rebuilt
+        return trial_variant_file(self.kernel, best, self.root)
 
     def _remeasure(self, trials: list[dict]) -> Proposal | None:
         """An inconclusive trial is measured once more, with twice the repetitions; never accepted as it was."""
@@ -284,6 +274,22 @@ class OptimizeLoop:
         self.events.append(event)
         if self.on_event is not None:
             self.on_event(event)
+
+
+def trial_variant_file(kernel: str, trial: dict, root: Path | None = None) -> Path:
+    """The module a trial ran: the baseline, or its variant file (rebuilt from the notebook's copy of the source
+    when the file is gone or differs, e.g. in another checkout)."""
+    baseline = baseline_path(kernel)
+    if (trial.get("variant") or {}).get("sha256") == source_hash(baseline.read_text()):
+        return baseline
+    path = Path(trial["variant"]["path"])
+    if path.is_file() and source_hash(path.read_text()) == trial["variant"]["sha256"]:
+        return path
+    variants = (root or notebooks_dir()) / kernel / "variants"
+    variants.mkdir(parents=True, exist_ok=True)
+    rebuilt = variants / f"{trial['trial_id']:04d}-{trial['name']}.py"
+    rebuilt.write_text(trial["variant"]["source"])
+    return rebuilt
 
 
 def best_trial(kernel: str, root: Path | None = None, mode: str | None = None) -> tuple[dict | None, dict | None]:
