@@ -35,7 +35,8 @@ def measure(kernel: str, variant: str, device_arg: str, repetitions: int) -> dic
     device = select_device(device_arg)  # before any variant is imported
     from liger_perf.fingerprint import fingerprint
     from liger_perf.registry import baseline_path, get_spec, project_root
-    from liger_perf.timing import TimingPlan, copy_bandwidth, peak_memory, summarize, time_suite
+    from liger_perf.timing import (TimingPlan, copy_bandwidth, peak_memory, peer_contenders, summarize,
+                                   time_suite)
     from liger_perf.variants import load_variant
 
     spec = get_spec(kernel)
@@ -44,20 +45,8 @@ def measure(kernel: str, variant: str, device_arg: str, repetitions: int) -> dic
     baseline = load_variant(baseline_path(kernel), spec)
     if baseline.sha256 != best.sha256:
         contenders["baseline"] = spec.variant_forward(baseline.module)
-    unavailable = {}
-    upstream = spec.upstream_forward()
-    if device.interpreted:
-        unavailable["liger-kernel"] = unavailable["torch.compile"] = "not measured under the interpreter"
-    elif upstream is None:
-        unavailable["liger-kernel"] = "liger-kernel is not installed"
-    else:
-        contenders["liger-kernel"] = upstream
-    contenders["eager"] = spec.reference_forward()
-    if not device.interpreted:
-        import torch
-
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
-        contenders["torch.compile"] = torch.compile(spec.reference_forward(), dynamic=False)
+    peers, unavailable = peer_contenders(spec, device)
+    contenders.update(peers)
     plan = TimingPlan.default(device, repetitions)
     cases = spec.cases(device.suite, "bench")
     bandwidth = copy_bandwidth(device)
@@ -90,18 +79,11 @@ def run_bench(kernel: str, variant: Path, device: str = "auto", repetitions: int
 
 
 def speedups(data: dict) -> pd.DataFrame:
-    """Per pass, shape and dtype: each contender's median, the best's fraction of the bandwidth floor, and
-    each peer's time over the best's (with its simultaneous interval)."""
-    frame = pd.DataFrame(data["rows"])
-    table = frame.pivot_table(index=["pass", "shape", "dtype"], columns="contender", values="median_ms",
-                              sort=False)
-    table = table[[c for c in data["contenders"] if c in table.columns]].round(4).add_suffix(" ms")
-    best = frame[frame["contender"] == BEST].set_index(["pass", "shape", "dtype"])
-    table[f"{BEST} % of floor"] = (100 * best["bandwidth_fraction"]).round(1)
-    for row in frame[frame["contender"] != BEST].to_dict("records"):
-        table.loc[(row["pass"], row["shape"], row["dtype"]), f"{row['contender']} / {BEST}"] = (
-            f"{row['ratio']:.2f} [{row['ci_low']:.2f}, {row['ci_high']:.2f}]")
-    return table.reset_index()
+    """Per pass, shape and dtype: each contender's median, each peer's time over the best's (with its
+    simultaneous interval) and the best's fraction of the bandwidth floor: the trials' timing table."""
+    from liger_perf.trial import timing_table
+
+    return timing_table(pd.DataFrame(data["rows"])).round(4).reset_index()
 
 
 def summary_table(data: dict) -> pd.DataFrame:

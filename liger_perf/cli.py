@@ -220,11 +220,12 @@ def bench_command(
     from liger_perf.bench import best_variant_file, run_bench, summary_table, write_bench_report
     from liger_perf.device import select_device
     from liger_perf.registry import get_spec
+    from liger_perf.variants import read_source
 
     get_spec(kernel)
     mode = select_device(device).mode
-    if variant is not None and not variant.is_file():
-        raise UserError(f"variant file {variant} does not exist: give the path of a variant module (.py)")
+    if variant is not None:
+        read_source(variant)  # a missing file is a one-line error here, not in the child process
     chosen = variant or best_variant_file(kernel, mode)
     if mode == "interpret":
         console.print("No CUDA device: benchmarking under the Triton interpreter on the CPU (CPU timings; no "

@@ -104,6 +104,26 @@ def copy_bandwidth(device: Device, nbytes: int = 2**30, repetitions: int = 10) -
     return 2 * nbytes / (ms / 1e3)
 
 
+def peer_contenders(spec: KernelSpec, device: Device) -> tuple[dict[str, ForwardFn], dict[str, str]]:
+    """The peers a kernel is compared against (PyTorch eager, ``torch.compile``, the upstream liger-kernel), and
+    for each one that cannot be measured here, why."""
+    found: dict[str, ForwardFn] = {"eager": spec.reference_forward()}
+    unavailable: dict[str, str] = {}
+    if device.interpreted:
+        unavailable["torch.compile"] = "not measured under the interpreter (CPU timings)"
+    else:
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
+        found["torch.compile"] = torch.compile(spec.reference_forward(), dynamic=False)
+    upstream = spec.upstream_forward()
+    if upstream is None:
+        unavailable["liger-kernel"] = "liger-kernel is not installed (optional)"
+    elif device.interpreted:
+        unavailable["liger-kernel"] = "not measured under the interpreter (CPU timings)"
+    else:
+        found["liger-kernel"] = upstream
+    return found, unavailable
+
+
 def time_case(spec: KernelSpec, contenders: Mapping[str, ForwardFn], case: Case, pass_name: str, device: Device,
               plan: TimingPlan, rng: np.random.Generator, judged: tuple[str, ...] = ("candidate", "against"),
               ) -> dict[str, np.ndarray]:

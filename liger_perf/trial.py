@@ -169,21 +169,10 @@ class Trial:
             found["against"] = self.spec.variant_forward(self.against.module)
         self.data["peers_unavailable"] = {}
         if self.peers_enabled:
-            found["eager"] = self.spec.reference_forward()
-            if self.device.interpreted:
-                self.data["peers_unavailable"]["torch.compile"] = "not measured under the interpreter (CPU timings)"
-            else:
-                import torch
+            from liger_perf.timing import peer_contenders
 
-                torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
-                found["torch.compile"] = torch.compile(self.spec.reference_forward(), dynamic=False)
-            upstream = self.spec.upstream_forward()
-            if upstream is None:
-                self.data["peers_unavailable"]["liger-kernel"] = "liger-kernel is not installed (optional)"
-            elif self.device.interpreted:
-                self.data["peers_unavailable"]["liger-kernel"] = "not measured under the interpreter (CPU timings)"
-            else:
-                found["liger-kernel"] = upstream
+            peers, self.data["peers_unavailable"] = peer_contenders(self.spec, self.device)
+            found.update(peers)
         return found
 
     @_step("time", "timing")
