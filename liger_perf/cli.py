@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from liger_perf.errors import UserError
+from liger_perf.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_JOB_ERROR, UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="An NCU-profile-driven optimization loop for Triton kernels.")
@@ -69,7 +69,7 @@ def check_command(
         failures = result.failures()
         err_console.print(f"[red]FAIL[/red]: {len(failures)} of {len(result.rows)} comparisons failed"
                           + ("" if result.convergence.empty else ", or the convergence run diverged"))
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
     console.print(f"[green]PASS[/green]: {len(result.rows)} comparisons"
                   + ("" if result.convergence.empty else f" and {len(result.convergence)} convergence checks"))
 
@@ -91,6 +91,7 @@ def trial_command(
     timeout: float = typer.Option(3600, help="seconds the trial may run before it is recorded as crashed"),
 ) -> None:
     """Run one trial: a Papermill-executed notebook under notebooks/<kernel>/ (gate, timings, memory, NCU)."""
+    from liger_perf.record import HARNESS_ERROR
     from liger_perf.registry import baseline_path, get_spec
     from liger_perf.runner import run_trial
 
@@ -112,8 +113,10 @@ def trial_command(
     ncu_info = result.get("ncu") or {}
     if ncu_info:
         console.print(f"ncu: {ncu_info.get('status')}" + (f" ({ncu_info['reason']})" if ncu_info.get("reason") else ""))
+    if result["status"] == HARNESS_ERROR:
+        raise typer.Exit(EXIT_JOB_ERROR)
     if result["status"] != "complete":
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command("history")
@@ -202,9 +205,12 @@ def optimize_command(
     loop = OptimizeLoop(kernel, rules, chosen, device=device, budget=budget, repetitions=repetitions,
                         convergence=convergence, confirm=confirm, on_event=show,
                         deadline=None if max_minutes is None else time.time() + 60 * max_minutes)
-    loop.run()
+    outcome = loop.run()
     report = write_report(kernel, [t for t in load_trials(kernel) if t.get("device") == mode])
     console.print(f"report: {report}")
+    if outcome.harness_error:
+        console.print(f"the harness failed (exit code {EXIT_JOB_ERROR}): {outcome.harness_error}", markup=False)
+        raise typer.Exit(EXIT_JOB_ERROR)
 
 
 @app.command("bench")
@@ -281,7 +287,8 @@ def nightly_command(
 ) -> None:
     """Unattended: re-validate each kernel's best on today's stack, then keep tuning; a morning summary.
 
-    Exit code 1 when a regression was found (so that a scheduler can alert), 2 on bad input."""
+    Exit code 1 when a regression was found (so that a scheduler can alert), else 3 when the job itself had errors
+    (a trial the harness could not run, a kernel's job that failed: never a regression), 2 on bad input."""
     from liger_perf.nightly import Nightly, load_config, schedule
     from liger_perf.registry import project_root
 
@@ -290,7 +297,9 @@ def nightly_command(
         return
     job = load_config(config or project_root() / "nightly.yaml")
     code, summary = Nightly(job, echo=lambda text: console.print(text, markup=False)).run()
-    console.print(f"summary: {summary}" + ("  (regressions found: exit code 1)" if code else ""))
+    console.print(f"summary: {summary}" + {EXIT_FAILED: f"  (regressions found: exit code {EXIT_FAILED})",
+                                           EXIT_JOB_ERROR: f"  (errors of the job, no regression: exit code "
+                                                           f"{EXIT_JOB_ERROR})"}.get(code, ""))
     raise typer.Exit(code)
 
 
@@ -323,7 +332,7 @@ def main() -> None:
         app()
     except UserError as e:
         err_console.print(f"liger-perf: error: {e}", highlight=False, soft_wrap=True, markup=False)
-        sys.exit(2)
+        sys.exit(EXIT_BAD_INPUT)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from liger_perf.guardrails import Guardrails
 from liger_perf.history import load_trials, warn
 from liger_perf.judge import chain_ratios, geomean, judge
 from liger_perf.proposers import Context, Proposal, Proposer, Stop
-from liger_perf.record import record_verdict
+from liger_perf.record import HARNESS_ERROR, record_verdict
 from liger_perf.registry import baseline_path, get_spec
 from liger_perf.runner import next_trial_id, notebooks_dir, run_trial
 from liger_perf.variants import source_hash
@@ -42,6 +42,9 @@ class LoopOutcome:
     best: dict[str, Any]
     trials_run: int
     events: list[LoopEvent] = field(default_factory=list)
+    #: Set when the loop stopped because the harness failed (a trial never reached its variant): a fault of the
+    #: job, not of any variant, so whoever runs the loop reports it as such.
+    harness_error: str | None = None
 
 
 class Lock:
@@ -134,6 +137,8 @@ class OptimizeLoop:
                 baseline = self._run(self.baseline_file, None, name="baseline", hypothesis="", prediction="",
                                      changes=None, peers=True)
                 trials_run += 1
+                if baseline["status"] == HARNESS_ERROR:
+                    return self._harness_failed(baseline, best=baseline, trials_run=trials_run)
                 if baseline["status"] != "complete":
                     return self._stop(f"the baseline trial did not complete ({baseline['status']}: "
                                       f"{baseline.get('reason', '')}); fix the baseline first", baseline, trials_run)
@@ -158,6 +163,8 @@ class OptimizeLoop:
                 result = self._run(variant_file, self._best_file(best), name=step.name, hypothesis=step.hypothesis,
                                    prediction=step.prediction, changes=step.changes, peers=False,
                                    repetitions=self._repetitions(step), audit=step.audit)
+                if result["status"] == HARNESS_ERROR:  # no verdict: the variant never ran, and will run again
+                    return self._harness_failed(result, best=best, trials_run=trials_run)
                 self._judge_and_record(result, [t for t in chain])
 
     # -- steps ---------------------------------------------------------------------------------------------
@@ -173,7 +180,8 @@ class OptimizeLoop:
     def _judge_pending(self) -> None:
         trials = self._trials()
         for trial in trials:
-            if trial.get("verdict") is None and trial.get("against") and trial.get("kind") != "revalidation":
+            if trial.get("verdict") is None and trial.get("against") and trial.get("kind") != "revalidation" \
+                    and trial.get("status") != HARNESS_ERROR:
                 _, chain = accepted_chain([t for t in trials if t["trial_id"] < trial["trial_id"]], self.baseline_sha)
                 self._emit("judged-pending", f"trial {trial['trial_id']:04d} finished before the loop was stopped: "
                            "judging it now", trial)
@@ -265,9 +273,13 @@ class OptimizeLoop:
                 lines += [f"  - {p} {diag}: {dict(r.changes)} ({r.why})" for r in remedies]
         return self.confirm("\n".join(lines))
 
-    def _stop(self, reason: str, best: dict, trials_run: int) -> LoopOutcome:
+    def _harness_failed(self, trial: dict, best: dict, trials_run: int) -> LoopOutcome:
+        reason = f"trial {trial['trial_id']:04d} could not run: {trial.get('reason', '')}"
+        return self._stop(reason, best, trials_run, harness_error=reason)
+
+    def _stop(self, reason: str, best: dict, trials_run: int, harness_error: str | None = None) -> LoopOutcome:
         self._emit("stop", reason, best)
-        return LoopOutcome(reason, best, trials_run, self.events)
+        return LoopOutcome(reason, best, trials_run, self.events, harness_error)
 
     def _emit(self, kind: str, message: str, trial: dict | None = None, index: int = 0) -> None:
         event = LoopEvent(kind, message, trial, index, self.budget)

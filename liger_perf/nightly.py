@@ -4,9 +4,15 @@ Per kernel, in the configured order: re-validate the current best against the ba
 stack (when the stack changed since the last re-validation, or there never was one): a side-by-side trial whose
 gate checks the best again. The best failing the gate, or its advantage over the baseline shrinking by more than
 ``max_regression`` against the last recorded figure, is a regression, reported with both runs' environment
-fingerprints. Then the optimize loop goes on from the notebooks within the kernel's trial budget and the time
-left. One kernel's failure is recorded and the job goes on. The summary lands in ``reports/nightly/<date>.md``
-and ``.json``; the exit code is 1 when a regression was found.
+fingerprints. Then the optimize loop goes on from the notebooks within what is left of the kernel's trial budget
+for the night and of the wall clock.
+
+A trial that never reached its variant (the harness failed: a runner error, a missing dependency, a notebook
+kernel that could not start) and any other failure of the job itself are **errors of the job**, reported with
+their cause; they are never a regression of a kernel, and one kernel's error does not stop the others. The
+summary lands in ``reports/nightly/<date>-<time>.md`` and ``.json`` (rewritten after each kernel, so a killed
+run leaves what it did); it names notebooks relative to the workspace. Exit codes: ``EXIT_FAILED`` (1) when a
+regression was found, else ``EXIT_JOB_ERROR`` (3) when the job had errors, else 0.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import os
 import sys
 import time
 import traceback
@@ -23,13 +30,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from liger_perf.config import load_yaml_model
-from liger_perf.errors import UserError
+from liger_perf.errors import EXIT_FAILED, EXIT_JOB_ERROR, UserError
 from liger_perf.guardrails import load_guardrails
 from liger_perf.history import load_trials
 from liger_perf.judge import chain_ratios, geomean, measured_ratios
 from liger_perf.loop import Lock, OptimizeLoop, accepted_chain
 from liger_perf.proposers import get_proposer
-from liger_perf.record import jsonable
+from liger_perf.record import HARNESS_ERROR, jsonable
 from liger_perf.registry import baseline_path, kernel_names, project_root
 from liger_perf.runner import notebooks_dir, run_trial
 from liger_perf.variants import source_hash
@@ -42,7 +49,9 @@ class KernelJob(BaseModel):
 
     name: str
     target: Literal["forward", "backward", "full", "memory"] = "backward"
-    budget: int = Field(5, ge=0, le=1000)  # trials of the optimize loop per night
+    # Trials of the optimize loop per night (the summary's date): a second run the same night (a retried or a
+    # manual start) spends only what the earlier ones left.
+    budget: int = Field(5, ge=0, le=1000)
 
     @field_validator("name")
     @classmethod
@@ -89,6 +98,8 @@ class Nightly:
         self.reports = reports
         self.echo = echo
         self.started = time.time()
+        self.now = dt.datetime.now()
+        self.stack: dict = stack_of(None)  # today's software stack, read once when the job starts
 
     def time_left(self) -> float:
         return self.config.wall_clock_s - (time.time() - self.started)
@@ -97,65 +108,96 @@ class Nightly:
         """(exit code, summary path)."""
         self.root.mkdir(parents=True, exist_ok=True)
         with Lock(self.root, "nightly"):
-            results = []
+            results: list[dict] = []
+            job_errors = self._read_stack()
+            spent = self._spent_tonight()
             for job in self.config.kernels:
                 started = time.time()
                 entry: dict[str, Any] = {"kernel": job.name, "target": job.target, "accepted": [],
-                                         "regressions": [], "trials_run": 0, "notebooks": [], "error": None}
+                                         "regressions": [], "errors": [], "trials_run": 0, "tuning_trials": 0,
+                                         "notebooks": []}
                 try:
                     if self.time_left() <= 0:
                         entry["skipped"] = "the job's wall-clock budget was spent before this kernel"
                     else:
-                        self._kernel(job, entry)
+                        self._kernel(job, entry, budget_left=max(0, job.budget - spent.get(job.name, 0)))
                 except Exception as e:  # one kernel's failure must not stop the others
-                    entry["error"] = f"{type(e).__name__}: {e}"
-                    entry["traceback"] = traceback.format_exc(limit=5)
-                    self.echo(f"{job.name}: failed: {entry['error']}")
+                    entry["errors"].append({"what": self._relative(f"{type(e).__name__}: {e}"),
+                                            "traceback": self._relative(traceback.format_exc(limit=5))})
+                    self.echo(f"{job.name}: error of the job: {type(e).__name__}: {e}")
                 entry["seconds"] = round(time.time() - started, 1)
                 results.append(entry)
-            path = self._write_summary(results)
-        regressions = sum(len(e["regressions"]) for e in results)
-        return (1 if regressions else 0), path
+                self._write_summary(results, job_errors, finished=False)
+            path = self._write_summary(results, job_errors, finished=True)
+        if any(e["regressions"] for e in results):
+            return EXIT_FAILED, path
+        return (EXIT_JOB_ERROR if job_errors or any(e["errors"] for e in results) else 0), path
+
+    def _read_stack(self) -> list[dict]:
+        """Today's stack, in this process (a trial that could not run records none): the errors it raised."""
+        from liger_perf.device import select_device
+        from liger_perf.fingerprint import fingerprint
+
+        try:
+            self.stack = stack_of(fingerprint(select_device(self.config.device), project_root()))
+        except Exception as e:  # no GPU where one was asked for, a broken driver: the job goes on and says so
+            self.echo(f"error of the job: the software stack could not be read: {type(e).__name__}: {e}")
+            return [{"what": self._relative(f"the software stack could not be read: {type(e).__name__}: {e}")}]
+        return []
+
+    def _spent_tonight(self) -> dict[str, int]:
+        """Tuning trials per kernel that earlier runs of the job recorded tonight (the same date)."""
+        spent: dict[str, int] = {}
+        for path in sorted(self._summaries().glob(f"{self.now:%Y-%m-%d}-*.json")):
+            try:
+                summary = json.loads(path.read_text())
+                for e in summary["kernels"]:
+                    spent[e["kernel"]] = spent.get(e["kernel"], 0) + int(e.get("tuning_trials", 0))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                self.echo(f"warning: skipping {path.name}: not a nightly summary this job can read")
+        return spent
 
     # -- one kernel ----------------------------------------------------------------------------------------
 
-    def _kernel(self, job: KernelJob, entry: dict) -> None:
+    def _kernel(self, job: KernelJob, entry: dict, budget_left: int) -> None:
         from liger_perf.device import select_device
 
-        rules = load_guardrails(project_root() / self.config.guardrails
-                                if not Path(self.config.guardrails).is_absolute() else self.config.guardrails,
-                                target=job.target,
-                                trial_timeout_s=max(60.0, min(3600.0, self.time_left())))
+        guardrails = Path(self.config.guardrails)
+        rules = load_guardrails(guardrails if guardrails.is_absolute() else project_root() / guardrails,
+                                target=job.target)
         mode = select_device(self.config.device).mode
         baseline_sha = source_hash(baseline_path(job.name).read_text())
         trials = [t for t in load_trials(job.name, self.root) if t.get("device") == mode]
         baseline, chain = accepted_chain(trials, baseline_sha)
         if chain:
-            self._revalidate(job, entry, trials, chain, rules, mode)
+            self._revalidate(job, entry, trials, chain, rules)
         known = {t["trial_id"] for t in load_trials(job.name, self.root)}
-        if job.budget and self.time_left() > 0:
+        if job.budget and not budget_left:
+            entry["stop_reason"] = (f"tonight's budget of {job.budget} trials was spent by an earlier run of the "
+                                    f"job (reports/nightly/{self.now:%Y-%m-%d}-*)")
+        elif budget_left and self.time_left() > 0:
             loop = OptimizeLoop(job.name, rules, get_proposer(self.config.proposer, model=self.config.model),
-                                device=self.config.device, budget=job.budget, root=self.root,
+                                device=self.config.device, budget=budget_left, root=self.root,
                                 repetitions=self.config.repetitions, convergence=self.config.convergence,
                                 deadline=self.started + self.config.wall_clock_s)
             outcome = loop.run()
-            entry["stop_reason"] = outcome.stop_reason
-            self.echo(f"{job.name}: {outcome.stop_reason}")
+            entry["stop_reason"] = self._relative(outcome.stop_reason)
+            entry["tuning_trials"] = outcome.trials_run
+            if outcome.harness_error:
+                entry["errors"].append({"what": self._relative(outcome.harness_error)})
+            self.echo(f"{job.name}: {entry['stop_reason']}")
         new = [t for t in load_trials(job.name, self.root) if t["trial_id"] not in known]
         entry["trials_run"] += len(new)
-        entry["notebooks"] += [t["notebook"] for t in new]
+        entry["notebooks"] += [self._notebook(t) for t in new]
         entry["accepted"] = [{"trial": t["trial_id"], "name": t["name"], "gain": (t.get("verdict_details") or {})
-                              .get("gain"), "notebook": t["notebook"]} for t in new if t.get("verdict") == "accepted"]
+                              .get("gain"), "notebook": self._notebook(t)}
+                             for t in new if t.get("verdict") == "accepted"]
 
-    def _revalidate(self, job, entry, trials, chain, rules, mode) -> None:
+    def _revalidate(self, job, entry, trials, chain, rules) -> None:
         best = chain[-1]
-        last = next((t for t in reversed(trials) if t.get("kind") == "revalidation"
+        last = next((t for t in reversed(trials) if t.get("kind") == "revalidation" and t.get("status") != HARNESS_ERROR
                      and (t.get("variant") or {}).get("sha256") == best["variant"]["sha256"]), None)
-        from liger_perf.device import select_device
-        from liger_perf.fingerprint import fingerprint
-
-        today = stack_of(fingerprint(select_device(self.config.device), project_root()))
-        if last is not None and stack_of(last.get("fingerprint")) == today:
+        if last is not None and stack_of(last.get("fingerprint")) == self.stack:
             entry["revalidation"] = f"skipped: the software stack is unchanged since trial {last['trial_id']:04d}"
             return
         best_file = Path(best["variant"]["path"])
@@ -170,8 +212,14 @@ class Nightly:
                         convergence=self.config.convergence, confidence=rules.confidence, root=self.root,
                         timeout_s=rules.trial_timeout_s, kind="revalidation", peers=False)
         result = run.result
+        notebook = self._relative(run.notebook)
         entry["trials_run"] += 1
-        entry["notebooks"].append(str(run.notebook))
+        entry["notebooks"].append(notebook)
+        if result.get("status") == HARNESS_ERROR:  # the best never ran: nothing is known about it tonight
+            entry["errors"].append({"what": f"the re-validation of trial {best['trial_id']:04d} could not run: "
+                                            f"{self._relative(result.get('reason', ''))}", "notebook": notebook})
+            entry["revalidation"] = "not done: the harness failed (see the errors)"
+            return
         previous = last or best
         if last is not None:
             before = _advantage(last, job.target)
@@ -180,13 +228,14 @@ class Nightly:
             values = [v for k, v in ratios.items() if (k[0] == "memory") == (job.target == "memory")
                       and (job.target == "memory" or k[0] == job.target)]
             before = 1 / geomean(values) if values else math.nan
-        evidence = {"best_trial": best["trial_id"], "revalidation_notebook": str(run.notebook),
-                    "previous_notebook": previous.get("notebook"),
+        evidence = {"best_trial": best["trial_id"], "revalidation_notebook": notebook,
+                    "previous_notebook": self._notebook(previous),
                     "fingerprint_before": stack_of(previous.get("fingerprint")),
-                    "fingerprint_now": stack_of(result.get("fingerprint"))}
+                    "fingerprint_now": stack_of(result.get("fingerprint")) if result.get("fingerprint")
+                    else self.stack}
         if result.get("status") != "complete":
             entry["regressions"].append({**evidence, "what": f"the best no longer passes: {result.get('status')}: "
-                                                             f"{result.get('reason', '')}"})
+                                                             f"{self._relative(result.get('reason', ''))}"})
             return
         now = _advantage(result, job.target)
         entry["revalidation"] = f"best vs baseline on {job.target}: {now:.3f}x now, {before:.3f}x before"
@@ -198,26 +247,53 @@ class Nightly:
 
     # -- the summary ---------------------------------------------------------------------------------------
 
-    def _write_summary(self, results: list[dict]) -> Path:
+    def _relative(self, text: str | Path | None) -> str | None:
+        """A path, or a message holding paths (a reason, a traceback), relative to the workspace (the folder that
+        holds the notebooks folder): a summary is committed and read on other machines, where this machine's
+        absolute paths mean nothing."""
+        if text is None:
+            return None
+        workspace = self.root.absolute().parent
+        if isinstance(text, Path):
+            return os.path.relpath(text.absolute(), workspace)
+        bases = {workspace, self.root.resolve().parent, project_root()}
+        for base in sorted(bases, key=lambda b: len(str(b)), reverse=True):  # the deepest first
+            text = text.replace(f"{base}/", "")
+        return text
+
+    def _notebook(self, trial: dict) -> str | None:
+        return self._relative(Path(trial["notebook"])) if trial.get("notebook") else None
+
+    def _summaries(self) -> Path:
         from liger_perf.report import reports_dir
 
-        out = (self.reports or reports_dir()) / "nightly"
+        return (self.reports or reports_dir()) / "nightly"
+
+    def _write_summary(self, results: list[dict], job_errors: list[dict], finished: bool) -> Path:
+        out = self._summaries()
         out.mkdir(parents=True, exist_ok=True)
-        stamp = dt.datetime.now().strftime("%Y-%m-%d")
+        stamp = f"{self.now:%Y-%m-%d-%H%M%S}"
         path = out / f"{stamp}.md"
-        summary = {"date": stamp, "seconds": round(time.time() - self.started, 1),
-                   "regressions": sum(len(e["regressions"]) for e in results), "kernels": results}
-        (out / f"{stamp}.json").write_text(json.dumps(jsonable(summary), indent=1) + "\n")
-        lines = [f"# Nightly run {stamp}", "",
-                 f"{len(results)} kernels, {sum(e['trials_run'] for e in results)} trials, {summary['seconds']:.0f} s; "
-                 f"**{summary['regressions']} regression(s)**.", ""]
+        errors = len(job_errors) + sum(len(e["errors"]) for e in results)
+        summary = {"date": f"{self.now:%Y-%m-%d}", "started": self.now.isoformat(timespec="seconds"),
+                   "finished": finished, "seconds": round(time.time() - self.started, 1), "stack": self.stack,
+                   "regressions": sum(len(e["regressions"]) for e in results), "errors": errors,
+                   "job_errors": job_errors, "kernels": results}
+        _write_text(out / f"{stamp}.json", json.dumps(jsonable(summary), indent=1) + "\n")
+        stack = ", ".join(f"{k} {v}" for k, v in self.stack.items() if v) or "unknown"
+        lines = [f"# Nightly run {self.now:%Y-%m-%d %H:%M:%S}" + ("" if finished else " (still running, or killed)"),
+                 "", f"{len(results)} kernels, {sum(e['trials_run'] for e in results)} trials, "
+                 f"{summary['seconds']:.0f} s; **{summary['regressions']} regression(s)**, "
+                 f"**{errors} error(s) of the job**.", "", f"Stack: {stack}.", ""]
+        lines += [f"- **error of the job**: {e['what']}" for e in job_errors] + ([""] if job_errors else [])
         for e in results:
             lines += [f"## {e['kernel']} ({e['target']})", "",
                       f"- trials run: {e['trials_run']}, time: {e['seconds']:.0f} s"]
             if e.get("skipped"):
                 lines.append(f"- skipped: {e['skipped']}")
-            if e.get("error"):
-                lines.append(f"- **failed**: {e['error']}")
+            for err in e["errors"]:
+                lines.append(f"- **error of the job** (not a regression): {err['what']}"
+                             + (f" (`{err['notebook']}`)" if err.get("notebook") else ""))
             if e.get("revalidation"):
                 lines.append(f"- re-validation: {e['revalidation']}")
             for r in e["regressions"]:
@@ -232,10 +308,17 @@ class Nightly:
                              + (f", {gain * 100:.1f}% on {e['target']}" if gain is not None else "")
                              + f" (`{a['notebook']}`)")
             if e.get("stop_reason"):
-                lines.append(f"- the loop stopped: {e['stop_reason']}")
+                lines.append(f"- tuning: {e['stop_reason']}")
             lines += [f"- notebooks: {', '.join(f'`{n}`' for n in e['notebooks']) or 'none'}", ""]
-        path.write_text("\n".join(lines))
+        _write_text(path, "\n".join(lines))
         return path
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Aside, then renamed: a summary is whole or absent, also when the job is killed while writing it."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    os.replace(partial, path)
 
 
 _CRON = """\

@@ -22,6 +22,10 @@ RESULT_MIME = "application/vnd.liger-perf.trial+json"
 VERDICT_MIME = "application/vnd.liger-perf.verdict+json"
 RESULT_TAG, VERDICT_TAG = "result", "verdict"
 VERDICTS = ("accepted", "rejected", "inconclusive")
+#: A trial's status. ``harness-error``: the trial never reached its variant (the notebook kernel or a dependency
+#: failed first); it says nothing about the variant, which may be tried again.
+STATUSES = ("running", "complete", "invalid-variant", "failed-correctness", "crashed", "harness-error")
+HARNESS_ERROR = "harness-error"
 
 
 def jsonable(value: Any) -> Any:

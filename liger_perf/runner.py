@@ -3,11 +3,16 @@
 The variant's code runs only in the notebook's kernel process (never in the caller's), under a time limit.
 Papermill saves the notebook after every cell; it saves to a hidden file beside the target, which is renamed
 into place only when the trial has ended, so a killed trial leaves no notebook for the history to half-read.
-A trial whose process crashed or timed out still gets a notebook, its structured result saying so.
+A trial whose process crashed or timed out still gets a notebook, its structured result saying so, and so does
+one the harness failed before the variant was imported (Papermill or the notebook kernel could not start, a
+dependency is missing, the harness cell raised): its status is ``harness-error``, a fault of the job and never a
+verdict on the variant. The template imports the variant in the cell tagged ``variant``: a failure before that
+cell started is the harness's.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -18,6 +23,7 @@ from typing import Any
 from liger_perf.errors import UserError
 from liger_perf.registry import get_spec, project_root
 
+VARIANT_TAG = "variant"  # the template's cell that imports the variant: the first to run code under trial
 TRIAL_FILE = re.compile(r"^(\d{4,})-([A-Za-z0-9_.-]+)\.ipynb$")
 
 
@@ -74,7 +80,13 @@ def run_trial(kernel: str, variant: str | Path, against: str | Path | None = Non
 
     from liger_perf import record
 
+    from liger_perf.device import MODES
+
     spec = get_spec(kernel)
+    if device not in MODES:  # before a trial number is taken: bad input, not a trial
+        raise UserError(f"unknown device mode {device!r}: use one of {', '.join(MODES)}")
+    if not timeout_s > 0:
+        raise UserError(f"the trial timeout must be a positive number of seconds, not {timeout_s!r}")
     variant = Path(variant)
     if not variant.is_file():
         raise UserError(f"variant file {variant} does not exist: give the path of a variant module (.py)")
@@ -101,18 +113,24 @@ def run_trial(kernel: str, variant: str | Path, against: str | Path | None = Non
     failure = None
     try:
         papermill.execute_notebook(str(template_path()), str(partial), parameters=parameters, kernel_name="python3",
-                                   cwd=str(project_root()), execution_timeout=timeout_s, progress_bar=progress_bar,
-                                   report_mode=False)
+                                   cwd=str(project_root()), execution_timeout=whole_seconds(timeout_s),
+                                   progress_bar=progress_bar, report_mode=False)
     except papermill.PapermillExecutionError as e:
         failure = f"the trial raised {e.ename}: {e.evalue}"[:1000]
-    except Exception as e:  # the kernel died (a crashing variant) or timed out
+    except Exception as e:  # the kernel died (a crashing variant), timed out, or could not start at all
         failure = f"the trial's process failed: {type(e).__name__}: {e}"[:1000]
-    if not partial.is_file():
-        raise UserError(f"papermill wrote no notebook for trial {trial_id:04d}: {failure or 'unknown reason'}")
-    nb = nbformat.read(partial, as_version=4)
+    try:
+        nb = nbformat.read(partial, as_version=4)
+    except (OSError, ValueError) as e:  # Papermill failed before it wrote the notebook: keep the template's
+        nb = nbformat.read(template_path(), as_version=4)
+        failure = failure or f"Papermill wrote no notebook ({type(e).__name__})"
     result = record.read_result(nb)
     if result is None or failure is not None:
-        result = {**(result or _bare_result(parameters, variant)), "status": "crashed",
+        status = "crashed" if variant_started(nb) else "harness-error"
+        if status == "harness-error":
+            failure = (f"the harness failed before the variant was imported: "
+                       f"{failure or 'the notebook ended without a result'}")[:1000]
+        result = {**(result or _bare_result(parameters, variant)), "status": status,
                   "reason": failure or "the notebook ended without a result", "elapsed_s": time.time() - started}
         record.set_result(nb, result)
     record.write_atomic(nb, target)
@@ -120,11 +138,24 @@ def run_trial(kernel: str, variant: str | Path, against: str | Path | None = Non
     return TrialRun(target, record.read_result(nbformat.read(target, as_version=4)))
 
 
+def whole_seconds(seconds: float) -> int:
+    """A time limit as the notebook client takes it: whole seconds (it refuses 299.99), never rounded to 0."""
+    return max(1, math.ceil(seconds))
+
+
+def variant_started(nb) -> bool:
+    """Whether the trial reached the code under trial: Papermill stamps a cell's start time when it starts it."""
+    for cell in nb.cells:
+        if VARIANT_TAG in cell.get("metadata", {}).get("tags", []):
+            return bool(cell.get("metadata", {}).get("papermill", {}).get("start_time"))
+    return True  # a notebook of an older template: no way to tell, so not blamed on the harness
+
+
 def _bare_result(parameters: dict, variant: Path) -> dict:
     from liger_perf.record import FORMAT
     from liger_perf.variants import source_hash
 
-    source = variant.read_text()
+    source = variant.read_text(errors="replace")
     return {"format": FORMAT, "kernel": parameters["kernel"], "trial_id": parameters["trial_id"],
             "name": parameters["name"], "hypothesis": parameters["hypothesis"],
             "prediction": parameters["prediction"], "changes": parameters["changes"],

@@ -55,7 +55,7 @@ class Trial:
         from liger_perf.errors import UserError
         from liger_perf.fingerprint import fingerprint
         from liger_perf.registry import get_spec, project_root
-        from liger_perf.variants import load_variant, read_knobs, read_source, source_hash
+        from liger_perf.variants import read_knobs, read_source, source_hash
 
         self.started = time.time()
         self.spec = get_spec(kernel)
@@ -79,6 +79,17 @@ class Trial:
             "kind": kind,
         }
         self.variant = self.against = None
+        self._paths = (variant, against)
+
+    def load_variants(self) -> None:
+        """Import the variant (and the current best): the first step that runs code under trial.
+
+        The notebook runs it in a cell of its own, tagged ``variant``, so that the runner can tell a failure of
+        the harness (the cells before it: the trial never reached the variant) from a failure of the variant."""
+        from liger_perf.errors import UserError
+        from liger_perf.variants import load_variant
+
+        variant, against = self._paths
         try:
             self.variant = load_variant(variant, self.spec)
             if against:

@@ -8,6 +8,7 @@ the current baseline by exactly that mistake; an edit that no longer applies fai
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,3 +99,13 @@ if __name__ == "__main__":
         sys.exit("usage: python3 tests/broken_variants.py OUT_DIR")
     for broken in BROKEN:
         print(write_broken_variant(broken, Path(sys.argv[1])))
+
+
+def broken_dependency(directory: Path) -> str:
+    """A PYTHONPATH on which the harness's ``pandas`` fails to import, as in an installation that lacks it.
+
+    Only processes started with it see the breakage (a trial's notebook kernel); this one has pandas already."""
+    site = directory / "broken-site"
+    (site / "pandas").mkdir(parents=True, exist_ok=True)
+    (site / "pandas" / "__init__.py").write_text('raise ImportError("injected: pandas is not installed")\n')
+    return f"{site}{os.pathsep}{ROOT}"

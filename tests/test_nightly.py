@@ -15,9 +15,11 @@ from liger_perf.history import load_trials
 from liger_perf.registry import baseline_path
 from liger_perf.runner import kernel_notebooks, run_trial
 
-from broken_variants import ROOT
+from broken_variants import ROOT, broken_dependency
 
-FAST = "device: interpret\nrepetitions: 2\nconvergence: false\nguardrails: " + str(ROOT / "guardrails.yaml") + "\n"
+# Every night here runs under a wall clock, as real nights do: the time left is never a whole number of seconds.
+FAST = ("device: interpret\nrepetitions: 2\nconvergence: false\nwall_clock_s: 3599.5\nguardrails: "
+        + str(ROOT / "guardrails.yaml") + "\n")
 
 
 def _setup(tmp_path, kernels):
@@ -35,7 +37,8 @@ def _nightly(config, env, timeout=1200):
 
 
 def _summary(tmp_path):
-    (path,) = (tmp_path / "reports" / "nightly").glob("*.json")
+    """The latest night's summary (each run of the job writes its own)."""
+    path = sorted((tmp_path / "reports" / "nightly").glob("*.json"))[-1]
     return json.loads(path.read_text()), path.with_suffix(".md").read_text()
 
 
@@ -45,8 +48,14 @@ def test_a_nightly_run_over_both_kernels_writes_the_summary_and_a_quiet_night_en
     assert out.returncode == 0, out.stdout + out.stderr
     summary, text = _summary(tmp_path)
     assert [k["kernel"] for k in summary["kernels"]] == ["fused_add_rms_norm", "relu_squared"]
-    assert summary["regressions"] == 0 and all(k["trials_run"] >= 1 and not k["error"] for k in summary["kernels"])
+    assert summary["regressions"] == 0 and all(k["trials_run"] >= 1 and not k["errors"] for k in summary["kernels"])
+    assert all(t["status"] == "complete" for t in load_trials("relu_squared", tmp_path / "nb"))
     assert "## fused_add_rms_norm (backward)" in text and "0000-baseline.ipynb" in text
+    assert summary["stack"]["torch"] and summary["errors"] == 0
+    # Notebooks are named relative to the workspace: no absolute path of this machine in either file.
+    raw = json.dumps(summary) + text
+    assert str(tmp_path) not in raw and str(ROOT) not in raw
+    assert all(not os.path.isabs(n) for k in summary["kernels"] for n in k["notebooks"])
     history = subprocess.run([sys.executable, "-m", "liger_perf", "history", "relu_squared"], env=env, cwd=ROOT,
                              capture_output=True, text=True, timeout=120)
     assert history.returncode == 0 and "baseline" in history.stdout
@@ -96,23 +105,30 @@ def test_a_run_killed_mid_way_resumes_the_next_night(tmp_path):
     assert summary["kernels"][0]["trials_run"] >= 1
 
 
-def test_a_best_that_got_slower_is_a_regression_with_both_fingerprints_and_exit_code_1(tmp_path):
-    config, env = _setup(tmp_path, [("relu_squared", "forward", 0)])
+def _history_with_an_accepted_best(tmp_path, recorded_ratio=None):
+    """A relu_squared history: the baseline, then a best accepted against it (its forward ratios overwritten
+    with ``recorded_ratio`` when given, as if last night had measured that)."""
     root = tmp_path / "nb"
     fast = dict(device="interpret", repetitions=2, convergence=False, root=root)
     run_trial("relu_squared", baseline_path("relu_squared"), **fast)
     best = tmp_path / "best.py"
     best.write_text(baseline_path("relu_squared").read_text().replace('"BLOCK_SIZE": 1024,', '"BLOCK_SIZE": 2048,'))
     run = run_trial("relu_squared", best, against=baseline_path("relu_squared"), name="best", **fast)
-    # Injected: last night this best was recorded as 10x faster than the baseline in forward.
     nb = nbformat.read(run.notebook, as_version=4)
     result = record.read_result(nb)
     for row in result["timing"]["rows"]:
-        if row["contender"] == "candidate":
-            row["ratio"], row["ci_low"], row["ci_high"] = 0.1, 0.09, 0.11
+        if row["contender"] == "candidate" and recorded_ratio is not None:
+            row["ratio"], row["ci_low"], row["ci_high"] = recorded_ratio, 0.9 * recorded_ratio, 1.1 * recorded_ratio
     record.set_result(nb, result)
     record.set_verdict(nb, "accepted", ["recorded for the test"], {"gain": 0.9})
     record.write_atomic(nb, run.notebook)
+    return root
+
+
+def test_a_best_that_got_slower_is_a_regression_with_both_fingerprints_and_exit_code_1(tmp_path):
+    config, env = _setup(tmp_path, [("relu_squared", "forward", 0)])
+    # Injected: last night this best was recorded as 10x faster than the baseline in forward.
+    root = _history_with_an_accepted_best(tmp_path, recorded_ratio=0.1)
 
     out = _nightly(config, env)
     assert out.returncode == 1, out.stdout + out.stderr
@@ -125,6 +141,59 @@ def test_a_best_that_got_slower_is_a_regression_with_both_fingerprints_and_exit_
     revalidation = kernel_notebooks("relu_squared", root)[-1]
     assert revalidation.name.startswith("0002-revalidate-best")
     assert load_trials("relu_squared", root)[-1]["kind"] == "revalidation"
+
+
+def test_a_trial_the_harness_cannot_run_is_an_error_of_the_job_never_a_regression(tmp_path, monkeypatch):
+    import torch
+
+    from liger_perf.errors import EXIT_JOB_ERROR
+    from liger_perf.nightly import Nightly, NightlyConfig
+
+    root = _history_with_an_accepted_best(tmp_path)
+    config = NightlyConfig(kernels=[{"name": "relu_squared", "target": "forward", "budget": 1}], device="interpret",
+                           repetitions=2, convergence=False, wall_clock_s=1200.5,
+                           guardrails=str(ROOT / "guardrails.yaml"))
+    night = dict(root=root, reports=tmp_path / "reports", echo=lambda text: None)
+    monkeypatch.setenv("PYTHONPATH", broken_dependency(tmp_path))  # the trials' processes lack pandas
+    code, path = Nightly(config, **night).run()
+    assert code == EXIT_JOB_ERROR
+    summary = json.loads(path.with_suffix(".json").read_text())
+    (kernel,) = summary["kernels"]
+    assert summary["regressions"] == 0 and kernel["regressions"] == []
+    # Both the re-validation of the best and the tuning trial could not run: two errors, with their cause.
+    assert len(kernel["errors"]) == 2 and all("pandas is not installed" in e["what"] for e in kernel["errors"])
+    assert summary["stack"]["torch"] == torch.__version__  # recorded although no trial recorded it
+    failed = load_trials("relu_squared", root)[2:]
+    assert [t["status"] for t in failed] == ["harness-error", "harness-error"]
+    assert [t["verdict"] for t in failed] == [None, None]  # no verdict on variants that never ran
+    assert "error(s) of the job" in path.read_text() and "**regression**" not in path.read_text()
+
+    # Installation fixed: the next night re-validates (a re-validation that never ran does not count) and the
+    # tuning trial that never ran runs again (it tried nothing); the budget is per night, so a new date.
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    nightly = Nightly(config, **night)
+    nightly.now = nightly.now.replace(year=nightly.now.year + 1)
+    code, path = nightly.run()
+    summary = json.loads(path.with_suffix(".json").read_text())
+    assert summary["errors"] == 0 and code in (0, 1), summary
+    rerun = load_trials("relu_squared", root)[4:]
+    assert [t["kind"] for t in rerun] == ["revalidation", "experiment"]
+    assert all(t["status"] == "complete" for t in rerun)
+    assert rerun[1]["variant"]["sha256"] == failed[1]["variant"]["sha256"]
+
+
+def test_the_night_s_budget_is_shared_by_every_run_of_that_night(tmp_path):
+    config, env = _setup(tmp_path, [("relu_squared", "forward", 1)])
+    out = _nightly(config, env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    started = time.time()
+    out = _nightly(config, env)  # a retried job the same night: the budget is spent, nothing to do
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert time.time() - started < 60
+    summaries = sorted((tmp_path / "reports" / "nightly").glob("*.json"))
+    first, second = (json.loads(p.read_text()) for p in summaries)
+    assert first["kernels"][0]["tuning_trials"] == 1 and second["kernels"][0]["trials_run"] == 0
+    assert "budget of 1 trials was spent by an earlier run" in second["kernels"][0]["stop_reason"]
 
 
 @pytest.mark.parametrize("text, expected", [

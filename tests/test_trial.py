@@ -11,7 +11,7 @@ from liger_perf.history import history_frame, load_trials
 from liger_perf.registry import baseline_path
 from liger_perf.runner import kernel_notebooks, next_trial_id, run_trial
 
-from broken_variants import BROKEN, write_broken_variant
+from broken_variants import BROKEN, broken_dependency, write_broken_variant
 
 FAST = dict(device="interpret", repetitions=2, convergence=False)
 
@@ -114,8 +114,46 @@ def test_hanging_variant_times_out_and_is_recorded(tmp_path):
         '    return ReluSquaredFunction.apply(X)', '    import time\n    time.sleep(3600)')
     hanger = tmp_path / "hanger.py"
     hanger.write_text(source)
-    run = run_trial("relu_squared", hanger, root=tmp_path, timeout_s=20, **FAST)
+    # A time limit that is not a whole number of seconds (a nightly's time left) is valid for the runner.
+    run = run_trial("relu_squared", hanger, root=tmp_path, timeout_s=19.75, **FAST)
     assert run.result["status"] == "crashed" and "Timeout" in run.result["reason"]
+
+
+def test_a_variant_that_kills_its_process_at_import_crashed_and_the_harness_is_not_blamed(tmp_path):
+    killer = tmp_path / "killer.py"
+    killer.write_text("import os\nos._exit(3)\n" + baseline_path("relu_squared").read_text())
+    run = run_trial("relu_squared", killer, root=tmp_path, **FAST)
+    assert run.result["status"] == "crashed", run.result["reason"]
+
+
+def test_a_runner_that_fails_before_the_notebook_starts_records_a_harness_error(tmp_path, monkeypatch):
+    import papermill
+    from traitlets import TraitError
+
+    def refuse(*args, **kwargs):  # as the notebook client did with a fractional timeout
+        raise TraitError("injected: the notebook client refused its settings")
+
+    monkeypatch.setattr(papermill, "execute_notebook", refuse)
+    run = run_trial("relu_squared", baseline_path("relu_squared"), root=tmp_path, **FAST)
+    assert run.result["status"] == "harness-error" and "injected" in run.result["reason"]
+    assert "before the variant was imported" in run.result["reason"]
+    (trial,) = load_trials("relu_squared", tmp_path)  # the history stays readable
+    assert trial["status"] == "harness-error" and not list((tmp_path / "relu_squared").glob(".*"))
+
+
+def test_a_missing_dependency_in_the_trial_process_is_a_harness_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", broken_dependency(tmp_path))
+    run = run_trial("relu_squared", baseline_path("relu_squared"), root=tmp_path, **FAST)
+    assert run.result["status"] == "harness-error" and "pandas is not installed" in run.result["reason"]
+
+
+@pytest.mark.parametrize("device, timeout", [("tpu", 60), ("interpret", 0), ("interpret", -1)])
+def test_bad_trial_settings_are_refused_before_a_trial_number_is_taken(tmp_path, device, timeout):
+    from liger_perf.errors import UserError
+
+    with pytest.raises(UserError):
+        run_trial("relu_squared", baseline_path("relu_squared"), root=tmp_path, device=device, timeout_s=timeout)
+    assert not (tmp_path / "relu_squared").exists()
 
 
 def test_corrupt_half_written_and_foreign_notebooks_are_skipped_with_a_warning(history, tmp_path, capsys):

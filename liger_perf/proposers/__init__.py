@@ -42,6 +42,14 @@ class Stop:
     reason: str
 
 
+def tried_sources(trials: list[dict[str, Any]]) -> set[str]:
+    """The sha256 of every variant the history has run: a proposer never proposes one again. A trial the harness
+    failed before it reached its variant does not count: that variant was never tried."""
+    from liger_perf.record import HARNESS_ERROR
+
+    return {(t.get("variant") or {}).get("sha256") for t in trials if t.get("status") != HARNESS_ERROR}
+
+
 class Proposer(Protocol):
     name: str
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from liger_perf.errors import UserError
 from liger_perf.judge import geomean
-from liger_perf.proposers import Context, Proposal, Stop
+from liger_perf.proposers import Context, Proposal, Stop, tried_sources
 from liger_perf.proposers.rules import RulesProposer, diagnose
 from liger_perf.proposers.safety import check_generated_source
 from liger_perf.spec import dtype_name, shape_label
@@ -219,7 +219,7 @@ class LlmProposer:
         audit: dict[str, Any] = {"proposer": "llm", "model": self.settings.model,
                                  "endpoint_host": urlparse(self.settings.base_url).netloc, "prompt": prompt,
                                  "exchanges": [], "prompt_tokens": 0, "completion_tokens": 0, "fallback": None}
-        tried = {(t.get("variant") or {}).get("sha256") for t in context.trials}
+        tried = tried_sources(context.trials)
         for attempt in range(self.settings.repairs + 1):
             started = time.time()
             try:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from liger_perf.ncu import STALL_PREFIX, STALL_SUFFIX
-from liger_perf.proposers import Context, Proposal, Stop
+from liger_perf.proposers import Context, Proposal, Stop, tried_sources
 from liger_perf.spec import Remedy
 from liger_perf.variants import read_knobs, source_hash, with_knobs
 
@@ -101,7 +101,7 @@ class RulesProposer:
     def propose(self, context: Context) -> Proposal | Stop:
         spec, best = context.spec, context.best
         knobs, choices = read_knobs(context.best_source)
-        tried = {(t.get("variant") or {}).get("sha256") for t in context.trials}
+        tried = tried_sources(context.trials)
         rejected_moves = self._rejected_moves(context.trials, choices)
         passes = ["forward", "backward"] if context.target == "full" else [context.target]
         diagnoses = [(p, d) for p in passes for d in diagnose(best, p)] if context.target != "memory" else []
