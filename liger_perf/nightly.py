@@ -189,6 +189,8 @@ class Nightly:
         new = [t for t in load_trials(job.name, self.root) if t["trial_id"] not in known]
         entry["trials_run"] += len(new)
         entry["notebooks"] += [self._notebook(t) for t in new]
+        entry["trials"] = [{"trial": t["trial_id"], "name": t["name"], "kind": t.get("kind", "experiment"),
+                            "status": t.get("status"), "verdict": t.get("verdict")} for t in new]
         entry["accepted"] = [{"trial": t["trial_id"], "name": t["name"], "gain": (t.get("verdict_details") or {})
                               .get("gain"), "notebook": self._notebook(t)}
                              for t in new if t.get("verdict") == "accepted"]
@@ -307,6 +309,8 @@ class Nightly:
                 lines.append(f"- accepted: trial {a['trial']:04d} `{a['name']}`"
                              + (f", {gain * 100:.1f}% on {e['target']}" if gain is not None else "")
                              + f" (`{a['notebook']}`)")
+            lines += [f"- trial {t['trial']:04d} `{t['name']}` ({t['kind']}): {t['status']}"
+                      + (f", {t['verdict']}" if t.get("verdict") else "") for t in e.get("trials", [])]
             if e.get("stop_reason"):
                 lines.append(f"- tuning: {e['stop_reason']}")
             lines += [f"- notebooks: {', '.join(f'`{n}`' for n in e['notebooks']) or 'none'}", ""]

@@ -52,6 +52,8 @@ def test_a_nightly_run_over_both_kernels_writes_the_summary_and_a_quiet_night_en
     assert all(t["status"] == "complete" for t in load_trials("relu_squared", tmp_path / "nb"))
     assert "## fused_add_rms_norm (backward)" in text and "0000-baseline.ipynb" in text
     assert summary["stack"]["torch"] and summary["errors"] == 0
+    assert {"kind": "experiment", "status": "complete"}.items() <= summary["kernels"][1]["trials"][-1].items()
+    assert summary["kernels"][1]["trials"][-1]["verdict"] in ("accepted", "rejected", "inconclusive")
     # Notebooks are named relative to the workspace: no absolute path of this machine in either file.
     raw = json.dumps(summary) + text
     assert str(tmp_path) not in raw and str(ROOT) not in raw
