@@ -23,7 +23,8 @@ import pandas as pd
 
 from liger_perf.errors import UserError
 from liger_perf.judge import geomean
-from liger_perf.report import markdown_table, reports_dir
+from liger_perf.report import markdown_table
+from liger_perf.store import Store
 
 BEST = "best"
 
@@ -63,7 +64,7 @@ def measure(kernel: str, variant: str, device_arg: str, repetitions: int) -> dic
 def run_bench(kernel: str, variant: Path, device: str = "auto", repetitions: int = 0,
               timeout_s: float = 1800) -> dict:
     """Run ``measure`` in a child process under ``timeout_s``; its JSON result."""
-    out = reports_dir() / kernel / ".bench.partial.json"
+    out = Store().kernel_reports(kernel) / ".bench.partial.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "liger_perf.bench", kernel, str(variant), device, str(repetitions), str(out)]
     try:
@@ -119,7 +120,7 @@ def write_bench_report(kernel: str, data: dict, out: Path | None = None) -> Path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out = out or reports_dir() / kernel
+    out = out or Store().kernel_reports(kernel)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(data, indent=1, default=float))
     fp = data["fingerprint"]

@@ -88,12 +88,13 @@ def trial_command(
     ncu: bool = typer.Option(True, help="profile with Nsight Compute (recorded as unavailable where it cannot)"),
     peers: Optional[bool] = typer.Option(None, help="also time eager, torch.compile and liger-kernel; "
                                                     "default: only in a kernel's first trial"),
-    timeout: float = typer.Option(3600, help="seconds the trial may run before it is recorded as crashed"),
+    timeout: float = typer.Option(3600, help="seconds each step of the trial (a notebook cell) may run before "
+                                             "the trial is recorded as crashed"),
 ) -> None:
     """Run one trial: a Papermill-executed notebook under notebooks/<kernel>/ (gate, timings, memory, NCU)."""
     from liger_perf.record import HARNESS_ERROR
     from liger_perf.registry import baseline_path, get_spec
-    from liger_perf.runner import run_trial
+    from liger_perf.runners import run_trial
 
     spec = get_spec(kernel)
     pass_list = [p.strip() for p in passes.split(",") if p.strip()]
@@ -211,6 +212,8 @@ def optimize_command(
     if outcome.harness_error:
         console.print(f"the harness failed (exit code {EXIT_JOB_ERROR}): {outcome.harness_error}", markup=False)
         raise typer.Exit(EXIT_JOB_ERROR)
+    if outcome.baseline_failed:
+        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command("bench")

@@ -37,8 +37,9 @@ class Guardrails(BaseModel):
     #: The loop stops when the best variant's target pass runs at this fraction of the bandwidth floor at
     #: every shape (nothing left to win).
     floor_fraction_stop: float = Field(0.97, gt=0, le=1.5)
-    #: Seconds a trial may run before it is recorded as crashed.
-    trial_timeout_s: float = Field(3600, gt=0)
+    #: Seconds each step of a trial (a cell of its notebook: the gate, the timing, NCU) may run before the trial
+    #: is recorded as crashed.
+    trial_timeout_s: float = Field(3600, gt=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _cumulative_at_least_per_step(self):

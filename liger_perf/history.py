@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from liger_perf.record import FORMAT, read_result, read_verdict
-from liger_perf.runner import TRIAL_FILE, kernel_notebooks
+from liger_perf.store import Store, trial_number
 
 TRIAL_COLUMNS = ["trial_id", "name", "kind", "status", "verdict", "hypothesis", "prediction", "variant_sha256",
                  "against_sha256", "device", "notebook"]
@@ -56,8 +56,8 @@ def read_trial(path: Path) -> dict[str, Any] | None:
         return None
     verdict = read_verdict(nb) or {}
     # The file name's number is the trial's place in the history (what the result recorded is kept beside it).
-    numbered = TRIAL_FILE.match(path.name)
-    trial_id = int(numbered.group(1)) if numbered else result.get("trial_id")
+    numbered = trial_number(path)
+    trial_id = numbered if numbered is not None else result.get("trial_id")
     return {**result, "trial_id": trial_id, "recorded_trial_id": result.get("trial_id"),
             "verdict": verdict.get("verdict"), "verdict_reasons": verdict.get("reasons", []),
             "verdict_details": verdict, "notebook": str(path)}
@@ -65,7 +65,7 @@ def read_trial(path: Path) -> dict[str, Any] | None:
 
 def load_trials(kernel: str, root: Path | None = None) -> list[dict[str, Any]]:
     """Every readable trial of ``kernel``, in trial order."""
-    trials = [t for p in kernel_notebooks(kernel, root) if (t := read_trial(p)) is not None]
+    trials = [t for p in Store(root).trial_notebooks(kernel) if (t := read_trial(p)) is not None]
     return trials
 
 

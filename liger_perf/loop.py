@@ -8,7 +8,6 @@ its variant runs again under a new number, and nothing that completed runs twice
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,8 @@ from liger_perf.judge import chain_ratios, geomean, judge
 from liger_perf.proposers import Context, Proposal, Proposer, Stop
 from liger_perf.record import HARNESS_ERROR, record_verdict
 from liger_perf.registry import baseline_path, get_spec
-from liger_perf.runner import next_trial_id, notebooks_dir, run_trial
+from liger_perf.runners import Runner, run_trial
+from liger_perf.store import Store
 from liger_perf.variants import source_hash
 
 
@@ -45,40 +45,8 @@ class LoopOutcome:
     #: Set when the loop stopped because the harness failed (a trial never reached its variant): a fault of the
     #: job, not of any variant, so whoever runs the loop reports it as such.
     harness_error: str | None = None
-
-
-class Lock:
-    """One run of a kind (optimize, nightly) per folder at a time; a lock left by a killed run is taken over."""
-
-    def __init__(self, folder: Path, kind: str = "optimize"):
-        self.path = folder / f".{kind}.lock"
-        self.kind = kind
-
-    def __enter__(self):
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.exists():
-            try:
-                pid = int(self.path.read_text().strip() or 0)
-            except ValueError:
-                pid = 0
-            if pid and pid != os.getpid() and _alive(pid):
-                raise UserError(f"another {self.kind} run (pid {pid}) is working on {self.path.parent}; wait for "
-                                f"it or stop it (its lock: {self.path})")
-        self.path.write_text(str(os.getpid()))
-        return self
-
-    def __exit__(self, *exc):
-        self.path.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    #: Set when the baseline's own trial did not complete: nothing can be tuned until it does.
+    baseline_failed: str | None = None
 
 
 def _is_baseline(trial: dict, baseline_sha: str) -> bool:
@@ -102,16 +70,17 @@ class OptimizeLoop:
     def __init__(self, kernel: str, guardrails: Guardrails, proposer: Proposer, device: str = "auto",
                  budget: int = 10, root: Path | None = None, repetitions: int = 0, convergence: bool = True,
                  confirm: Callable[[str], bool] | None = None, on_event: Callable[[LoopEvent], None] | None = None,
-                 deadline: float | None = None):
-        from liger_perf.device import select_device
+                 deadline: float | None = None, runner: Runner | None = None):
+        if runner is None:
+            from liger_perf.runners.papermill import PapermillRunner
 
+            runner = PapermillRunner()
         self.spec = get_spec(kernel)
         self.kernel, self.guardrails, self.proposer, self.budget = kernel, guardrails, proposer, budget
-        self.device_arg = device
-        self.mode = select_device(device).mode  # sets nothing up but the mode: no variant runs in this process
-        self.root = root or notebooks_dir()
-        self.folder = self.root / kernel
-        self.variants = self.folder / "variants"
+        self.device_arg, self.runner = device, runner
+        self.mode = runner.mode(device)  # the device mode the trials will record
+        self.store = Store(root)
+        self.root = self.store.notebooks
         self.repetitions, self.convergence = repetitions, convergence
         self.confirm, self.on_event = confirm, on_event
         self.deadline = deadline  # time.time() after which no new trial starts (a nightly job's wall clock)
@@ -126,7 +95,7 @@ class OptimizeLoop:
         if self.guardrails.target != "memory" and self.guardrails.target not in self.spec.passes:
             raise UserError(f"--target {self.guardrails.target}: {self.kernel} has the passes "
                             f"{', '.join(self.spec.passes)} (or memory)")
-        with Lock(self.folder, "optimize"):
+        with self.store.lock("optimize", self.kernel):
             self._drop_half_written()
             self._judge_pending()
             trials_run = 0
@@ -140,8 +109,9 @@ class OptimizeLoop:
                 if baseline["status"] == HARNESS_ERROR:
                     return self._harness_failed(baseline, best=baseline, trials_run=trials_run)
                 if baseline["status"] != "complete":
-                    return self._stop(f"the baseline trial did not complete ({baseline['status']}: "
-                                      f"{baseline.get('reason', '')}); fix the baseline first", baseline, trials_run)
+                    reason = (f"the baseline trial did not complete ({baseline['status']}: "
+                              f"{baseline.get('reason', '')}); fix the baseline first")
+                    return self._stop(reason, baseline, trials_run, baseline_failed=reason)
                 if self.confirm is not None and not self._confirm_plan(baseline):
                     return self._stop("stopped after the baseline trial: the plan was not confirmed", baseline,
                                       trials_run)
@@ -173,7 +143,7 @@ class OptimizeLoop:
         return [t for t in load_trials(self.kernel, self.root) if t.get("device") == self.mode]
 
     def _drop_half_written(self) -> None:
-        for partial in self.folder.glob(".*.partial.ipynb"):
+        for partial in self.store.partial_notebooks(self.kernel):
             warn(f"dropping {partial.name}: a trial killed before it finished (its variant will run again)")
             partial.unlink()
 
@@ -205,14 +175,14 @@ class OptimizeLoop:
                         passes=list(self.spec.passes), device=self.device_arg,
                         repetitions=self.repetitions if repetitions is None else repetitions, ncu=True, peers=peers,
                         convergence=self.convergence, confidence=self.guardrails.confidence, changes=changes,
-                        timeout_s=self.guardrails.trial_timeout_s, root=self.root)
+                        timeout_s=self.guardrails.trial_timeout_s, root=self.root, runner=self.runner)
         trial_id = int(run.notebook.name.split("-")[0])
         self.run_ids.add(trial_id)
         return {**run.result, "notebook": str(run.notebook), "trial_id": trial_id, "verdict": None}
 
     def _write_variant(self, step: Proposal) -> Path:
-        self.variants.mkdir(parents=True, exist_ok=True)
-        path = self.variants / f"{next_trial_id(self.kernel, self.root):04d}-{step.name}.py"
+        path = self.store.trial_paths(self.kernel, self.store.next_trial_id(self.kernel), step.name).variant
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(step.source)
         return path
 
@@ -221,7 +191,8 @@ class OptimizeLoop:
 
     def _remeasure(self, trials: list[dict]) -> Proposal | None:
         """An inconclusive trial is measured once more, with twice the repetitions; never accepted as it was."""
-        last = trials[-1] if trials else None
+        last = next((t for t in reversed(trials) if t.get("status") != HARNESS_ERROR
+                     and t.get("kind", "experiment") == "experiment"), None)
         if not last or last.get("verdict") != "inconclusive" or (last.get("name") or "").endswith("-remeasure"):
             return None
         return Proposal(name=f"{last['name']}-remeasure", source=last["variant"]["source"],
@@ -277,9 +248,10 @@ class OptimizeLoop:
         reason = f"trial {trial['trial_id']:04d} could not run: {trial.get('reason', '')}"
         return self._stop(reason, best, trials_run, harness_error=reason)
 
-    def _stop(self, reason: str, best: dict, trials_run: int, harness_error: str | None = None) -> LoopOutcome:
+    def _stop(self, reason: str, best: dict, trials_run: int, harness_error: str | None = None,
+              baseline_failed: str | None = None) -> LoopOutcome:
         self._emit("stop", reason, best)
-        return LoopOutcome(reason, best, trials_run, self.events, harness_error)
+        return LoopOutcome(reason, best, trials_run, self.events, harness_error, baseline_failed)
 
     def _emit(self, kind: str, message: str, trial: dict | None = None, index: int = 0) -> None:
         event = LoopEvent(kind, message, trial, index, self.budget)
@@ -297,9 +269,8 @@ def trial_variant_file(kernel: str, trial: dict, root: Path | None = None) -> Pa
     path = Path(trial["variant"]["path"])
     if path.is_file() and source_hash(path.read_text()) == trial["variant"]["sha256"]:
         return path
-    variants = (root or notebooks_dir()) / kernel / "variants"
-    variants.mkdir(parents=True, exist_ok=True)
-    rebuilt = variants / f"{trial['trial_id']:04d}-{trial['name']}.py"
+    rebuilt = Store(root).trial_paths(kernel, trial["trial_id"], trial["name"]).variant
+    rebuilt.parent.mkdir(parents=True, exist_ok=True)
     rebuilt.write_text(trial["variant"]["source"])
     return rebuilt
 

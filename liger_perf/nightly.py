@@ -21,6 +21,7 @@ import datetime as dt
 import json
 import math
 import os
+import re
 import sys
 import time
 import traceback
@@ -34,13 +35,15 @@ from liger_perf.errors import EXIT_FAILED, EXIT_JOB_ERROR, UserError
 from liger_perf.guardrails import load_guardrails
 from liger_perf.history import load_trials
 from liger_perf.judge import chain_ratios, geomean, measured_ratios
-from liger_perf.loop import Lock, OptimizeLoop, accepted_chain
+from liger_perf.loop import OptimizeLoop, accepted_chain
 from liger_perf.proposers import get_proposer
 from liger_perf.record import HARNESS_ERROR, jsonable
 from liger_perf.registry import baseline_path, kernel_names, project_root
-from liger_perf.runner import notebooks_dir, run_trial
+from liger_perf.runners import Runner, run_trial
+from liger_perf.store import Store
 from liger_perf.variants import source_hash
 
+_ABSOLUTE = re.compile(r"(?<![\w.~:/])/(?:[^\s/\"':,()\[\]]+/)+[^\s/\"':,()\[\]]*")
 STACK_KEYS = ("gpu", "driver", "cuda", "torch", "triton", "liger_perf", "python")
 
 
@@ -92,10 +95,15 @@ def _advantage(result: dict, target: str) -> float:
 
 class Nightly:
     def __init__(self, config: NightlyConfig, root: Path | None = None, reports: Path | None = None,
-                 echo=print):
+                 echo=print, runner: Runner | None = None):
         self.config = config
-        self.root = root or notebooks_dir()
-        self.reports = reports
+        self.store = Store(root, reports)
+        self.root = self.store.notebooks
+        if runner is None:
+            from liger_perf.runners.papermill import PapermillRunner
+
+            runner = PapermillRunner()
+        self.runner = runner
         self.echo = echo
         self.started = time.time()
         self.now = dt.datetime.now()
@@ -107,15 +115,17 @@ class Nightly:
     def run(self) -> tuple[int, Path]:
         """(exit code, summary path)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        with Lock(self.root, "nightly"):
-            results: list[dict] = []
-            job_errors = self._read_stack()
+        with self.store.lock("nightly"):
+            self.results: list[dict] = []
+            results = self.results
+            self.job_errors = job_errors = self._read_stack()
             spent = self._spent_tonight()
             for job in self.config.kernels:
                 started = time.time()
                 entry: dict[str, Any] = {"kernel": job.name, "target": job.target, "accepted": [],
                                          "regressions": [], "errors": [], "trials_run": 0, "tuning_trials": 0,
-                                         "notebooks": []}
+                                         "notebooks": [], "trials": [], "seconds": 0.0}
+                results.append(entry)
                 try:
                     if self.time_left() <= 0:
                         entry["skipped"] = "the job's wall-clock budget was spent before this kernel"
@@ -126,9 +136,8 @@ class Nightly:
                                             "traceback": self._relative(traceback.format_exc(limit=5))})
                     self.echo(f"{job.name}: error of the job: {type(e).__name__}: {e}")
                 entry["seconds"] = round(time.time() - started, 1)
-                results.append(entry)
-                self._write_summary(results, job_errors, finished=False)
-            path = self._write_summary(results, job_errors, finished=True)
+                self._write_summary(finished=False)
+            path = self._write_summary(finished=True)
         if any(e["regressions"] for e in results):
             return EXIT_FAILED, path
         return (EXIT_JOB_ERROR if job_errors or any(e["errors"] for e in results) else 0), path
@@ -146,7 +155,8 @@ class Nightly:
         return []
 
     def _spent_tonight(self) -> dict[str, int]:
-        """Tuning trials per kernel that earlier runs of the job recorded tonight (the same date)."""
+        """Tuning trials per kernel that earlier runs of the job recorded tonight (the same date). A run's summary
+        is rewritten after each of its trials, so a killed run's trials count too."""
         spent: dict[str, int] = {}
         for path in sorted(self._summaries().glob(f"{self.now:%Y-%m-%d}-*.json")):
             try:
@@ -160,18 +170,17 @@ class Nightly:
     # -- one kernel ----------------------------------------------------------------------------------------
 
     def _kernel(self, job: KernelJob, entry: dict, budget_left: int) -> None:
-        from liger_perf.device import select_device
-
         guardrails = Path(self.config.guardrails)
         rules = load_guardrails(guardrails if guardrails.is_absolute() else project_root() / guardrails,
                                 target=job.target)
-        mode = select_device(self.config.device).mode
+        mode = self.runner.mode(self.config.device)
         baseline_sha = source_hash(baseline_path(job.name).read_text())
         trials = [t for t in load_trials(job.name, self.root) if t.get("device") == mode]
         baseline, chain = accepted_chain(trials, baseline_sha)
+        known = {t["trial_id"] for t in load_trials(job.name, self.root)}
         if chain:
             self._revalidate(job, entry, trials, chain, rules)
-        known = {t["trial_id"] for t in load_trials(job.name, self.root)}
+            self._record_new_trials(job, entry, known)
         if job.budget and not budget_left:
             entry["stop_reason"] = (f"tonight's budget of {job.budget} trials was spent by an earlier run of the "
                                     f"job (reports/nightly/{self.now:%Y-%m-%d}-*)")
@@ -179,21 +188,30 @@ class Nightly:
             loop = OptimizeLoop(job.name, rules, get_proposer(self.config.proposer, model=self.config.model),
                                 device=self.config.device, budget=budget_left, root=self.root,
                                 repetitions=self.config.repetitions, convergence=self.config.convergence,
-                                deadline=self.started + self.config.wall_clock_s)
+                                deadline=self.started + self.config.wall_clock_s, runner=self.runner,
+                                on_event=lambda event: self._record_new_trials(job, entry, known))
             outcome = loop.run()
             entry["stop_reason"] = self._relative(outcome.stop_reason)
-            entry["tuning_trials"] = outcome.trials_run
-            if outcome.harness_error:
-                entry["errors"].append({"what": self._relative(outcome.harness_error)})
+            for error in (outcome.harness_error, outcome.baseline_failed):
+                if error:
+                    entry["errors"].append({"what": self._relative(error)})
             self.echo(f"{job.name}: {entry['stop_reason']}")
+        self._record_new_trials(job, entry, known)
+
+    def _record_new_trials(self, job: KernelJob, entry: dict, known: set[int]) -> None:
+        """Put the trials this run added into the kernel's entry, and the summary on disk: a killed run leaves
+        a summary of every trial it finished (and tonight's budget counts them)."""
         new = [t for t in load_trials(job.name, self.root) if t["trial_id"] not in known]
-        entry["trials_run"] += len(new)
-        entry["notebooks"] += [self._notebook(t) for t in new]
+        entry["trials_run"] = len(new)
+        entry["tuning_trials"] = sum(t.get("kind", "experiment") == "experiment" and t.get("status") != HARNESS_ERROR
+                                     for t in new)  # a trial that never ran its variant spends no budget
+        entry["notebooks"] = [self._notebook(t) for t in new]
         entry["trials"] = [{"trial": t["trial_id"], "name": t["name"], "kind": t.get("kind", "experiment"),
                             "status": t.get("status"), "verdict": t.get("verdict")} for t in new]
         entry["accepted"] = [{"trial": t["trial_id"], "name": t["name"], "gain": (t.get("verdict_details") or {})
                               .get("gain"), "notebook": self._notebook(t)}
                              for t in new if t.get("verdict") == "accepted"]
+        self._write_summary(finished=False)
 
     def _revalidate(self, job, entry, trials, chain, rules) -> None:
         best = chain[-1]
@@ -204,7 +222,7 @@ class Nightly:
             return
         best_file = Path(best["variant"]["path"])
         if not best_file.is_file() or source_hash(best_file.read_text()) != best["variant"]["sha256"]:
-            best_file = self.root / job.name / "variants" / f"{best['trial_id']:04d}-{best['name']}.py"
+            best_file = self.store.trial_paths(job.name, best["trial_id"], best["name"]).variant
             best_file.parent.mkdir(parents=True, exist_ok=True)
             best_file.write_text(best["variant"]["source"])
         self.echo(f"{job.name}: re-validating trial {best['trial_id']:04d} {best['name']} against the baseline")
@@ -212,11 +230,9 @@ class Nightly:
                         hypothesis="nightly re-validation of the current best against the baseline on today's stack",
                         device=self.config.device, repetitions=self.config.repetitions,
                         convergence=self.config.convergence, confidence=rules.confidence, root=self.root,
-                        timeout_s=rules.trial_timeout_s, kind="revalidation", peers=False)
+                        timeout_s=rules.trial_timeout_s, kind="revalidation", peers=False, runner=self.runner)
         result = run.result
         notebook = self._relative(run.notebook)
-        entry["trials_run"] += 1
-        entry["notebooks"].append(notebook)
         if result.get("status") == HARNESS_ERROR:  # the best never ran: nothing is known about it tonight
             entry["errors"].append({"what": f"the re-validation of trial {best['trial_id']:04d} could not run: "
                                             f"{self._relative(result.get('reason', ''))}", "notebook": notebook})
@@ -260,18 +276,18 @@ class Nightly:
             return os.path.relpath(text.absolute(), workspace)
         bases = {workspace, self.root.resolve().parent, project_root()}
         for base in sorted(bases, key=lambda b: len(str(b)), reverse=True):  # the deepest first
-            text = text.replace(f"{base}/", "")
-        return text
+            text = text.replace(f"{base}/", "").replace(str(base), ".")
+        # Whatever else is absolute (site-packages in a traceback, a temporary folder): its last two parts.
+        return _ABSOLUTE.sub(lambda m: "…/" + "/".join(m.group(0).rsplit("/", 2)[-2:]), text)
 
     def _notebook(self, trial: dict) -> str | None:
         return self._relative(Path(trial["notebook"])) if trial.get("notebook") else None
 
     def _summaries(self) -> Path:
-        from liger_perf.report import reports_dir
+        return self.store.nightly_reports()
 
-        return (self.reports or reports_dir()) / "nightly"
-
-    def _write_summary(self, results: list[dict], job_errors: list[dict], finished: bool) -> Path:
+    def _write_summary(self, finished: bool) -> Path:
+        results, job_errors = self.results, self.job_errors
         out = self._summaries()
         out.mkdir(parents=True, exist_ok=True)
         stamp = f"{self.now:%Y-%m-%d-%H%M%S}"

@@ -1,4 +1,7 @@
-"""The trial notebook's contract with programs: where the structured result and the verdict live.
+"""The trial notebook's contract with programs: the request it runs, where its result and the verdict live.
+
+A trial is asked for with one ``TrialRequest``, handed to the notebook as its one Papermill parameter
+(``request``, a plain dict) and read back into the type there.
 
 A trial notebook holds exactly one structured result: the output, with MIME type ``RESULT_MIME``, of the code
 cell tagged ``result``. It is a JSON object with ``"format": FORMAT`` (see ``Trial.result`` for its keys). The
@@ -13,9 +16,10 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import nbformat
+from pydantic import BaseModel, ConfigDict, Field
 
 FORMAT = "liger-perf-trial/1"
 RESULT_MIME = "application/vnd.liger-perf.trial+json"
@@ -26,6 +30,32 @@ VERDICTS = ("accepted", "rejected", "inconclusive")
 #: failed first); it says nothing about the variant, which may be tried again.
 STATUSES = ("running", "complete", "invalid-variant", "failed-correctness", "crashed", "harness-error")
 HARNESS_ERROR = "harness-error"
+
+
+class TrialRequest(BaseModel):
+    """Everything one trial needs: what to run, against what, how to measure it, and why it is tried."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kernel: str
+    variant: str  # the module under trial (an absolute path)
+    against: str = ""  # the current best's module, timed side by side; empty for a kernel's first trial
+    trial_id: int = Field(0, ge=0)
+    name: str = ""
+    passes: list[str] = ["forward", "backward", "full"]
+    device: Literal["auto", "cuda", "interpret"] = "auto"
+    repetitions: int = Field(0, ge=0)  # 0: the device's default (100 on a GPU, 5 interpreted)
+    confidence: float = Field(0.95, gt=0, lt=1)
+    ncu: bool = True
+    peers: bool = False  # also time eager, torch.compile and liger-kernel (a kernel's first trial)
+    convergence: bool = True
+    timeout_s: float = Field(3600, gt=0)  # each cell of the notebook; past it the trial is recorded as crashed
+    artifacts: str = ""  # folder for large outputs (the .ncu-rep)
+    hypothesis: str = ""
+    prediction: str = ""
+    changes: dict[str, Any] | None = None  # the knob changes from the variant this one was derived from
+    proposer_audit: dict[str, Any] | None = None  # an LLM proposer's model, prompt, replies and checks
+    kind: Literal["experiment", "revalidation"] = "experiment"  # revalidation: a nightly check, never judged
 
 
 def jsonable(value: Any) -> Any:
@@ -83,6 +113,13 @@ def set_verdict(nb, verdict: str, reasons: list[str], details: dict | None = Non
         nb.cells.append(cell)
     cell.outputs = [nbformat.v4.new_output("display_data", data={
         VERDICT_MIME: payload, "text/markdown": text, "text/plain": f"verdict: {verdict}"})]
+
+
+def clear_verdict(nb) -> None:
+    """Take the loop's verdict out of a notebook (a replayed trial is judged again)."""
+    for cell in nb.cells:
+        if VERDICT_TAG in cell.get("metadata", {}).get("tags", []):
+            cell.outputs = []
 
 
 def write_atomic(nb, path: str | Path) -> None:

@@ -9,20 +9,15 @@ from __future__ import annotations
 
 import difflib
 import math
-import os
 from pathlib import Path
 
 import pandas as pd
 
 from liger_perf.judge import chain_ratios, geomean
 from liger_perf.loop import accepted_chain, geomean_ratio
-from liger_perf.registry import baseline_path, project_root
+from liger_perf.registry import baseline_path
+from liger_perf.store import Store
 from liger_perf.variants import source_hash
-
-
-def reports_dir() -> Path:
-    """``reports/`` of the project, or ``$LIGER_PERF_REPORTS``."""
-    return Path(os.environ.get("LIGER_PERF_REPORTS", project_root() / "reports"))
 
 
 def variant_diff(kernel: str, best: dict | None) -> str:
@@ -78,7 +73,7 @@ def write_report(kernel: str, trials: list[dict], out: Path | None = None) -> Pa
     from liger_perf.registry import get_spec
 
     spec = get_spec(kernel)
-    out = out or reports_dir() / kernel
+    out = out or Store().kernel_reports(kernel)
     out.mkdir(parents=True, exist_ok=True)
     baseline_sha = source_hash(baseline_path(kernel).read_text())
     baseline, chain = accepted_chain(trials, baseline_sha)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from liger_perf.record import FORMAT, RESULT_MIME, jsonable
+from liger_perf.record import FORMAT, RESULT_MIME, TrialRequest, jsonable
 
 
 def _display(obj=None, markdown: str | None = None) -> None:
@@ -44,42 +44,44 @@ def _step(name: str, what: str):
 
 
 class Trial:
-    def __init__(self, kernel: str, variant: str, against: str = "", passes=("forward", "backward", "full"),
-                 device: str = "auto", trial_id: int = 0, name: str = "", hypothesis: str = "",
-                 prediction: str = "", repetitions: int = 0, ncu: bool = True, peers: bool = False,
-                 convergence: bool = True, artifacts: str = "", confidence: float = 0.95, changes: Any = None,
-                 proposer_audit: dict | None = None, kind: str = "experiment"):
+    def __init__(self, request: TrialRequest | dict):
         from liger_perf.device import select_device
 
-        self.device = select_device(device)  # before any variant is imported
+        request = TrialRequest.model_validate(request)
+        self.device = select_device(request.device)  # before any variant is imported
         from liger_perf.errors import UserError
         from liger_perf.fingerprint import fingerprint
         from liger_perf.registry import get_spec, project_root
         from liger_perf.variants import read_knobs, read_source, source_hash
 
+        self.request = request
         self.started = time.time()
-        self.spec = get_spec(kernel)
-        self.passes = [p for p in passes if p in self.spec.passes]
-        self.artifacts = Path(artifacts) if artifacts else None
-        self.ncu_enabled, self.peers_enabled, self.convergence = ncu, peers, convergence
-        self.repetitions, self.confidence = repetitions, confidence
-        source = read_source(variant)
+        self.spec = get_spec(request.kernel)
+        self.passes = [p for p in request.passes if p in self.spec.passes]
+        self.artifacts = Path(request.artifacts) if request.artifacts else None
+        unreadable = ""
         try:
-            knobs = read_knobs(source, variant)[0]
+            source = read_source(request.variant)
+        except UserError as e:  # the variant's own defect (not UTF-8): recorded as such, never a harness error
+            source, unreadable = Path(request.variant).read_text(errors="replace"), str(e)
+        try:
+            knobs = read_knobs(source, request.variant)[0]
         except UserError:
             knobs = None
         self.data: dict[str, Any] = {
-            "format": FORMAT, "kernel": kernel, "trial_id": trial_id, "name": name or Path(variant).stem,
-            "hypothesis": hypothesis, "prediction": prediction, "changes": changes,
-            "variant": {"path": str(variant), "sha256": source_hash(source), "knobs": knobs, "source": source},
+            "format": FORMAT, "kernel": request.kernel, "trial_id": request.trial_id,
+            "name": request.name or Path(request.variant).stem, "hypothesis": request.hypothesis,
+            "prediction": request.prediction, "changes": request.changes,
+            "variant": {"path": request.variant, "sha256": source_hash(source), "knobs": knobs, "source": source},
             "against": None, "passes": self.passes, "device": self.device.mode, "suite": self.device.suite,
             "fingerprint": fingerprint(self.device, project_root()), "status": "running", "reason": "",
-            "proposer_audit": proposer_audit,
+            "proposer_audit": request.proposer_audit,
             # "experiment" (judged by the loop) or "revalidation" (a nightly check of the best; never judged)
-            "kind": kind,
+            "kind": request.kind,
         }
         self.variant = self.against = None
-        self._paths = (variant, against)
+        if unreadable:
+            self._stop("invalid-variant", unreadable)
 
     def load_variants(self) -> None:
         """Import the variant (and the current best): the first step that runs code under trial.
@@ -89,7 +91,9 @@ class Trial:
         from liger_perf.errors import UserError
         from liger_perf.variants import load_variant
 
-        variant, against = self._paths
+        variant, against = self.request.variant, self.request.against
+        if self.data["status"] != "running":
+            return
         try:
             self.variant = load_variant(variant, self.spec)
             if against:
@@ -150,7 +154,8 @@ class Trial:
     def check(self) -> None:
         from liger_perf.correctness import check_variant
 
-        result = check_variant(self.spec, self.variant, self.device, convergence=self.convergence, fail_fast=True)
+        result = check_variant(self.spec, self.variant, self.device, convergence=self.request.convergence,
+                               fail_fast=True)
         rows = result.rows
         columns = ["case", "layout", "output", "against", "reason"]
         self.data["correctness"] = {
@@ -179,7 +184,7 @@ class Trial:
         if self.against is not None:
             found["against"] = self.spec.variant_forward(self.against.module)
         self.data["peers_unavailable"] = {}
-        if self.peers_enabled:
+        if self.request.peers:
             from liger_perf.timing import peer_contenders
 
             peers, self.data["peers_unavailable"] = peer_contenders(self.spec, self.device)
@@ -190,8 +195,8 @@ class Trial:
     def time(self) -> None:
         from liger_perf.timing import TimingPlan, copy_bandwidth, peak_memory, summarize, time_suite
 
-        plan = TimingPlan.default(self.device, self.repetitions)
-        plan = TimingPlan(plan.repetitions, plan.warmup, confidence=self.confidence)
+        plan = TimingPlan.default(self.device, self.request.repetitions)
+        plan = TimingPlan(plan.repetitions, plan.warmup, confidence=self.request.confidence)
         contenders = self.contenders()
         reference = "against" if "against" in contenders else "candidate"
         cases = self.spec.cases(self.device.suite, "bench")
@@ -226,7 +231,7 @@ class Trial:
         from liger_perf.ncu import profile, summary_table
 
         passes = [p for p in self.passes if p != "full"]  # full is forward plus backward: profiled as those
-        if not self.ncu_enabled:
+        if not self.request.ncu:
             result_status, reason, metrics, advice, report = "unavailable", "disabled for this trial", None, None, None
         else:
             report_path = (self.artifacts or Path(".")) / "profile.ncu-rep"

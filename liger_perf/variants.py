@@ -42,7 +42,10 @@ def read_source(path: str | Path) -> str:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"variant file {path} does not exist: give the path of a variant module (.py)")
-    return path.read_text()
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"variant file {path} is not UTF-8 text (byte {e.start}): save the module as UTF-8") from None
 
 
 def parse_source(source: str, path: str | Path) -> ast.Module:

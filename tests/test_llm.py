@@ -14,7 +14,7 @@ from liger_perf.proposers.llm import LlmProposer, LlmSettings, build_prompt
 from liger_perf.proposers.safety import check_generated_source
 from liger_perf.record import read_result
 from liger_perf.registry import baseline_path, get_spec
-from liger_perf.runner import kernel_notebooks
+from liger_perf.store import Store
 
 from broken_variants import ROOT
 from llm_server import FakeOpenAI, reply
@@ -128,7 +128,7 @@ def test_a_short_llm_loop_in_interpreter_mode_records_prompts_and_replies(tmp_pa
         out = _cli(["optimize", "relu_squared", "--target", "forward", "--budget", "2", "--proposer", "llm",
                     "--model", "recorded", "--repetitions", "2", "--no-convergence"], env)
     assert out.returncode == 0, out.stdout + out.stderr
-    notebooks = kernel_notebooks("relu_squared", tmp_path / "nb")
+    notebooks = Store(tmp_path / "nb").trial_notebooks("relu_squared")
     assert [p.name for p in notebooks] == ["0000-baseline.ipynb", "0001-llm-bigger-blocks.ipynb"]
     result = read_result(nbformat.read(notebooks[1], as_version=4))
     assert result["status"] == "complete" and result["variant"]["source"] == GOOD

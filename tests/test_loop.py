@@ -11,7 +11,8 @@ from liger_perf.history import load_trials
 from liger_perf.loop import OptimizeLoop
 from liger_perf.proposers.rules import RulesProposer
 from liger_perf.registry import baseline_path
-from liger_perf.runner import kernel_notebooks, run_trial
+from liger_perf.runners import run_trial
+from liger_perf.store import Store
 
 from broken_variants import ROOT
 
@@ -47,7 +48,7 @@ def test_killed_in_the_middle_of_a_trial_the_loop_resumes_from_the_notebooks(tmp
         time.sleep(0.2)
     os.killpg(process.pid, signal.SIGKILL)  # the loop and the trial's kernel process, mid-trial
     process.wait()
-    assert [p.name for p in kernel_notebooks("relu_squared", folder.parent)] == ["0000-baseline.ipynb"]
+    assert [p.name for p in Store(folder.parent).trial_notebooks("relu_squared")] == ["0000-baseline.ipynb"]
     assert (folder / ".optimize.lock").exists()  # left behind by the killed run
 
     done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)

@@ -13,19 +13,23 @@ import pytest
 from liger_perf import record
 from liger_perf.history import load_trials
 from liger_perf.registry import baseline_path
-from liger_perf.runner import kernel_notebooks, run_trial
+from liger_perf.runners import run_trial
+from liger_perf.store import Store
 
 from broken_variants import ROOT, broken_dependency
 
-# Every night here runs under a wall clock, as real nights do: the time left is never a whole number of seconds.
-FAST = ("device: interpret\nrepetitions: 2\nconvergence: false\nwall_clock_s: 3599.5\nguardrails: "
-        + str(ROOT / "guardrails.yaml") + "\n")
+# Every night here runs under a wall clock, as real nights do, and its trials' time limit is not a whole number
+# of seconds (the notebook client refuses such a limit unless the runner rounds it).
+FAST = "device: interpret\nrepetitions: 2\nconvergence: false\nwall_clock_s: 3599.5\n"
 
 
 def _setup(tmp_path, kernels):
+    guardrails = tmp_path / "guardrails.yaml"
+    guardrails.write_text((ROOT / "guardrails.yaml").read_text().replace("trial_timeout_s: 3600 ",
+                                                                         "trial_timeout_s: 599.5"))
     config = tmp_path / "nightly.yaml"
     config.write_text("kernels:\n" + "".join(f"  - {{name: {k}, target: {t}, budget: {b}}}\n" for k, t, b in kernels)
-                      + FAST)
+                      + FAST + f"guardrails: {guardrails}\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1",
            "LIGER_PERF_NOTEBOOKS": str(tmp_path / "nb"), "LIGER_PERF_REPORTS": str(tmp_path / "reports")}
     return config, env
@@ -96,6 +100,9 @@ def test_a_run_killed_mid_way_resumes_the_next_night(tmp_path):
         time.sleep(0.2)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
+    (killed,) = (tmp_path / "reports" / "nightly").glob("*.json")  # what it finished, and that it did not finish
+    killed = json.loads(killed.read_text())
+    assert not killed["finished"] and killed["kernels"][0]["tuning_trials"] == 1  # the baseline
     out = _nightly(config, env)
     assert out.returncode in (0, 1), out.stdout + out.stderr
     trials = load_trials("relu_squared", tmp_path / "nb")
@@ -140,7 +147,7 @@ def test_a_best_that_got_slower_is_a_regression_with_both_fingerprints_and_exit_
     assert regression["advantage_before"] == pytest.approx(10.0) and regression["advantage_now"] < 9.5
     assert regression["fingerprint_before"]["torch"] and regression["fingerprint_now"]["triton"]
     assert "**regression**" in text and "| triton |" in text
-    revalidation = kernel_notebooks("relu_squared", root)[-1]
+    revalidation = Store(root).trial_notebooks("relu_squared")[-1]
     assert revalidation.name.startswith("0002-revalidate-best")
     assert load_trials("relu_squared", root)[-1]["kind"] == "revalidation"
 
@@ -169,13 +176,13 @@ def test_a_trial_the_harness_cannot_run_is_an_error_of_the_job_never_a_regressio
     assert [t["status"] for t in failed] == ["harness-error", "harness-error"]
     assert [t["verdict"] for t in failed] == [None, None]  # no verdict on variants that never ran
     assert "error(s) of the job" in path.read_text() and "**regression**" not in path.read_text()
+    assert kernel["tuning_trials"] == 0  # a trial that never ran its variant spends none of the night's budget
+    assert str(tmp_path) not in path.read_text() + json.dumps(summary)
 
-    # Installation fixed: the next night re-validates (a re-validation that never ran does not count) and the
-    # tuning trial that never ran runs again (it tried nothing); the budget is per night, so a new date.
+    # Installation fixed, the same night: the next run re-validates (a re-validation that never ran does not
+    # count) and the tuning trial that never ran runs again (it tried nothing).
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    nightly = Nightly(config, **night)
-    nightly.now = nightly.now.replace(year=nightly.now.year + 1)
-    code, path = nightly.run()
+    code, path = Nightly(config, **night).run()
     summary = json.loads(path.with_suffix(".json").read_text())
     assert summary["errors"] == 0 and code in (0, 1), summary
     rerun = load_trials("relu_squared", root)[4:]

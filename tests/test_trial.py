@@ -9,7 +9,8 @@ import pytest
 from liger_perf import record
 from liger_perf.history import history_frame, load_trials
 from liger_perf.registry import baseline_path
-from liger_perf.runner import kernel_notebooks, next_trial_id, run_trial
+from liger_perf.runners import run_trial
+from liger_perf.store import Store
 
 from broken_variants import BROKEN, broken_dependency, write_broken_variant
 
@@ -104,7 +105,7 @@ def test_crashing_variant_leaves_a_readable_notebook(tmp_path):
     crasher.write_text(source)
     run = run_trial("relu_squared", crasher, root=tmp_path, **FAST)
     assert run.result["status"] == "crashed" and run.result["reason"]
-    assert [p.name for p in kernel_notebooks("relu_squared", tmp_path)] == ["0000-crasher.ipynb"]
+    assert [p.name for p in Store(tmp_path).trial_notebooks("relu_squared")] == ["0000-crasher.ipynb"]
     assert not list((tmp_path / "relu_squared").glob(".*"))  # no half-written file left behind
     assert load_trials("relu_squared", tmp_path)[0]["status"] == "crashed"
 
@@ -170,7 +171,7 @@ def test_corrupt_half_written_and_foreign_notebooks_are_skipped_with_a_warning(h
     assert [t["trial_id"] for t in trials] == [0, 1]
     warnings = [line for line in capsys.readouterr().err.splitlines() if line]
     assert len(warnings) == 3 and all(w.startswith("liger-perf: warning: skipping") for w in warnings)
-    assert next_trial_id("relu_squared", tmp_path) == 6  # never reuses a number, even a half-written one's
+    assert Store(tmp_path).next_trial_id("relu_squared") == 6  # never reuses a number, even a half-written one's
 
 
 def test_atomic_write_keeps_the_old_notebook_when_writing_fails(tmp_path, monkeypatch):

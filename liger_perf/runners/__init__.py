@@ -1,0 +1,80 @@
+"""Runners: where a trial runs. Each takes one ``TrialRequest`` and leaves one finished notebook in the store.
+
+- ``PapermillRunner`` (``runners/papermill.py``): executes the trial notebook here, in a kernel process of its own.
+- ``ReplayRunner`` (``runners/replay.py``): serves recorded trials instead of running them, so the loop, the judge
+  and the proposers run through recorded GPU notebooks in seconds on any machine.
+
+The caller takes the trial's number from the store (``Store.new_trial``) and builds the request; the runner
+writes the notebook at the store's paths for that number and returns it with its structured result.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from liger_perf.errors import UserError
+from liger_perf.record import TrialRequest
+from liger_perf.registry import get_spec
+from liger_perf.store import Store
+
+
+@dataclass
+class TrialRun:
+    notebook: Path
+    result: dict[str, Any]
+
+
+class Runner(Protocol):
+    def mode(self, device: str) -> str:
+        """The device mode (``cuda`` or ``interpret``) the trials of ``device`` (auto, cuda, interpret) record."""
+        ...
+
+    def run(self, request: TrialRequest, store: Store) -> TrialRun: ...
+
+
+def trial_request(kernel: str, variant: str | Path, against: str | Path | None = None, *, store: Store,
+                  name: str | None = None, hypothesis: str = "", prediction: str = "",
+                  passes: list[str] | None = None, device: str = "auto", repetitions: int = 0, ncu: bool = True,
+                  peers: bool | None = None, convergence: bool = True, confidence: float = 0.95,
+                  changes: dict | None = None, audit: dict | None = None, kind: str = "experiment",
+                  timeout_s: float = 3600) -> TrialRequest:
+    """Check what was asked (one line per mistake), take the next trial number, and build the request.
+
+    ``peers`` defaults to True for a kernel's first trial (its baseline), when the peers are worth measuring."""
+    from liger_perf.device import MODES
+
+    spec = get_spec(kernel)
+    if device not in MODES:  # before a trial number is taken: bad input, not a trial
+        raise UserError(f"unknown device mode {device!r}: use one of {', '.join(MODES)}")
+    if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
+        raise UserError(f"the trial timeout must be a positive, finite number of seconds, not {timeout_s!r}")
+    variant = Path(variant)
+    if not variant.is_file():
+        raise UserError(f"variant file {variant} does not exist: give the path of a variant module (.py)")
+    if against is not None and not Path(against).is_file():
+        raise UserError(f"--against file {against} does not exist: give the current best's variant module")
+    if peers is None:
+        peers = not store.trial_notebooks(kernel)
+    paths = store.new_trial(kernel, name or variant.stem)
+    return TrialRequest(
+        kernel=kernel, variant=str(variant.resolve()), against=str(Path(against).resolve()) if against else "",
+        trial_id=paths.trial_id, name=paths.name, passes=list(passes or spec.passes), device=device,
+        repetitions=repetitions, confidence=confidence, ncu=ncu, peers=peers, convergence=convergence,
+        timeout_s=timeout_s, artifacts=str(paths.artifacts), hypothesis=hypothesis, prediction=prediction,
+        changes=changes, proposer_audit=audit, kind=kind)
+
+
+def run_trial(kernel: str, variant: str | Path, against: str | Path | None = None, *, root: Path | None = None,
+              runner: Runner | None = None, **settings) -> TrialRun:
+    """One trial of ``variant`` (against ``against``) in the notebooks folder ``root``, on ``runner`` (default:
+    Papermill, here). ``settings``: those of ``trial_request``."""
+    store = Store(root)
+    request = trial_request(kernel, variant, against, store=store, **settings)
+    if runner is None:
+        from liger_perf.runners.papermill import PapermillRunner
+
+        runner = PapermillRunner()
+    return runner.run(request, store)

@@ -1,0 +1,108 @@
+"""The local runner: executes the trial notebook with Papermill into ``notebooks/<kernel>/<NNNN>-<name>.ipynb``.
+
+The variant's code runs only in the notebook's kernel process (never in the caller's), under a time limit.
+Papermill saves the notebook after every cell; it saves to a hidden file beside the target, which is renamed
+into place only when the trial has ended, so a killed trial leaves no notebook for the history to half-read.
+A trial whose process crashed or timed out still gets a notebook, its structured result saying so, and so does
+one the harness failed before the variant was imported (Papermill or the notebook kernel could not start, a
+dependency is missing, the harness cell raised): its status is ``harness-error``, a fault of the job and never a
+verdict on the variant. The template imports the variant in the cell tagged ``variant``: a failure before that
+cell started is the harness's.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+from liger_perf.record import HARNESS_ERROR, TrialRequest
+from liger_perf.runners import TrialRun
+from liger_perf.store import Store, template_path
+
+VARIANT_TAG = "variant"  # the template's cell that imports the variant: the first to run code under trial
+
+
+class PapermillRunner:
+    """Runs each trial here, in a notebook kernel process of its own."""
+
+    def __init__(self, progress_bar: bool = False):
+        self.progress_bar = progress_bar
+
+    def mode(self, device: str) -> str:
+        from liger_perf.device import select_device
+
+        return select_device(device).mode  # sets nothing up but the mode: no variant runs in this process
+
+    def _recorded_mode(self, device: str) -> str:
+        try:
+            return self.mode(device)
+        except Exception:  # no GPU where one was asked for: the asked-for mode is the best we know
+            return device
+
+    def run(self, request: TrialRequest, store: Store) -> TrialRun:
+        import nbformat
+        import papermill
+
+        from liger_perf import record
+        from liger_perf.registry import project_root
+
+        paths = store.trial_paths(request.kernel, request.trial_id, request.name)
+        paths.partial.parent.mkdir(parents=True, exist_ok=True)
+        started = time.time()
+        failure = None
+        try:
+            papermill.execute_notebook(str(template_path()), str(paths.partial),
+                                       parameters={"request": request.model_dump(mode="json")},
+                                       kernel_name="python3", cwd=str(project_root()),
+                                       execution_timeout=whole_seconds(request.timeout_s),
+                                       progress_bar=self.progress_bar, report_mode=False)
+        except papermill.PapermillExecutionError as e:
+            failure = f"the trial raised {e.ename}: {e.evalue}"[:1000]
+        except Exception as e:  # the kernel died (a crashing variant), timed out, or could not start at all
+            failure = f"the trial's process failed: {type(e).__name__}: {e}"[:1000]
+        try:
+            nb = nbformat.read(paths.partial, as_version=4)
+        except (OSError, ValueError) as e:  # Papermill failed before it wrote the notebook: keep the template's
+            nb = nbformat.read(template_path(), as_version=4)
+            failure = failure or f"Papermill wrote no notebook ({type(e).__name__})"
+        result = record.read_result(nb)
+        if result is None or failure is not None:
+            status = "crashed" if variant_started(nb) else HARNESS_ERROR
+            if status == HARNESS_ERROR:
+                failure = (f"the harness failed before the variant was imported: "
+                           f"{failure or 'the notebook ended without a result'}")[:1000]
+            result = {**(result or bare_result(request, self._recorded_mode(request.device))), "status": status,
+                      "reason": failure or "the notebook ended without a result", "elapsed_s": time.time() - started}
+            record.set_result(nb, result)
+        record.write_atomic(nb, paths.notebook)
+        paths.partial.unlink(missing_ok=True)
+        return TrialRun(paths.notebook, record.read_result(nbformat.read(paths.notebook, as_version=4)))
+
+
+def whole_seconds(seconds: float) -> int:
+    """A time limit as the notebook client takes it: whole seconds (it refuses 299.99), never rounded to 0."""
+    return max(1, math.ceil(seconds))
+
+
+def variant_started(nb) -> bool:
+    """Whether the trial reached the code under trial: Papermill stamps a cell's start time when it starts it."""
+    for cell in nb.cells:
+        if VARIANT_TAG in cell.get("metadata", {}).get("tags", []):
+            return bool(cell.get("metadata", {}).get("papermill", {}).get("start_time"))
+    return True  # a notebook of an older template: no way to tell, so not blamed on the harness
+
+
+def bare_result(request: TrialRequest, mode: str) -> dict:
+    """The result of a trial whose notebook never got to write one: what the request says about it."""
+    from liger_perf.record import FORMAT
+    from liger_perf.variants import source_hash
+
+    source = Path(request.variant).read_text(errors="replace")
+    against = source_hash(Path(request.against).read_text(errors="replace")) if request.against else None
+    return {"format": FORMAT, "kernel": request.kernel, "trial_id": request.trial_id, "name": request.name,
+            "hypothesis": request.hypothesis, "prediction": request.prediction, "changes": request.changes,
+            "variant": {"path": request.variant, "sha256": source_hash(source), "source": source, "knobs": None},
+            "against": {"path": request.against, "sha256": against} if request.against else None,
+            "proposer_audit": request.proposer_audit, "kind": request.kind, "passes": request.passes,
+            "device": mode}

@@ -1,0 +1,148 @@
+"""The workspace's files: the one owner of every path liger-perf reads or writes, and of trial numbering.
+
+    notebooks/<kernel>/NNNN-<name>.ipynb             a trial: the history (committed)
+    notebooks/<kernel>/.NNNN-<name>.partial.ipynb    a trial being written (renamed into place when it ends)
+    notebooks/<kernel>/variants/NNNN-<name>.py       the module a proposed trial ran
+    notebooks/<kernel>/artifacts/NNNN-<name>/        large outputs (the .ncu-rep), not committed
+    notebooks/<kernel>/.optimize.lock                one optimize loop per kernel
+    notebooks/.nightly.lock                          one nightly job per workspace
+    reports/<kernel>/, reports/nightly/              what people read
+
+The notebooks folder is ``notebooks/`` of the project or ``$LIGER_PERF_NOTEBOOKS``; the reports folder
+``reports/`` or ``$LIGER_PERF_REPORTS``. A trial's number is taken from the file names, half-written ones
+included, so a number is never used twice.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from liger_perf.errors import UserError
+from liger_perf.registry import project_root
+
+NOTEBOOKS_ENV, REPORTS_ENV = "LIGER_PERF_NOTEBOOKS", "LIGER_PERF_REPORTS"
+TRIAL_FILE = re.compile(r"^(\d{4,})-([A-Za-z0-9_.-]+)\.ipynb$")
+_NUMBERED = re.compile(r"^\.?(\d{4,})-")
+PARTIAL_SUFFIX = ".partial.ipynb"
+
+
+def template_path() -> Path:
+    """The trial notebook that Papermill executes."""
+    return project_root() / "notebooks" / "templates" / "trial.ipynb"
+
+
+def short_name(text: str) -> str:
+    """A trial name that is safe in a file name."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:60]
+    return name or "trial"
+
+
+def trial_number(path: Path) -> int | None:
+    """The trial number a notebook's file name gives it (None for a file that is not a trial notebook)."""
+    match = TRIAL_FILE.match(path.name)
+    return int(match.group(1)) if match else None
+
+
+@dataclass(frozen=True)
+class TrialPaths:
+    """Where one trial's files go."""
+
+    trial_id: int
+    name: str
+    notebook: Path  # the finished trial
+    partial: Path  # where it is written while it runs
+    artifacts: Path  # its large outputs
+    variant: Path  # the module it runs, when the loop wrote one
+
+
+class Store:
+    def __init__(self, notebooks: Path | None = None, reports: Path | None = None):
+        self.notebooks = Path(notebooks) if notebooks is not None else \
+            Path(os.environ.get(NOTEBOOKS_ENV, project_root() / "notebooks"))
+        self.reports = Path(reports) if reports is not None else \
+            Path(os.environ.get(REPORTS_ENV, project_root() / "reports"))
+
+    # -- the history ---------------------------------------------------------------------------------------
+
+    def kernel_folder(self, kernel: str) -> Path:
+        return self.notebooks / kernel
+
+    def trial_notebooks(self, kernel: str) -> list[Path]:
+        """The kernel's finished trial notebooks, in trial order (half-written ones excluded)."""
+        folder = self.kernel_folder(kernel)
+        if not folder.is_dir():
+            return []
+        found = [(number, p) for p in folder.iterdir() if (number := trial_number(p)) is not None]
+        return [p for _, p in sorted(found)]
+
+    def next_trial_id(self, kernel: str) -> int:
+        """One more than any number taken in the kernel's folder, a half-written trial's included."""
+        folder = self.kernel_folder(kernel)
+        taken = [int(m.group(1)) for p in folder.iterdir() if (m := _NUMBERED.match(p.name))] \
+            if folder.is_dir() else []
+        return max(taken, default=-1) + 1
+
+    def trial_paths(self, kernel: str, trial_id: int, name: str) -> TrialPaths:
+        folder, name = self.kernel_folder(kernel), short_name(name)
+        stem = f"{trial_id:04d}-{name}"
+        return TrialPaths(trial_id, name, folder / f"{stem}.ipynb", folder / f".{stem}{PARTIAL_SUFFIX}",
+                          folder / "artifacts" / stem, folder / "variants" / f"{stem}.py")
+
+    def new_trial(self, kernel: str, name: str) -> TrialPaths:
+        """The paths of the kernel's next trial (its folder created)."""
+        self.kernel_folder(kernel).mkdir(parents=True, exist_ok=True)
+        return self.trial_paths(kernel, self.next_trial_id(kernel), name)
+
+    def partial_notebooks(self, kernel: str) -> list[Path]:
+        """Trials killed before they finished (or still being written by another process)."""
+        folder = self.kernel_folder(kernel)
+        return sorted(folder.glob(f".*{PARTIAL_SUFFIX}")) if folder.is_dir() else []
+
+    # -- locks and reports ---------------------------------------------------------------------------------
+
+    def lock(self, kind: str, kernel: str | None = None) -> "Lock":
+        """One run of ``kind`` (optimize per kernel, nightly per workspace) at a time."""
+        return Lock(self.kernel_folder(kernel) if kernel else self.notebooks, kind)
+
+    def kernel_reports(self, kernel: str) -> Path:
+        return self.reports / kernel
+
+    def nightly_reports(self) -> Path:
+        return self.reports / "nightly"
+
+
+class Lock:
+    """One run of a kind (optimize, nightly) per folder at a time; a lock left by a killed run is taken over."""
+
+    def __init__(self, folder: Path, kind: str = "optimize"):
+        self.path = folder / f".{kind}.lock"
+        self.kind = kind
+
+    def __enter__(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            try:
+                pid = int(self.path.read_text().strip() or 0)
+            except ValueError:
+                pid = 0
+            if pid and pid != os.getpid() and _alive(pid):
+                raise UserError(f"another {self.kind} run (pid {pid}) is working on {self.path.parent}; wait for "
+                                f"it or stop it (its lock: {self.path})")
+        self.path.write_text(str(os.getpid()))
+        return self
+
+    def __exit__(self, *exc):
+        self.path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,60 @@
+"""The replay runner: the loop, the judge and the rules proposer run through the recorded H200 trials, in seconds."""
+
+import shutil
+import time
+
+import pytest
+
+from liger_perf.errors import UserError
+from liger_perf.guardrails import load_guardrails
+from liger_perf.history import load_trials
+from liger_perf.loop import OptimizeLoop
+from liger_perf.proposers.rules import RulesProposer
+from liger_perf.registry import baseline_path
+from liger_perf.runners import run_trial
+from liger_perf.runners.replay import ReplayRunner
+
+from broken_variants import ROOT
+
+KERNEL = "fused_add_rms_norm"
+RECORDED = ROOT / "notebooks"
+
+
+def _history_up_to_the_baseline(tmp_path):
+    """The recorded fused history up to its baseline trial (0002), as the loop found it on the H200."""
+    root = tmp_path / "nb"
+    (root / KERNEL).mkdir(parents=True)
+    for notebook in sorted((RECORDED / KERNEL).glob("000[0-2]-*.ipynb")):
+        shutil.copy(notebook, root / KERNEL / notebook.name)
+    return root
+
+
+def test_the_loop_replayed_through_the_recorded_h200_trials_decides_as_it_did_then(tmp_path):
+    root = _history_up_to_the_baseline(tmp_path)
+    runner = ReplayRunner(RECORDED)
+    loop = OptimizeLoop(KERNEL, load_guardrails(ROOT / "guardrails.yaml", target="backward"), RulesProposer(),
+                        device="cuda", budget=5, root=root, runner=runner)
+    started = time.time()
+    outcome = loop.run()
+    assert time.time() - started < 60
+    assert outcome.stop_reason == "the budget of 5 trials is spent"
+    recorded = {t["trial_id"]: t for t in load_trials(KERNEL, RECORDED)}
+    replayed = [t for t in load_trials(KERNEL, root) if t["trial_id"] >= 3]
+    # The rules proposer, reading the same notebooks, proposed what it proposed on the H200, in the same order...
+    assert runner.served == [3, 4, 5, 6, 7] == [t["trial_id"] for t in replayed]
+    for trial in replayed:
+        then = recorded[trial["trial_id"]]
+        assert trial["variant"]["sha256"] == then["variant"]["sha256"]
+        assert trial["replayed_from"] == then["notebook"].rsplit("/", 1)[-1]
+        # ...and the judge, reading the same measurements, decided the same (0004 and 0006 accepted).
+        assert trial["verdict"] == then["verdict"]
+        assert trial["verdict_details"]["target_ratio"] == pytest.approx(then["verdict_details"]["target_ratio"])
+    assert [t["trial_id"] for t in replayed if t["verdict"] == "accepted"] == [4, 6]
+
+
+def test_a_request_nothing_recorded_answers_is_an_error_naming_the_variant(tmp_path):
+    novel = tmp_path / "novel.py"
+    novel.write_text(baseline_path(KERNEL).read_text() + "\n# a change the H200 never ran\n")
+    with pytest.raises(UserError, match=r"replay: no cuda trial of fused_add_rms_norm .* ran this variant \(novel.py"):
+        run_trial(KERNEL, novel, baseline_path(KERNEL), root=tmp_path / "nb", runner=ReplayRunner(RECORDED))
+    assert not list((tmp_path / "nb" / KERNEL).glob("*.ipynb"))  # no notebook made up
