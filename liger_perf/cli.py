@@ -167,6 +167,10 @@ def optimize_command(
     convergence: bool = typer.Option(True, help="run the convergence part of the gate in every trial"),
     max_minutes: Optional[float] = typer.Option(None, min=0, help="start no new trial after this many minutes "
                                                                   "(a trial under way finishes)"),
+    workers: int = typer.Option(1, min=1, help="trials at once, in rounds against the same best: a local Dask "
+                                               "cluster of this many workers, worker i on GPU i"),
+    scheduler: Optional[str] = typer.Option(None, help="tcp://HOST:8786: run the trials on this running Dask "
+                                                       "cluster (one worker per GPU) instead"),
 ) -> None:
     """The loop: propose a variant, run its trial against the current best, judge it, record the verdict."""
     from liger_perf.device import select_device
@@ -203,10 +207,21 @@ def optimize_command(
             console.print(f"stopped: {event.message}\ncurrent best: trial {best.get('trial_id', 0):04d} "
                           f"{best.get('name', '')}", markup=False)
 
-    loop = OptimizeLoop(kernel, rules, chosen, device=device, budget=budget, repetitions=repetitions,
-                        convergence=convergence, confirm=confirm, on_event=show,
-                        deadline=None if max_minutes is None else time.time() + 60 * max_minutes)
-    outcome = loop.run()
+    runner = None
+    if workers > 1 or scheduler:
+        from liger_perf.runners.dask import DaskRunner
+
+        runner = DaskRunner(workers=workers, scheduler=scheduler)
+        console.print(f"Dask: {runner.workers} workers at {runner.client.scheduler.address}: rounds of "
+                      f"{runner.workers} trials against the same best", markup=False)
+    try:
+        loop = OptimizeLoop(kernel, rules, chosen, device=device, budget=budget, repetitions=repetitions,
+                            convergence=convergence, confirm=confirm, on_event=show,
+                            deadline=None if max_minutes is None else time.time() + 60 * max_minutes, runner=runner)
+        outcome = loop.run()
+    finally:
+        if runner is not None:
+            runner.close()
     report = write_report(kernel, [t for t in load_trials(kernel) if t.get("device") == mode])
     console.print(f"report: {report}")
     if outcome.harness_error:

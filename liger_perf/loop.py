@@ -18,10 +18,10 @@ from liger_perf.guardrails import Guardrails
 from liger_perf.history import load_trials, warn
 from liger_perf.judge import chain_ratios, geomean, judge
 from liger_perf.proposers import Context, Proposal, Proposer, Stop
-from liger_perf.record import HARNESS_ERROR, record_verdict
+from liger_perf.record import HARNESS_ERROR, TrialRequest, record_verdict
 from liger_perf.registry import baseline_path, get_spec
-from liger_perf.runners import Runner, run_trial
-from liger_perf.store import Store
+from liger_perf.runners import Runner, trial_request
+from liger_perf.store import Store, trial_number
 from liger_perf.variants import source_hash
 
 
@@ -103,8 +103,8 @@ class OptimizeLoop:
             if baseline is None:
                 self._emit("trial-start", "baseline trial (with peers: eager, torch.compile, liger-kernel)",
                            index=1)
-                baseline = self._run(self.baseline_file, None, name="baseline", hypothesis="", prediction="",
-                                     changes=None, peers=True)
+                baseline = self._run_all([self._request(Proposal("baseline", "", "", ""), None,
+                                                        variant_file=self.baseline_file, peers=True)])[0]
                 trials_run += 1
                 if baseline["status"] == HARNESS_ERROR:
                     return self._harness_failed(baseline, best=baseline, trials_run=trials_run)
@@ -122,20 +122,24 @@ class OptimizeLoop:
                 reason = self._stop_reason(trials, best, trials_run)
                 if reason:
                     return self._stop(reason, best, trials_run)
-                step = self._remeasure(trials) or self.proposer.propose(Context(
-                    self.spec, self.guardrails.target, trials, best, best["variant"]["source"]))
-                if isinstance(step, Stop):
-                    return self._stop(step.reason, best, trials_run)
-                trials_run += 1
-                self._emit("trial-start", f"{step.name} (current best: {best['trial_id']:04d} {best['name']}): "
-                           f"{step.hypothesis}", index=trials_run)
-                variant_file = self._write_variant(step)
-                result = self._run(variant_file, self._best_file(best), name=step.name, hypothesis=step.hypothesis,
-                                   prediction=step.prediction, changes=step.changes, peers=False,
-                                   repetitions=self._repetitions(step), audit=step.audit)
-                if result["status"] == HARNESS_ERROR:  # no verdict: the variant never ran, and will run again
-                    return self._harness_failed(result, best=best, trials_run=trials_run)
-                self._judge_and_record(result, [t for t in chain])
+                steps = self._round(trials, best, room=min(self.runner.workers, self.budget - trials_run))
+                if isinstance(steps, Stop):
+                    return self._stop(steps.reason, best, trials_run)
+                best_file = self._best_file(best)
+                requests = []
+                for step in steps:
+                    trials_run += 1
+                    self._emit("trial-start", f"{step.name} (current best: {best['trial_id']:04d} {best['name']}): "
+                               f"{step.hypothesis}", index=trials_run)
+                    requests.append(self._request(step, best_file))
+                # Every candidate of the round was measured against the same best; no verdict on a variant that
+                # never ran (a harness error).
+                results = [r if r["status"] == HARNESS_ERROR else self._judge_and_record(r, chain)
+                           for r in self._run_all(requests)]
+                self._reconcile(results)
+                failed = next((r for r in results if r["status"] == HARNESS_ERROR), None)
+                if failed is not None:  # the variant will be proposed again once the harness works
+                    return self._harness_failed(failed, best=best, trials_run=trials_run)
 
     # -- steps ---------------------------------------------------------------------------------------------
 
@@ -158,7 +162,7 @@ class OptimizeLoop:
                 self._judge_and_record(trial, chain)
                 trials = self._trials()
 
-    def _judge_and_record(self, result: dict, chain: list[dict]) -> None:
+    def _judge_and_record(self, result: dict, chain: list[dict]) -> dict:
         judgement = judge(result, self.guardrails, chain_ratios(chain))
         details = {**judgement.details(), "target": self.guardrails.target, "proposer": self.proposer.name,
                    "gain": judgement.gain}
@@ -167,39 +171,97 @@ class OptimizeLoop:
         result = {**result, "verdict": judgement.verdict, "verdict_reasons": judgement.reasons,
                   "verdict_details": details}
         self._emit("trial-end", f"{judgement.verdict}: {'; '.join(judgement.reasons)}", result)
+        return result
 
-    def _run(self, variant_file: Path, against: Path | None, name: str, hypothesis: str, prediction: str,
-             changes: dict | None, peers: bool, repetitions: int | None = None, audit: dict | None = None) -> dict:
-        run = run_trial(self.kernel, variant_file, against, name=name, hypothesis=hypothesis, prediction=prediction,
-                        audit=audit,
-                        passes=list(self.spec.passes), device=self.device_arg,
-                        repetitions=self.repetitions if repetitions is None else repetitions, ncu=True, peers=peers,
-                        convergence=self.convergence, confidence=self.guardrails.confidence, changes=changes,
-                        timeout_s=self.guardrails.trial_timeout_s, root=self.root, runner=self.runner)
-        trial_id = int(run.notebook.name.split("-")[0])
-        self.run_ids.add(trial_id)
-        return {**run.result, "notebook": str(run.notebook), "trial_id": trial_id, "verdict": None}
+    def _round(self, trials: list[dict], best: dict, room: int) -> list[Proposal] | Stop:
+        """Up to ``room`` candidates to trial at once against ``best``: first the loop's own re-runs (an
+        inconclusive trial re-measured, a candidate superseded in its round re-trialled), then the proposer's."""
+        steps = self._reruns(trials)[:room]
+        while len(steps) < room:
+            step = self.proposer.propose(Context(self.spec, self.guardrails.target, trials, best,
+                                                 best["variant"]["source"],
+                                                 pending=[source_hash(s.source) for s in steps]))
+            if isinstance(step, Stop):
+                return steps or step
+            steps.append(step)
+        return steps
 
-    def _write_variant(self, step: Proposal) -> Path:
-        path = self.store.trial_paths(self.kernel, self.store.next_trial_id(self.kernel), step.name).variant
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(step.source)
-        return path
+    def _request(self, step: Proposal, against: Path | None, variant_file: Path | None = None,
+                 peers: bool = False) -> TrialRequest:
+        """Take the trial's number and write its variant module (under that number), then ask for the trial."""
+        paths = self.store.new_trial(self.kernel, step.name)
+        if variant_file is None:
+            variant_file = paths.variant
+            variant_file.parent.mkdir(parents=True, exist_ok=True)
+            variant_file.write_text(step.source)
+        return trial_request(self.kernel, variant_file, against, store=self.store, paths=paths,
+                             hypothesis=step.hypothesis, prediction=step.prediction, audit=step.audit,
+                             passes=list(self.spec.passes), device=self.device_arg,
+                             repetitions=self._repetitions(step), ncu=True, peers=peers,
+                             convergence=self.convergence, confidence=self.guardrails.confidence,
+                             changes=step.changes or None, timeout_s=self.guardrails.trial_timeout_s)
+
+    def _run_all(self, requests: list[TrialRequest]) -> list[dict]:
+        try:
+            runs = self.runner.run_many(requests, self.store)
+        except BaseException:
+            for request in requests:
+                self.store.release(self.store.trial_paths(self.kernel, request.trial_id, request.name))
+            raise
+        results = []
+        for run in runs:
+            trial_id = trial_number(run.notebook)
+            self.run_ids.add(trial_id)
+            results.append({**run.result, "notebook": str(run.notebook), "trial_id": trial_id, "verdict": None})
+        return results
+
+    def _reconcile(self, results: list[dict]) -> None:
+        """Candidates of one round were each judged against the same best; when several were accepted, the one
+        that gained most stays accepted, and each other one is recorded as superseded (rejected, its gain kept)
+        and re-trialled against the new best in the next round."""
+        accepted = [r for r in results if r.get("verdict") == "accepted"]
+        if len(accepted) < 2:
+            return
+        winner = max(accepted, key=lambda r: r["verdict_details"].get("gain", 0))
+        for result in accepted:
+            if result is winner:
+                continue
+            reason = (f"superseded: trial {winner['trial_id']:04d} of the same round gained more "
+                      f"({winner['verdict_details']['gain']:.1%} against {result['verdict_details']['gain']:.1%}); "
+                      "re-trialled against it next")
+            details = {**result["verdict_details"], "superseded_by": winner["trial_id"]}
+            record_verdict(result["notebook"], "rejected", [reason, *result["verdict_reasons"]], details)
+            result.update(verdict="rejected", verdict_reasons=[reason], verdict_details=details)
+            self._emit("trial-end", f"rejected: {reason}", result)
 
     def _best_file(self, best: dict) -> Path:
         return trial_variant_file(self.kernel, best, self.root)
 
-    def _remeasure(self, trials: list[dict]) -> Proposal | None:
-        """An inconclusive trial is measured once more, with twice the repetitions; never accepted as it was."""
-        last = next((t for t in reversed(trials) if t.get("status") != HARNESS_ERROR
-                     and t.get("kind", "experiment") == "experiment"), None)
-        if not last or last.get("verdict") != "inconclusive" or (last.get("name") or "").endswith("-remeasure"):
-            return None
-        return Proposal(name=f"{last['name']}-remeasure", source=last["variant"]["source"],
-                        hypothesis=f"re-measure of trial {last['trial_id']:04d}, which was inconclusive: "
-                                   + (last.get("hypothesis") or ""),
-                        prediction=last.get("prediction") or "", changes=last.get("changes") or {},
-                        diagnosis="remeasure")
+    def _reruns(self, trials: list[dict]) -> list[Proposal]:
+        """Trials the loop runs again by itself: an inconclusive one, measured once more with twice the
+        repetitions (never accepted as it was), and one superseded by a better candidate of its round, trialled
+        against that one; each only while no later trial ran the same source."""
+        experiments = [t for t in trials if t.get("status") != HARNESS_ERROR
+                       and t.get("kind", "experiment") == "experiment" and t.get("against")]
+        reruns = []
+        for i, t in enumerate(experiments):
+            sha = (t.get("variant") or {}).get("sha256")
+            if any((later.get("variant") or {}).get("sha256") == sha for later in experiments[i + 1:]):
+                continue
+            details = t.get("verdict_details") or {}
+            if t.get("verdict") == "inconclusive" and not (t.get("name") or "").endswith("-remeasure"):
+                name, why, diagnosis = f"{t['name']}-remeasure", "which was inconclusive", "remeasure"
+            elif details.get("superseded_by") is not None:
+                name, why, diagnosis = (f"{t['name']}-retrial", f"superseded in its round by trial "
+                                        f"{details['superseded_by']:04d}", "retrial")
+            else:
+                continue
+            reruns.append(Proposal(name=name[:60], source=t["variant"]["source"],
+                                   hypothesis=f"re-run of trial {t['trial_id']:04d}, {why}: " + (t.get("hypothesis")
+                                                                                              or ""),
+                                   prediction=t.get("prediction") or "", changes=t.get("changes") or {},
+                                   diagnosis=diagnosis))
+        return reruns
 
     def _repetitions(self, step: Proposal) -> int:
         if step.diagnosis != "remeasure":

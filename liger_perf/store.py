@@ -92,9 +92,21 @@ class Store:
                           folder / "artifacts" / stem, folder / "variants" / f"{stem}.py")
 
     def new_trial(self, kernel: str, name: str) -> TrialPaths:
-        """The paths of the kernel's next trial (its folder created)."""
+        """Take the kernel's next trial number: its partial file is created at once (exclusively), so a trial
+        asked for next, here or by another process, gets another number before this one has started."""
         self.kernel_folder(kernel).mkdir(parents=True, exist_ok=True)
-        return self.trial_paths(kernel, self.next_trial_id(kernel), name)
+        while True:
+            paths = self.trial_paths(kernel, self.next_trial_id(kernel), name)
+            try:
+                os.close(os.open(paths.partial, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+                return paths
+            except FileExistsError:  # taken a moment ago by another process: the next one
+                continue
+
+    def release(self, paths: TrialPaths) -> None:
+        """Give back a number taken for a trial that will not run (its partial file is empty)."""
+        if paths.partial.is_file() and paths.partial.stat().st_size == 0:
+            paths.partial.unlink(missing_ok=True)
 
     def partial_notebooks(self, kernel: str) -> list[Path]:
         """Trials killed before they finished (or still being written by another process)."""

@@ -58,3 +58,49 @@ def test_a_request_nothing_recorded_answers_is_an_error_naming_the_variant(tmp_p
     with pytest.raises(UserError, match=r"replay: no cuda trial of fused_add_rms_norm .* ran this variant \(novel.py"):
         run_trial(KERNEL, novel, baseline_path(KERNEL), root=tmp_path / "nb", runner=ReplayRunner(RECORDED))
     assert not list((tmp_path / "nb" / KERNEL).glob("*.ipynb"))  # no notebook made up
+
+
+def test_rounds_of_two_trial_two_candidates_against_one_best_and_reconcile_two_acceptances(tmp_path):
+    """Replayed with two workers: each round holds two of the recorded candidates. Recorded trial 0003 is made to
+    win by 20 % here, so that 0003 and 0004 (+13.7 %) are both accepted in round one: 0003 stays, 0004 is
+    superseded and re-trialled against 0003 in round two (that re-trial recorded too, from 0004's figures)."""
+    import nbformat
+
+    from liger_perf import record
+
+    recorded = tmp_path / "recorded"
+    (recorded / KERNEL).mkdir(parents=True)
+    sources = {}
+    for n in (0, 1, 2, 3, 4):
+        (path,) = (RECORDED / KERNEL).glob(f"{n:04d}-*.ipynb")
+        nb = nbformat.read(path, as_version=4)
+        result = record.read_result(nb)
+        sources[n] = result["variant"]["sha256"]
+        if n == 3:
+            for row in result["timing"]["rows"]:
+                if row["contender"] == "candidate":
+                    row["ratio"], row["ci_low"], row["ci_high"] = 0.8, 0.79, 0.81
+            for row in result["memory"]["rows"]:
+                row["peak_bytes"] = 1000
+        record.set_result(nb, result)
+        record.write_atomic(nb, recorded / KERNEL / path.name)
+        if n == 4:  # 0004 as if trialled against 0003
+            result["against"] = {**result["against"], "sha256": sources[3]}
+            record.set_result(nb, result)
+            record.write_atomic(nb, recorded / KERNEL / "0005-retrial.ipynb")
+    root = _history_up_to_the_baseline(tmp_path)
+    runner = ReplayRunner(recorded, workers=2)
+    loop = OptimizeLoop(KERNEL, load_guardrails(ROOT / "guardrails.yaml", target="backward"), RulesProposer(),
+                        device="cuda", budget=3, root=root, runner=runner)
+    events = []
+    loop.on_event = events.append
+    loop.run()
+    assert runner.served == [3, 4, 5]
+    trials = {t["trial_id"]: t for t in load_trials(KERNEL, root)}
+    assert trials[3]["verdict"] == "accepted"
+    assert trials[4]["verdict"] == "rejected" and trials[4]["verdict_details"]["superseded_by"] == 3
+    assert "superseded: trial 0003" in trials[4]["verdict_reasons"][0]
+    assert trials[5]["name"].endswith("-retrial") and trials[5]["variant"]["sha256"] == sources[4]
+    assert trials[5]["against"]["sha256"] == sources[3]  # re-trialled against the round's winner
+    starts = [e for e in events if e.kind == "trial-start"]
+    assert [e.index for e in starts] == [1, 2, 3]

@@ -22,6 +22,8 @@ class Context:
     trials: list[dict[str, Any]]  # every readable trial of this kernel on this device mode, in order
     best: dict[str, Any]  # the current best's trial result
     best_source: str
+    #: sha256 of the candidates already chosen for the round being filled: propose something else
+    pending: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -42,12 +44,14 @@ class Stop:
     reason: str
 
 
-def tried_sources(trials: list[dict[str, Any]]) -> set[str]:
-    """The sha256 of every variant the history has run: a proposer never proposes one again. A trial the harness
-    failed before it reached its variant does not count: that variant was never tried."""
+def tried_sources(context: Context) -> set[str]:
+    """The sha256 of every variant the history has run, and of the round's candidates chosen so far: a proposer
+    never proposes one again. A trial the harness failed before it reached its variant does not count: that
+    variant was never tried."""
     from liger_perf.record import HARNESS_ERROR
 
-    return {(t.get("variant") or {}).get("sha256") for t in trials if t.get("status") != HARNESS_ERROR}
+    return {(t.get("variant") or {}).get("sha256") for t in context.trials
+            if t.get("status") != HARNESS_ERROR} | set(context.pending)
 
 
 class Proposer(Protocol):

@@ -219,7 +219,7 @@ class LlmProposer:
         audit: dict[str, Any] = {"proposer": "llm", "model": self.settings.model,
                                  "endpoint_host": urlparse(self.settings.base_url).netloc, "prompt": prompt,
                                  "exchanges": [], "prompt_tokens": 0, "completion_tokens": 0, "fallback": None}
-        tried = tried_sources(context.trials)
+        tried = tried_sources(context)
         for attempt in range(self.settings.repairs + 1):
             started = time.time()
             try:

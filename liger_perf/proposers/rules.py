@@ -101,7 +101,7 @@ class RulesProposer:
     def propose(self, context: Context) -> Proposal | Stop:
         spec, best = context.spec, context.best
         knobs, choices = read_knobs(context.best_source)
-        tried = tried_sources(context.trials)
+        tried = tried_sources(context)
         rejected_moves = self._rejected_moves(context.trials, choices)
         passes = ["forward", "backward"] if context.target == "full" else [context.target]
         diagnoses = [(p, d) for p in passes for d in diagnose(best, p)] if context.target != "memory" else []

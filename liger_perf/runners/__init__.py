@@ -1,6 +1,8 @@
 """Runners: where a trial runs. Each takes one ``TrialRequest`` and leaves one finished notebook in the store.
 
 - ``PapermillRunner`` (``runners/papermill.py``): executes the trial notebook here, in a kernel process of its own.
+- ``DaskRunner`` (``runners/dask.py``): each trial a task on a Dask worker that owns one GPU; ``workers`` trials
+  at once, on one host or several.
 - ``ReplayRunner`` (``runners/replay.py``): serves recorded trials instead of running them, so the loop, the judge
   and the proposers run through recorded GPU notebooks in seconds on any machine.
 
@@ -18,7 +20,7 @@ from typing import Any, Protocol
 from liger_perf.errors import UserError
 from liger_perf.record import TrialRequest
 from liger_perf.registry import get_spec
-from liger_perf.store import Store
+from liger_perf.store import Store, TrialPaths
 
 
 @dataclass
@@ -28,11 +30,26 @@ class TrialRun:
 
 
 class Runner(Protocol):
+    workers: int  # how many trials it runs at once
+
     def mode(self, device: str) -> str:
         """The device mode (``cuda`` or ``interpret``) the trials of ``device`` (auto, cuda, interpret) record."""
         ...
 
     def run(self, request: TrialRequest, store: Store) -> TrialRun: ...
+
+    def run_many(self, requests: list[TrialRequest], store: Store) -> list[TrialRun]:
+        """The trials of ``requests`` (numbers already taken), at once where the runner can; in request order."""
+        ...
+
+
+class OneAtATime:
+    """``run_many`` for a runner that runs one trial at a time."""
+
+    workers = 1
+
+    def run_many(self, requests: list[TrialRequest], store: Store) -> list[TrialRun]:
+        return [self.run(request, store) for request in requests]
 
 
 def trial_request(kernel: str, variant: str | Path, against: str | Path | None = None, *, store: Store,
@@ -40,8 +57,9 @@ def trial_request(kernel: str, variant: str | Path, against: str | Path | None =
                   passes: list[str] | None = None, device: str = "auto", repetitions: int = 0, ncu: bool = True,
                   peers: bool | None = None, convergence: bool = True, confidence: float = 0.95,
                   changes: dict | None = None, audit: dict | None = None, kind: str = "experiment",
-                  timeout_s: float = 3600) -> TrialRequest:
-    """Check what was asked (one line per mistake), take the next trial number, and build the request.
+                  timeout_s: float = 3600, paths: TrialPaths | None = None) -> TrialRequest:
+    """Check what was asked (one line per mistake), take the next trial number (unless ``paths`` holds one
+    taken already), and build the request.
 
     ``peers`` defaults to True for a kernel's first trial (its baseline), when the peers are worth measuring."""
     from liger_perf.device import MODES
@@ -58,7 +76,7 @@ def trial_request(kernel: str, variant: str | Path, against: str | Path | None =
         raise UserError(f"--against file {against} does not exist: give the current best's variant module")
     if peers is None:
         peers = not store.trial_notebooks(kernel)
-    paths = store.new_trial(kernel, name or variant.stem)
+    paths = paths or store.new_trial(kernel, name or variant.stem)
     return TrialRequest(
         kernel=kernel, variant=str(variant.resolve()), against=str(Path(against).resolve()) if against else "",
         trial_id=paths.trial_id, name=paths.name, passes=list(passes or spec.passes), device=device,
@@ -77,4 +95,8 @@ def run_trial(kernel: str, variant: str | Path, against: str | Path | None = Non
         from liger_perf.runners.papermill import PapermillRunner
 
         runner = PapermillRunner()
-    return runner.run(request, store)
+    try:
+        return runner.run(request, store)
+    except BaseException:
+        store.release(store.trial_paths(kernel, request.trial_id, request.name))
+        raise

@@ -17,13 +17,13 @@ import time
 from pathlib import Path
 
 from liger_perf.record import HARNESS_ERROR, TrialRequest
-from liger_perf.runners import TrialRun
+from liger_perf.runners import OneAtATime, TrialRun
 from liger_perf.store import Store, template_path
 
 VARIANT_TAG = "variant"  # the template's cell that imports the variant: the first to run code under trial
 
 
-class PapermillRunner:
+class PapermillRunner(OneAtATime):
     """Runs each trial here, in a notebook kernel process of its own."""
 
     def __init__(self, progress_bar: bool = False):
@@ -56,7 +56,8 @@ class PapermillRunner:
                                        parameters={"request": request.model_dump(mode="json")},
                                        kernel_name="python3", cwd=str(project_root()),
                                        execution_timeout=whole_seconds(request.timeout_s),
-                                       progress_bar=self.progress_bar, report_mode=False)
+                                       progress_bar=self.progress_bar, report_mode=False,
+                                       kernel_manager_class=_local_kernel_manager())
         except papermill.PapermillExecutionError as e:
             failure = f"the trial raised {e.ename}: {e.evalue}"[:1000]
         except Exception as e:  # the kernel died (a crashing variant), timed out, or could not start at all
@@ -78,6 +79,35 @@ class PapermillRunner:
         record.write_atomic(nb, paths.notebook)
         paths.partial.unlink(missing_ok=True)
         return TrialRun(paths.notebook, record.read_result(nbformat.read(paths.notebook, as_version=4)))
+
+
+def _local_kernel_manager():
+    """A kernel manager that talks to the trial's kernel over local sockets (IPC), not TCP: nothing listens on
+    the network, and the kernel has no reason to warn, on every trial, that its TCP traffic is unencrypted."""
+    from jupyter_client.manager import KernelManager
+    from traitlets import default
+
+    class LocalKernelManager(KernelManager):
+        @default("transport")
+        def _default_transport(self):
+            return "ipc"
+
+    return LocalKernelManager
+
+
+def record_harness_error(request: TrialRequest, store: Store, reason: str, mode: str) -> TrialRun:
+    """The notebook of a trial that never reached its variant (its runner failed around it): the template with a
+    result saying why, so the history keeps it and the job reports it."""
+    import nbformat
+
+    from liger_perf import record
+
+    nb = nbformat.read(template_path(), as_version=4)
+    record.set_result(nb, {**bare_result(request, mode), "status": HARNESS_ERROR, "reason": reason[:1000]})
+    paths = store.trial_paths(request.kernel, request.trial_id, request.name)
+    record.write_atomic(nb, paths.notebook)
+    paths.partial.unlink(missing_ok=True)
+    return TrialRun(paths.notebook, record.read_result(nb))
 
 
 def whole_seconds(seconds: float) -> int:

@@ -14,16 +14,18 @@ from pathlib import Path
 
 from liger_perf.errors import UserError
 from liger_perf.record import HARNESS_ERROR, TrialRequest
-from liger_perf.runners import TrialRun
+from liger_perf.runners import OneAtATime, TrialRun
 from liger_perf.store import Store
 
 
-class ReplayRunner:
-    def __init__(self, recorded: Path, mode: str = "cuda"):
+class ReplayRunner(OneAtATime):
+    def __init__(self, recorded: Path, mode: str = "cuda", workers: int = 1):
         """``recorded``: a notebooks folder (``notebooks/`` of a checkout); ``mode``: the device mode of the
-        recordings to serve (``cuda`` for the GPU machine's)."""
+        recordings to serve (``cuda`` for the GPU machine's); ``workers``: how many trials a round may hold, as
+        if that many GPUs ran them."""
         self.recorded = Path(recorded)
         self._mode = mode
+        self.workers = workers
         self.served: list[int] = []  # the recorded trial numbers served, in order
 
     def mode(self, device: str) -> str:
@@ -56,6 +58,7 @@ class ReplayRunner:
             record.clear_verdict(nb)
             paths = store.trial_paths(request.kernel, request.trial_id, request.name)
             record.write_atomic(nb, paths.notebook)
+            paths.partial.unlink(missing_ok=True)
             self.served.append(trial["trial_id"])
             return TrialRun(paths.notebook, record.read_result(nbformat.read(paths.notebook, as_version=4)))
         raise UserError(f"replay: no {self._mode} trial of {request.kernel} under {self.recorded} ran this variant "

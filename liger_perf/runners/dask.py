@@ -1,0 +1,111 @@
+"""The Dask runner: each trial is a task on a ``dask.distributed`` worker that owns one GPU.
+
+``DaskRunner(workers=N)`` starts a local cluster of N worker processes, one trial at a time each, worker ``i``
+pinned to GPU ``i`` (``CUDA_VISIBLE_DEVICES``, set for the trial's notebook kernel). ``DaskRunner(scheduler=
+"tcp://HOST:8786")`` uses a cluster already running, whose workers were started one per GPU and pinned by whoever
+started them (``CUDA_VISIBLE_DEVICES=1 dask worker tcp://HOST:8786 --nworkers 1 --nthreads 1``), on this host
+or others with the same checkout at the same path.
+
+A task carries the variant's (and the current best's) source, runs the trial with the Papermill runner in a
+scratch folder of its worker and returns the notebook; the client writes it into the store under the number it
+took. So a worker that dies mid-trial leaves nothing behind: the scheduler runs the task again on another
+worker (up to ``distributed.scheduler.allowed-failures`` times), and only the one notebook that comes back is
+written: a trial is never lost and never counted twice. A trial whose every worker died is recorded as a
+harness error (the variant runs in the notebook's kernel process, never in the worker, so a worker's death is
+the machine's fault, not the variant's).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from liger_perf.record import TrialRequest
+from liger_perf.runners import TrialRun
+from liger_perf.store import Store
+
+
+def _mode_on_worker(device: str) -> str:
+    from liger_perf.runners.papermill import PapermillRunner
+
+    return PapermillRunner().mode(device)
+
+
+def _trial_on_worker(request: dict, variant_source: str, against_source: str | None, pin_gpu: bool) -> str:
+    """Run one trial on this worker; its notebook as text."""
+    from liger_perf.runners.papermill import PapermillRunner
+
+    if pin_gpu:  # a worker of a cluster this runner started: worker i owns GPU i
+        from distributed import get_worker
+
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(get_worker().name)
+    with tempfile.TemporaryDirectory(prefix="liger-perf-trial-") as scratch:
+        scratch = Path(scratch)
+        variant = scratch / "variant.py"
+        variant.write_text(variant_source)
+        against = ""
+        if against_source is not None:
+            (scratch / "against.py").write_text(against_source)
+            against = str(scratch / "against.py")
+        local = TrialRequest.model_validate({**request, "variant": str(variant), "against": against})
+        run = PapermillRunner().run(local, Store(scratch / "notebooks", scratch / "reports"))
+        return run.notebook.read_text(encoding="utf-8")
+
+
+class DaskRunner:
+    def __init__(self, workers: int | None = None, scheduler: str | None = None):
+        from distributed import Client, LocalCluster
+
+        if scheduler:
+            self.client, self.pin_gpus = Client(scheduler), False
+        else:
+            cluster = LocalCluster(n_workers=workers or 1, threads_per_worker=1, processes=True,
+                                   dashboard_address=None)
+            self.client, self.pin_gpus = Client(cluster), True
+        self.workers = max(1, len(self.client.scheduler_info()["workers"]))
+
+    def close(self) -> None:
+        cluster = getattr(self.client, "cluster", None)
+        self.client.close()
+        if cluster is not None:
+            cluster.close()
+
+    def mode(self, device: str) -> str:
+        """Asked of a worker: the client may sit on a machine without the workers' GPUs."""
+        return self.client.submit(_mode_on_worker, device, pure=False).result()
+
+    def run(self, request: TrialRequest, store: Store) -> TrialRun:
+        return self.run_many([request], store)[0]
+
+    def run_many(self, requests: list[TrialRequest], store: Store) -> list[TrialRun]:
+        from liger_perf.variants import read_source
+
+        futures = [self.client.submit(_trial_on_worker, r.model_dump(mode="json"), read_source(r.variant),
+                                      read_source(r.against) if r.against else None, self.pin_gpus, pure=False,
+                                      key=f"trial-{r.kernel}-{r.trial_id:04d}-{os.urandom(4).hex()}")
+                   for r in requests]
+        return [self._record(request, future, store) for request, future in zip(requests, futures)]
+
+    def _record(self, request: TrialRequest, future, store: Store) -> TrialRun:
+        import nbformat
+
+        from liger_perf import record
+        from liger_perf.runners.papermill import record_harness_error
+
+        try:
+            text = future.result()
+        except Exception as e:  # every worker it ran on died (KilledWorker), or the cluster went away
+            return record_harness_error(request, store, f"the harness failed before the variant was imported: "
+                                        f"the Dask task failed: {type(e).__name__}: {e}", request.device)
+        nb = nbformat.reads(text, as_version=4)
+        result = record.read_result(nb)
+        # The worker ran copies in its scratch folder: the result names the client's files.
+        result["variant"] = {**result["variant"], "path": request.variant}
+        if result.get("against"):
+            result["against"] = {**result["against"], "path": request.against}
+        record.set_result(nb, result)
+        paths = store.trial_paths(request.kernel, request.trial_id, request.name)
+        record.write_atomic(nb, paths.notebook)
+        paths.partial.unlink(missing_ok=True)
+        return TrialRun(paths.notebook, record.read_result(nb))

@@ -1,0 +1,71 @@
+"""The Dask runner on CPU: a local cluster of two worker processes runs interpreter-mode trials, a round at a time."""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from liger_perf.guardrails import load_guardrails
+from liger_perf.history import load_trials
+from liger_perf.loop import OptimizeLoop
+from liger_perf.proposers.rules import RulesProposer
+from liger_perf.registry import baseline_path
+from liger_perf.runners import trial_request
+from liger_perf.store import Store
+
+from broken_variants import ROOT
+
+pytest.importorskip("distributed")
+
+FAST = dict(device="interpret", repetitions=2, convergence=False, ncu=False)
+
+
+@pytest.fixture(scope="module")
+def runner():
+    from liger_perf.runners.dask import DaskRunner
+
+    runner = DaskRunner(workers=2)
+    yield runner
+    runner.close()
+
+
+def test_a_loop_on_two_workers_trials_two_candidates_a_round_against_the_same_best(runner, tmp_path):
+    assert runner.workers == 2 and runner.mode("interpret") == "interpret"
+    root = tmp_path / "nb"
+    loop = OptimizeLoop("relu_squared", load_guardrails(ROOT / "guardrails.yaml", target="forward"), RulesProposer(),
+                        device="interpret", budget=3, root=root, repetitions=2, convergence=False, runner=runner)
+    outcome = loop.run()
+    assert outcome.stop_reason == "the budget of 3 trials is spent"
+    trials = load_trials("relu_squared", root)
+    assert [t["trial_id"] for t in trials] == [0, 1, 2] and all(t["status"] == "complete" for t in trials)
+    baseline, first, second = trials
+    assert first["against"]["sha256"] == second["against"]["sha256"] == baseline["variant"]["sha256"]
+    assert first["variant"]["sha256"] != second["variant"]["sha256"]
+    assert first["verdict"] and second["verdict"]
+    # The result names the files of the loop's workspace, not the worker's scratch copies.
+    assert first["variant"]["path"].startswith(str(root))
+
+
+def test_a_worker_killed_mid_trial_loses_nothing_and_doubles_nothing(runner, tmp_path):
+    store = Store(tmp_path / "nb", tmp_path / "reports")
+    requests = [trial_request("relu_squared", baseline_path("relu_squared"), store=store, name=f"t{i}", **FAST)
+                for i in range(2)]
+    done = {}
+    thread = threading.Thread(target=lambda: done.setdefault("runs", runner.run_many(requests, store)))
+    thread.start()
+    deadline = time.time() + 120
+    while not any(runner.client.processing().values()):
+        assert time.time() < deadline
+        time.sleep(0.2)
+    time.sleep(3)  # inside the trial's notebook by now
+    busy = next(address for address, keys in runner.client.processing().items() if keys)
+    killed = runner.client.run(os.getpid, workers=[busy])[busy]
+    os.kill(killed, signal.SIGKILL)
+    thread.join(timeout=600)
+    assert killed not in runner.client.run(os.getpid).values()  # it did die mid-trial (and was replaced)
+    runs = done["runs"]
+    assert [r.result["status"] for r in runs] == ["complete", "complete"], [r.result.get("reason") for r in runs]
+    assert [p.name for p in store.trial_notebooks("relu_squared")] == ["0000-t0.ipynb", "0001-t1.ipynb"]
+    assert not store.partial_notebooks("relu_squared")
