@@ -57,7 +57,9 @@ class PapermillRunner(OneAtATime):
                                        kernel_name="python3", cwd=str(project_root()),
                                        execution_timeout=whole_seconds(request.timeout_s),
                                        progress_bar=self.progress_bar, report_mode=False,
-                                       kernel_manager_class=_local_kernel_manager())
+                                       # The kernel's own log: only its errors. Below that it warns, on every
+                                       # trial, that its loopback TCP traffic is unencrypted.
+                                       extra_arguments=["--IPKernelApp.log_level=ERROR"])
         except papermill.PapermillExecutionError as e:
             failure = f"the trial raised {e.ename}: {e.evalue}"[:1000]
         except Exception as e:  # the kernel died (a crashing variant), timed out, or could not start at all
@@ -79,20 +81,6 @@ class PapermillRunner(OneAtATime):
         record.write_atomic(nb, paths.notebook)
         paths.partial.unlink(missing_ok=True)
         return TrialRun(paths.notebook, record.read_result(nbformat.read(paths.notebook, as_version=4)))
-
-
-def _local_kernel_manager():
-    """A kernel manager that talks to the trial's kernel over local sockets (IPC), not TCP: nothing listens on
-    the network, and the kernel has no reason to warn, on every trial, that its TCP traffic is unencrypted."""
-    from jupyter_client.manager import KernelManager
-    from traitlets import default
-
-    class LocalKernelManager(KernelManager):
-        @default("transport")
-        def _default_transport(self):
-            return "ipc"
-
-    return LocalKernelManager
 
 
 def record_harness_error(request: TrialRequest, store: Store, reason: str, mode: str) -> TrialRun:
