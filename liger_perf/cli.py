@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -177,6 +179,7 @@ def optimize_command(
     from liger_perf.guardrails import TARGETS, load_guardrails
     from liger_perf.history import load_trials
     from liger_perf.loop import OptimizeLoop
+    from liger_perf.progress import describe, latest
     from liger_perf.proposers import get_proposer
     from liger_perf.registry import get_spec, project_root
     from liger_perf.report import write_report
@@ -195,12 +198,24 @@ def optimize_command(
                       "not the GPU.")
     confirm = (lambda text: typer.confirm(f"{text}\nGo on with the loop?", default=False)) if interactive else None
 
+    # Live progress of the trials under way (each one's step, from its progress file); the time a trial took
+    # here before is the estimate.
+    done_before = [t["elapsed_s"] for t in load_trials(kernel) if t.get("device") == mode
+                   and t.get("status") == "complete" and t.get("elapsed_s")][-5:]
+    expected_s = sorted(done_before)[len(done_before) // 2] if done_before else None
+    running: dict[int, tuple[str, str, float]] = {}  # trial number -> (label, artifacts folder, start)
+
     def show(event):
         # Messages carry brackets (intervals, knob dicts) that are text, not console markup.
         if event.kind == "trial-start":
+            request = event.request
+            if request is not None:
+                running[request.trial_id] = (f"{request.trial_id:04d} {request.name}", request.artifacts,
+                                             time.time())
             console.print(f"trial {event.index} of at most {event.budget}: {event.message}", markup=False)
         elif event.kind in ("trial-end", "judged-pending"):
             trial = event.trial or {}
+            running.pop(trial.get("trial_id"), None)
             console.print(f"  {trial.get('notebook', '')}: {event.message}", markup=False)
         elif event.kind == "stop":
             best = event.trial or {}
@@ -218,7 +233,12 @@ def optimize_command(
         loop = OptimizeLoop(kernel, rules, chosen, device=device, budget=budget, repetitions=repetitions,
                             convergence=convergence, confirm=confirm, on_event=show,
                             deadline=None if max_minutes is None else time.time() + 60 * max_minutes, runner=runner)
-        outcome = loop.run()
+        if interactive:  # a live display would fight the prompt
+            outcome = loop.run()
+        else:
+            with _live_status(lambda: " | ".join(describe(label, latest(folder), started, expected_s)
+                                                 for label, folder, started in list(running.values()))):
+                outcome = loop.run()
     finally:
         if runner is not None:
             runner.close()
@@ -319,6 +339,24 @@ def nightly_command(
                                            EXIT_JOB_ERROR: f"  (errors of the job, no regression: exit code "
                                                            f"{EXIT_JOB_ERROR})"}.get(code, ""))
     raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def _live_status(text):
+    """A status line under the printed lines, refreshed every second from ``text()`` while the block runs."""
+    stop = threading.Event()
+    with console.status("starting...") as status:
+        def refresh():
+            while not stop.wait(1.0):
+                status.update(text() or "between trials...")
+
+        watcher = threading.Thread(target=refresh, daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            watcher.join()
 
 
 def _gate_table(rows) -> Table:

@@ -34,6 +34,7 @@ class LoopEvent:
     trial: dict[str, Any] | None = None
     index: int = 0
     budget: int = 0
+    request: TrialRequest | None = None  # a started trial's: its number, name and artifacts (progress) folder
 
 
 @dataclass
@@ -101,10 +102,11 @@ class OptimizeLoop:
             trials_run = 0
             baseline, _ = accepted_chain(self._trials(), self.baseline_sha)
             if baseline is None:
+                request = self._request(Proposal("baseline", "", "", ""), None, variant_file=self.baseline_file,
+                                        peers=True)
                 self._emit("trial-start", "baseline trial (with peers: eager, torch.compile, liger-kernel)",
-                           index=1)
-                baseline = self._run_all([self._request(Proposal("baseline", "", "", ""), None,
-                                                        variant_file=self.baseline_file, peers=True)])[0]
+                           index=1, request=request)
+                baseline = self._run_all([request])[0]
                 trials_run += 1
                 if baseline["status"] == HARNESS_ERROR:
                     return self._harness_failed(baseline, best=baseline, trials_run=trials_run)
@@ -129,9 +131,9 @@ class OptimizeLoop:
                 requests = []
                 for step in steps:
                     trials_run += 1
-                    self._emit("trial-start", f"{step.name} (current best: {best['trial_id']:04d} {best['name']}): "
-                               f"{step.hypothesis}", index=trials_run)
                     requests.append(self._request(step, best_file))
+                    self._emit("trial-start", f"{step.name} (current best: {best['trial_id']:04d} {best['name']}): "
+                               f"{step.hypothesis}", index=trials_run, request=requests[-1])
                 # Every candidate of the round was measured against the same best; no verdict on a variant that
                 # never ran (a harness error).
                 results = [r if r["status"] == HARNESS_ERROR else self._judge_and_record(r, chain)
@@ -315,8 +317,9 @@ class OptimizeLoop:
         self._emit("stop", reason, best)
         return LoopOutcome(reason, best, trials_run, self.events, harness_error, baseline_failed)
 
-    def _emit(self, kind: str, message: str, trial: dict | None = None, index: int = 0) -> None:
-        event = LoopEvent(kind, message, trial, index, self.budget)
+    def _emit(self, kind: str, message: str, trial: dict | None = None, index: int = 0,
+              request: TrialRequest | None = None) -> None:
+        event = LoopEvent(kind, message, trial, index, self.budget, request)
         self.events.append(event)
         if self.on_event is not None:
             self.on_event(event)

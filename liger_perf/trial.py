@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from liger_perf.progress import ProgressLog
 from liger_perf.record import FORMAT, RESULT_MIME, TrialRequest, jsonable
 
 
@@ -80,6 +81,7 @@ class Trial:
             "kind": request.kind,
         }
         self.variant = self.against = None
+        self.progress = ProgressLog(request.artifacts)  # what the loop's terminal shows while the trial runs
         if unreadable:
             self._stop("invalid-variant", unreadable)
 
@@ -94,6 +96,7 @@ class Trial:
         variant, against = self.request.variant, self.request.against
         if self.data["status"] != "running":
             return
+        self.progress.report("importing the variant")
         try:
             self.variant = load_variant(variant, self.spec)
             if against:
@@ -154,8 +157,11 @@ class Trial:
     def check(self) -> None:
         from liger_perf.correctness import check_variant
 
+        total = len(self.spec.cases(self.device.suite, "check"))
+        done = iter(range(1, total + 1))
         result = check_variant(self.spec, self.variant, self.device, convergence=self.request.convergence,
-                               fail_fast=True)
+                               fail_fast=True, progress=lambda case: self.progress.report(
+                                   "gate", next(done, total), total, case.label()))
         rows = result.rows
         columns = ["case", "layout", "output", "against", "reason"]
         self.data["correctness"] = {
@@ -201,7 +207,9 @@ class Trial:
         reference = "against" if "against" in contenders else "candidate"
         cases = self.spec.cases(self.device.suite, "bench")
         bandwidth = copy_bandwidth(self.device)
-        samples = time_suite(self.spec, contenders, cases, self.passes, self.device, plan)
+        steps, done = len(cases) * len(self.passes), iter(range(1, len(cases) * len(self.passes) + 1))
+        samples = time_suite(self.spec, contenders, cases, self.passes, self.device, plan,
+                             progress=lambda what: self.progress.report("timing", next(done, steps), steps, what))
         summary = summarize(samples, reference, self.spec, bandwidth, plan)
         memory = peak_memory(self.spec, contenders, cases, self.device)
         self.data["timing"] = {"repetitions": plan.repetitions, "warmup": plan.warmup, "confidence": plan.confidence,
@@ -235,6 +243,7 @@ class Trial:
             result_status, reason, metrics, advice, report = "unavailable", "disabled for this trial", None, None, None
         else:
             report_path = (self.artifacts or Path(".")) / "profile.ncu-rep"
+            self.progress.report("NCU profile", detail=", ".join(passes))
             res = profile(self.spec.name, self.variant.path, passes, self.device.interpreted, report_path)
             result_status, reason, metrics, advice = res.status, res.reason, res.metrics, res.advice
             report = str(res.report) if res.report else None

@@ -205,3 +205,20 @@ def test_a_stated_commit_wins_over_the_copy_s_own_git(monkeypatch, interpret_dev
     assert stated["git_commit"] == "c0ffee1" and stated["git_dirty"] is False
     monkeypatch.delenv("LIGER_PERF_GIT_COMMIT")
     assert fingerprint(interpret_device, project_root())["git_commit"] != "c0ffee1"
+
+
+def test_a_trial_reports_its_progress_step_by_step_for_the_terminal(history):
+    import time
+
+    from liger_perf.progress import describe, latest
+
+    root, _, second = history
+    folder = root / "relu_squared" / "artifacts" / second.notebook.stem
+    lines = [json.loads(line) for line in (folder / "progress.jsonl").read_text().splitlines()]
+    steps = [line["step"] for line in lines]
+    assert steps[0] == "importing the variant" and steps[-1] == "NCU profile"
+    gate, timing = ([line for line in lines if line["step"] == step] for step in ("gate", "timing"))
+    assert [g["done"] for g in gate] == list(range(1, len(gate) + 1)) and gate[-1]["total"] == len(gate)
+    assert timing and timing[-1]["done"] == timing[-1]["total"] == len(timing)
+    line = describe("0001 a-a", latest(folder), time.time() - 30, 90)
+    assert line.startswith("0001 a-a: NCU profile") and "about 60 s left" in line
