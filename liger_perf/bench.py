@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from liger_perf.errors import UserError
-from liger_perf.judge import geomean
+from liger_perf.history import geomean
 from liger_perf.report import markdown_table
 from liger_perf.store import Store
 
@@ -82,7 +82,7 @@ def run_bench(kernel: str, variant: Path, device: str = "auto", repetitions: int
 def speedups(data: dict) -> pd.DataFrame:
     """Per pass, shape and dtype: each contender's median, each peer's time over the best's (with its
     simultaneous interval) and the best's fraction of the bandwidth floor: the trials' timing table."""
-    from liger_perf.trial import timing_table
+    from liger_perf.timing import timing_table
 
     return timing_table(pd.DataFrame(data["rows"])).round(4).reset_index()
 
@@ -148,7 +148,7 @@ def write_bench_report(kernel: str, data: dict, out: Path | None = None) -> Path
 
 def best_variant_file(kernel: str, mode: str) -> Path:
     """The best accepted variant of ``kernel``'s history on this device mode, else the baseline."""
-    from liger_perf.loop import best_trial, trial_variant_file
+    from liger_perf.history import best_trial, trial_variant_file
     from liger_perf.registry import baseline_path
 
     _, best = best_trial(kernel, mode=mode)

@@ -290,7 +290,7 @@ def diff_command(kernel: str = typer.Argument(..., help="a registered kernel"),
                  device: str = typer.Option("auto", help="whose history: auto | cuda | interpret")) -> None:
     """The unified diff from the baseline to the best accepted variant."""
     from liger_perf.device import select_device
-    from liger_perf.loop import best_trial
+    from liger_perf.history import best_trial
     from liger_perf.registry import get_spec
     from liger_perf.report import variant_diff
 

@@ -9,6 +9,7 @@ is corrupt, half-written or of another format is skipped with a one-line warning
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,11 @@ from typing import Any
 import pandas as pd
 
 from liger_perf.record import FORMAT, read_result, read_verdict
+from liger_perf.registry import baseline_path
 from liger_perf.store import Store, trial_number
+from liger_perf.variants import source_hash
+
+Key = tuple[str, str, str]  # (pass or "memory", shape, dtype)
 
 TRIAL_COLUMNS = ["trial_id", "name", "kind", "status", "verdict", "hypothesis", "prediction", "variant_sha256",
                  "against_sha256", "device", "notebook"]
@@ -125,3 +130,78 @@ def trials_frame(trials: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame([{**_trial_columns(t), "reason": t.get("reason", ""),
                           "changes": json.dumps(t.get("changes")) if t.get("changes") else ""} for t in trials],
                         columns=TRIAL_COLUMNS + ["reason", "changes"])
+
+
+# -- queries of the history: the accepted chain, its ratios, the module a trial ran ----------------------------
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+
+def measured_ratios(result: dict[str, Any]) -> tuple[dict[Key, tuple[float, float, float]], dict[Key, float]]:
+    """``(times, memory)``: candidate / current best per (pass, shape, dtype) with the interval, and per
+    ("memory", shape, dtype)."""
+    times = {}
+    for r in (result.get("timing") or {}).get("rows", []):
+        if r["contender"] == "candidate" and r["relative_to"] == "against" and r.get("ratio") is not None:
+            times[(r["pass"], r["shape"], r["dtype"])] = (r["ratio"], r["ci_low"], r["ci_high"])
+    peaks: dict[tuple[str, str], dict[str, float]] = {}
+    for r in (result.get("memory") or {}).get("rows", []):
+        if r.get("peak_bytes") is not None:
+            peaks.setdefault((r["shape"], r["dtype"]), {})[r["contender"]] = r["peak_bytes"]
+    memory = {("memory", shape, dtype): p["candidate"] / p["against"]
+              for (shape, dtype), p in peaks.items() if p.get("against") and "candidate" in p}
+    return times, memory
+
+
+def chain_ratios(accepted: list[dict[str, Any]]) -> dict[Key, float]:
+    """The current best against the baseline: the product, per metric, of the ratios of every accepted trial."""
+    total: dict[Key, float] = {}
+    for result in accepted:
+        times, memory = measured_ratios(result)
+        for key, (ratio, _, _) in times.items():
+            total[key] = total.get(key, 1.0) * ratio
+        for key, ratio in memory.items():
+            total[key] = total.get(key, 1.0) * ratio
+    return total
+
+
+def _is_baseline(trial: dict, baseline_sha: str) -> bool:
+    return (trial.get("variant") or {}).get("sha256") == baseline_sha and not trial.get("against") \
+        and trial.get("status") == "complete"
+
+
+def accepted_chain(trials: list[dict], baseline_sha: str) -> tuple[dict | None, list[dict]]:
+    """(the baseline trial, the accepted trials in order): the current best is the last of them."""
+    baseline = next((t for t in trials if _is_baseline(t, baseline_sha)), None)
+    return baseline, [t for t in trials if t.get("verdict") == "accepted"]
+
+
+def trial_variant_file(kernel: str, trial: dict, root: Path | None = None) -> Path:
+    """The module a trial ran: the baseline, or its variant file (rebuilt from the notebook's copy of the source
+    when the file is gone or differs, e.g. in another checkout)."""
+    baseline = baseline_path(kernel)
+    if (trial.get("variant") or {}).get("sha256") == source_hash(baseline.read_text()):
+        return baseline
+    path = Path(trial["variant"]["path"])
+    if path.is_file() and source_hash(path.read_text()) == trial["variant"]["sha256"]:
+        return path
+    rebuilt = Store(root).trial_paths(kernel, trial["trial_id"], trial["name"]).variant
+    rebuilt.parent.mkdir(parents=True, exist_ok=True)
+    rebuilt.write_text(trial["variant"]["source"])
+    return rebuilt
+
+
+def best_trial(kernel: str, root: Path | None = None, mode: str | None = None) -> tuple[dict | None, dict | None]:
+    """(baseline trial, best accepted trial or None) of a kernel's history, for ``diff`` and ``report``."""
+    baseline_sha = source_hash(baseline_path(kernel).read_text())
+    trials = [t for t in load_trials(kernel, root) if mode is None or t.get("device") == mode]
+    baseline, chain = accepted_chain(trials, baseline_sha)
+    return baseline, (chain[-1] if chain else None)
+
+
+def geomean_ratio(result: dict, pass_name: str) -> float:
+    values = [r["ratio"] for r in (result.get("timing") or {}).get("rows", [])
+              if r["contender"] == "candidate" and r["relative_to"] == "against" and r["pass"] == pass_name
+              and r.get("ratio")]
+    return geomean(values)

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from liger_perf.guardrails import Guardrails
-
-Key = tuple[str, str, str]  # (pass or "memory", shape, dtype)
+from liger_perf.history import Key, geomean, measured_ratios
 
 
 @dataclass
@@ -34,40 +33,8 @@ class Judgement:
                 "ratios": [{"pass": k[0], "shape": k[1], "dtype": k[2], "ratio": v} for k, v in self.ratios.items()]}
 
 
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
-
-
 def _pct(ratio: float) -> str:
     return f"{abs(ratio - 1) * 100:.1f}%"
-
-
-def measured_ratios(result: dict[str, Any]) -> tuple[dict[Key, tuple[float, float, float]], dict[Key, float]]:
-    """``(times, memory)``: candidate / current best per (pass, shape, dtype) with the interval, and per
-    ("memory", shape, dtype)."""
-    times = {}
-    for r in (result.get("timing") or {}).get("rows", []):
-        if r["contender"] == "candidate" and r["relative_to"] == "against" and r.get("ratio") is not None:
-            times[(r["pass"], r["shape"], r["dtype"])] = (r["ratio"], r["ci_low"], r["ci_high"])
-    peaks: dict[tuple[str, str], dict[str, float]] = {}
-    for r in (result.get("memory") or {}).get("rows", []):
-        if r.get("peak_bytes") is not None:
-            peaks.setdefault((r["shape"], r["dtype"]), {})[r["contender"]] = r["peak_bytes"]
-    memory = {("memory", shape, dtype): p["candidate"] / p["against"]
-              for (shape, dtype), p in peaks.items() if p.get("against") and "candidate" in p}
-    return times, memory
-
-
-def chain_ratios(accepted: list[dict[str, Any]]) -> dict[Key, float]:
-    """The current best against the baseline: the product, per metric, of the ratios of every accepted trial."""
-    total: dict[Key, float] = {}
-    for result in accepted:
-        times, memory = measured_ratios(result)
-        for key, (ratio, _, _) in times.items():
-            total[key] = total.get(key, 1.0) * ratio
-        for key, ratio in memory.items():
-            total[key] = total.get(key, 1.0) * ratio
-    return total
 
 
 def judge(result: dict[str, Any], guardrails: Guardrails, best_vs_baseline: dict[Key, float] | None = None,

@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 from liger_perf.errors import UserError
 from liger_perf.guardrails import Guardrails
-from liger_perf.history import load_trials, warn
-from liger_perf.judge import chain_ratios, geomean, judge
+from liger_perf.history import accepted_chain, chain_ratios, load_trials, trial_variant_file, warn
+from liger_perf.judge import judge
 from liger_perf.proposers import Context, Proposal, Proposer, Stop
 from liger_perf.record import HARNESS_ERROR, TrialRequest, record_verdict
 from liger_perf.registry import baseline_path, get_spec
@@ -48,17 +48,6 @@ class LoopOutcome:
     harness_error: str | None = None
     #: Set when the baseline's own trial did not complete: nothing can be tuned until it does.
     baseline_failed: str | None = None
-
-
-def _is_baseline(trial: dict, baseline_sha: str) -> bool:
-    return (trial.get("variant") or {}).get("sha256") == baseline_sha and not trial.get("against") \
-        and trial.get("status") == "complete"
-
-
-def accepted_chain(trials: list[dict], baseline_sha: str) -> tuple[dict | None, list[dict]]:
-    """(the baseline trial, the accepted trials in order): the current best is the last of them."""
-    baseline = next((t for t in trials if _is_baseline(t, baseline_sha)), None)
-    return baseline, [t for t in trials if t.get("verdict") == "accepted"]
 
 
 def floor_reached(best: dict, target: str, fraction: float) -> bool:
@@ -323,33 +312,3 @@ class OptimizeLoop:
         self.events.append(event)
         if self.on_event is not None:
             self.on_event(event)
-
-
-def trial_variant_file(kernel: str, trial: dict, root: Path | None = None) -> Path:
-    """The module a trial ran: the baseline, or its variant file (rebuilt from the notebook's copy of the source
-    when the file is gone or differs, e.g. in another checkout)."""
-    baseline = baseline_path(kernel)
-    if (trial.get("variant") or {}).get("sha256") == source_hash(baseline.read_text()):
-        return baseline
-    path = Path(trial["variant"]["path"])
-    if path.is_file() and source_hash(path.read_text()) == trial["variant"]["sha256"]:
-        return path
-    rebuilt = Store(root).trial_paths(kernel, trial["trial_id"], trial["name"]).variant
-    rebuilt.parent.mkdir(parents=True, exist_ok=True)
-    rebuilt.write_text(trial["variant"]["source"])
-    return rebuilt
-
-
-def best_trial(kernel: str, root: Path | None = None, mode: str | None = None) -> tuple[dict | None, dict | None]:
-    """(baseline trial, best accepted trial or None) of a kernel's history, for ``diff`` and ``report``."""
-    baseline_sha = source_hash(baseline_path(kernel).read_text())
-    trials = [t for t in load_trials(kernel, root) if mode is None or t.get("device") == mode]
-    baseline, chain = accepted_chain(trials, baseline_sha)
-    return baseline, (chain[-1] if chain else None)
-
-
-def geomean_ratio(result: dict, pass_name: str) -> float:
-    values = [r["ratio"] for r in (result.get("timing") or {}).get("rows", [])
-              if r["contender"] == "candidate" and r["relative_to"] == "against" and r["pass"] == pass_name
-              and r.get("ratio")]
-    return geomean(values)

@@ -33,9 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from liger_perf.config import load_yaml_model
 from liger_perf.errors import EXIT_FAILED, EXIT_JOB_ERROR, UserError
 from liger_perf.guardrails import load_guardrails
-from liger_perf.history import load_trials
-from liger_perf.judge import chain_ratios, geomean, measured_ratios
-from liger_perf.loop import OptimizeLoop, accepted_chain
+from liger_perf.history import accepted_chain, chain_ratios, geomean, load_trials, measured_ratios
+from liger_perf.loop import OptimizeLoop
 from liger_perf.proposers import get_proposer
 from liger_perf.record import HARNESS_ERROR, jsonable
 from liger_perf.registry import baseline_path, kernel_names, project_root

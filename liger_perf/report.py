@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from liger_perf.judge import chain_ratios, geomean
-from liger_perf.loop import accepted_chain, geomean_ratio
+from liger_perf.history import accepted_chain, chain_ratios, geomean, geomean_ratio
 from liger_perf.registry import baseline_path
 from liger_perf.store import Store
 from liger_perf.variants import source_hash

@@ -241,3 +241,15 @@ def peak_memory(spec: KernelSpec, contenders: Mapping[str, ForwardFn], cases: li
             rows.append({"shape": shape_label(case.shape), "dtype": dtype_name(case.dtype), "contender": name,
                          "peak_bytes": peak})
     return pd.DataFrame(rows, columns=["shape", "dtype", "contender", "peak_bytes"])
+
+
+def timing_table(summary: pd.DataFrame, unit: str = "ms") -> pd.DataFrame:
+    """Per pass, shape and dtype: every contender's median, and the ratios with their intervals."""
+    table = summary.pivot_table(index=["pass", "shape", "dtype"], columns="contender", values="median_ms",
+                                sort=False).add_suffix(f" {unit}")
+    for row in summary[summary["contender"] != summary["relative_to"]].to_dict("records"):
+        table.loc[(row["pass"], row["shape"], row["dtype"]), f"{row['contender']} / {row['relative_to']}"] = (
+            f"{row['ratio']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]")
+    reference = summary[summary["contender"] == summary["relative_to"]].set_index(["pass", "shape", "dtype"])
+    table[f"{summary['relative_to'].iloc[0]} % of bandwidth floor"] = (100 * reference["bandwidth_fraction"]).round(1)
+    return table

@@ -199,7 +199,8 @@ class Trial:
 
     @_step("time", "timing")
     def time(self) -> None:
-        from liger_perf.timing import TimingPlan, copy_bandwidth, peak_memory, summarize, time_suite
+        from liger_perf.timing import (TimingPlan, copy_bandwidth, peak_memory, summarize, time_suite,
+                                       timing_table)
 
         plan = TimingPlan.default(self.device, self.request.repetitions)
         plan = TimingPlan(plan.repetitions, plan.warmup, confidence=self.request.confidence)
@@ -291,18 +292,6 @@ class Trial:
             return False
         _display(markdown=f"*{step}: skipped ({self.data['status']}: {self.data['reason']})*")
         return True
-
-
-def timing_table(summary: pd.DataFrame, unit: str = "ms") -> pd.DataFrame:
-    """Per pass, shape and dtype: every contender's median, and the ratios with their intervals."""
-    table = summary.pivot_table(index=["pass", "shape", "dtype"], columns="contender", values="median_ms",
-                                sort=False).add_suffix(f" {unit}")
-    for row in summary[summary["contender"] != summary["relative_to"]].to_dict("records"):
-        table.loc[(row["pass"], row["shape"], row["dtype"]), f"{row['contender']} / {row['relative_to']}"] = (
-            f"{row['ratio']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]")
-    reference = summary[summary["contender"] == summary["relative_to"]].set_index(["pass", "shape", "dtype"])
-    table[f"{summary['relative_to'].iloc[0]} % of bandwidth floor"] = (100 * reference["bandwidth_fraction"]).round(1)
-    return table
 
 
 def _widest_cases(frame: pd.DataFrame) -> pd.DataFrame:

@@ -5,8 +5,8 @@ import copy
 import pytest
 
 from liger_perf.guardrails import Guardrails
-from liger_perf.history import load_trials
-from liger_perf.judge import chain_ratios, judge
+from liger_perf.history import chain_ratios, load_trials
+from liger_perf.judge import judge
 
 SHAPES = ("2048x1024", "2048x8192")
 DTYPES = ("float32", "bfloat16")

@@ -23,7 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from liger_perf.errors import UserError
-from liger_perf.judge import geomean
+from liger_perf.history import geomean
 from liger_perf.proposers import Context, Proposal, Stop, tried_sources
 from liger_perf.proposers.rules import RulesProposer, diagnose
 from liger_perf.proposers.safety import check_generated_source
