@@ -172,9 +172,18 @@ def _is_baseline(trial: dict, baseline_sha: str) -> bool:
 
 
 def accepted_chain(trials: list[dict], baseline_sha: str) -> tuple[dict | None, list[dict]]:
-    """(the baseline trial, the accepted trials in order): the current best is the last of them."""
+    """(the baseline trial, the accepted trials in order): the current best is the last of them.
+
+    An accepted trial joins the chain only if it was measured against the chain's tip at that point: two
+    candidates of one round accepted against the same best (a loop killed before it reconciled them) never both
+    count, so the chain's ratios multiply only measurements that follow one another."""
     baseline = next((t for t in trials if _is_baseline(t, baseline_sha)), None)
-    return baseline, [t for t in trials if t.get("verdict") == "accepted"]
+    chain, tip = [], baseline_sha
+    for t in trials:
+        if t.get("verdict") == "accepted" and (t.get("against") or {}).get("sha256") == tip:
+            chain.append(t)
+            tip = (t.get("variant") or {}).get("sha256")
+    return baseline, chain
 
 
 def trial_variant_file(kernel: str, trial: dict, root: Path | None = None) -> Path:

@@ -96,6 +96,7 @@ class OptimizeLoop:
                 self._emit("trial-start", "baseline trial (with peers: eager, torch.compile, liger-kernel)",
                            index=1, request=request)
                 baseline = self._run_all([request])[0]
+                self._emit("trial-end", f"baseline: {baseline['status']}", baseline)
                 trials_run += 1
                 if baseline["status"] == HARNESS_ERROR:
                     return self._harness_failed(baseline, best=baseline, trials_run=trials_run)
@@ -143,15 +144,26 @@ class OptimizeLoop:
             partial.unlink()
 
     def _judge_pending(self) -> None:
+        """Judge the trials a killed loop left without a verdict, each against the chain up to the best it was
+        measured against; then reconcile each round whose candidates were accepted side by side."""
         trials = self._trials()
         for trial in trials:
             if trial.get("verdict") is None and trial.get("against") and trial.get("kind") != "revalidation" \
                     and trial.get("status") != HARNESS_ERROR:
                 _, chain = accepted_chain([t for t in trials if t["trial_id"] < trial["trial_id"]], self.baseline_sha)
+                against = trial["against"].get("sha256")
+                while chain and chain[-1]["variant"]["sha256"] != against:  # a round-mate accepted before it
+                    chain = chain[:-1]
                 self._emit("judged-pending", f"trial {trial['trial_id']:04d} finished before the loop was stopped: "
                            "judging it now", trial)
                 self._judge_and_record(trial, chain)
                 trials = self._trials()
+        rounds: dict[str, list[dict]] = {}
+        for trial in trials:
+            if trial.get("verdict") == "accepted" and trial.get("against"):
+                rounds.setdefault(trial["against"].get("sha256"), []).append(trial)
+        for accepted in rounds.values():
+            self._reconcile(accepted)
 
     def _judge_and_record(self, result: dict, chain: list[dict]) -> dict:
         judgement = judge(result, self.guardrails, chain_ratios(chain))
@@ -167,7 +179,7 @@ class OptimizeLoop:
     def _round(self, trials: list[dict], best: dict, room: int) -> list[Proposal] | Stop:
         """Up to ``room`` candidates to trial at once against ``best``: first the loop's own re-runs (an
         inconclusive trial re-measured, a candidate superseded in its round re-trialled), then the proposer's."""
-        steps = self._reruns(trials)[:room]
+        steps = self._reruns(trials, best)[:room]
         while len(steps) < room:
             step = self.proposer.propose(Context(self.spec, self.guardrails.target, trials, best,
                                                  best["variant"]["source"],
@@ -228,7 +240,7 @@ class OptimizeLoop:
     def _best_file(self, best: dict) -> Path:
         return trial_variant_file(self.kernel, best, self.root)
 
-    def _reruns(self, trials: list[dict]) -> list[Proposal]:
+    def _reruns(self, trials: list[dict], best: dict) -> list[Proposal]:
         """Trials the loop runs again by itself: an inconclusive one, measured once more with twice the
         repetitions (never accepted as it was), and one superseded by a better candidate of its round, trialled
         against that one; each only while no later trial ran the same source."""
@@ -247,11 +259,14 @@ class OptimizeLoop:
                                         f"{details['superseded_by']:04d}", "retrial")
             else:
                 continue
+            # Its knob changes were made from the best it was first measured against; against another best they
+            # are not this trial's changes (and would rule out the wrong move when it is rejected).
+            same_best = t["against"].get("sha256") == best["variant"]["sha256"]
             reruns.append(Proposal(name=name[:60], source=t["variant"]["source"],
                                    hypothesis=f"re-run of trial {t['trial_id']:04d}, {why}: " + (t.get("hypothesis")
                                                                                               or ""),
-                                   prediction=t.get("prediction") or "", changes=t.get("changes") or {},
-                                   diagnosis=diagnosis))
+                                   prediction=t.get("prediction") or "",
+                                   changes=(t.get("changes") or {}) if same_best else {}, diagnosis=diagnosis))
         return reruns
 
     def _repetitions(self, step: Proposal) -> int:

@@ -104,7 +104,8 @@ def set_result(nb, result: dict) -> None:
 def set_verdict(nb, verdict: str, reasons: list[str], details: dict | None = None) -> None:
     if verdict not in VERDICTS:
         raise ValueError(f"verdict must be one of {VERDICTS}, not {verdict!r}")
-    payload = jsonable({"verdict": verdict, "reasons": list(reasons), **(details or {})})
+    # The verdict and reasons given win over any that ``details`` carries (a verdict read back and re-recorded).
+    payload = jsonable({**(details or {}), "verdict": verdict, "reasons": list(reasons)})
     text = f"**Verdict: {verdict}**" + "".join(f"\n- {r}" for r in reasons)
     cell = next((c for c in nb.cells if VERDICT_TAG in c.get("metadata", {}).get("tags", [])), None)
     if cell is None:

@@ -94,3 +94,18 @@ def test_real_a_a_trials_from_the_h200_are_never_accepted(kernel, target):
 def test_chain_ratios_multiply_along_the_accepted_variants():
     total = chain_ratios([_result(target_ratio=0.8), _result(target_ratio=0.5)])
     assert abs(total[("backward", "2048x1024", "float32")] - 0.4) < 1e-12
+
+
+def test_the_chain_counts_an_accepted_trial_only_when_it_was_measured_against_the_tip():
+    """Two candidates of one round accepted against the same best (a loop killed before it reconciled them):
+    only the first joins the chain, so the chain's ratios never multiply two measurements of one round."""
+    from liger_perf.history import accepted_chain
+
+    def trial(n, sha, against, verdict="accepted"):
+        return {"trial_id": n, "variant": {"sha256": sha}, "against": {"sha256": against} if against else None,
+                "status": "complete", "verdict": verdict}
+
+    trials = [trial(0, "base", None, None), trial(1, "a", "base"), trial(2, "b", "base"), trial(3, "c", "a"),
+              trial(4, "d", "b")]
+    baseline, chain = accepted_chain(trials, "base")
+    assert baseline["trial_id"] == 0 and [t["trial_id"] for t in chain] == [1, 3]

@@ -104,3 +104,17 @@ def test_rounds_of_two_trial_two_candidates_against_one_best_and_reconcile_two_a
     assert trials[5]["against"]["sha256"] == sources[3]  # re-trialled against the round's winner
     starts = [e for e in events if e.kind == "trial-start"]
     assert [e.index for e in starts] == [1, 2, 3]
+    # The retrial ran against another best: the changes recorded for 0004 (from the baseline) are not its own.
+    assert not trials[5]["changes"]
+
+    # A loop killed after it judged round one but before it reconciled it: both stand accepted. The next loop
+    # reconciles them before anything else, and the chain never holds both.
+    record.record_verdict(trials[4]["notebook"], "accepted", ["as judged before the kill"],
+                          {k: v for k, v in trials[4]["verdict_details"].items() if k != "superseded_by"})
+    for t in load_trials(KERNEL, root):
+        if t["trial_id"] == 5:
+            (root / KERNEL / t["notebook"].rsplit("/", 1)[-1]).unlink()
+    OptimizeLoop(KERNEL, load_guardrails(ROOT / "guardrails.yaml", target="backward"), RulesProposer(),
+                 device="cuda", budget=0, root=root, runner=runner).run()
+    trials = {t["trial_id"]: t for t in load_trials(KERNEL, root)}
+    assert trials[3]["verdict"] == "accepted" and trials[4]["verdict_details"]["superseded_by"] == 3

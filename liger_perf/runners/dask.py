@@ -64,6 +64,7 @@ class DaskRunner:
                                    dashboard_address=None)
             self.client, self.pin_gpus = Client(cluster), True
         self.workers = max(1, len(self.client.scheduler_info()["workers"]))
+        self._modes: dict[str, str] = {}
 
     def close(self) -> None:
         cluster = getattr(self.client, "cluster", None)
@@ -73,7 +74,9 @@ class DaskRunner:
 
     def mode(self, device: str) -> str:
         """Asked of a worker: the client may sit on a machine without the workers' GPUs."""
-        return self.client.submit(_mode_on_worker, device, pure=False).result()
+        if device not in self._modes:
+            self._modes[device] = self.client.submit(_mode_on_worker, device, pure=False).result()
+        return self._modes[device]
 
     def run(self, request: TrialRequest, store: Store) -> TrialRun:
         return self.run_many([request], store)[0]
@@ -97,7 +100,8 @@ class DaskRunner:
             text = future.result()
         except Exception as e:  # every worker it ran on died (KilledWorker), or the cluster went away
             return record_harness_error(request, store, f"the harness failed before the variant was imported: "
-                                        f"the Dask task failed: {type(e).__name__}: {e}", request.device)
+                                        f"the Dask task failed: {type(e).__name__}: {e}",
+                                        self._modes.get(request.device, request.device))
         nb = nbformat.reads(text, as_version=4)
         result = record.read_result(nb)
         # The worker ran copies in its scratch folder: the result names the client's files.
