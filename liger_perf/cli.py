@@ -189,7 +189,21 @@ def optimize_command(
         raise UserError(f"--target {target!r}: use one of {', '.join(TARGETS)}")
     rules = load_guardrails(guardrails or project_root() / "guardrails.yaml", target=target)
     chosen = get_proposer(proposer, model=model, llm_config=str(llm_config) if llm_config else None)
-    mode = select_device(device).mode
+    runner = None
+    if workers > 1 or scheduler:
+        from liger_perf.runners.dask import DaskRunner
+
+        if not scheduler and select_device(device).mode == "cuda":
+            import torch
+
+            if workers > torch.cuda.device_count():
+                raise UserError(f"--workers {workers}: this host has {torch.cuda.device_count()} GPU(s), one per "
+                                "worker; ask for fewer workers, or start a cluster across hosts (--scheduler)")
+        runner = DaskRunner(workers=workers, scheduler=scheduler)
+        console.print(f"Dask: {runner.workers} workers at {runner.client.scheduler.address}: rounds of "
+                      f"{runner.workers} trials against the same best", markup=False)
+    # The workers' device decides the mode: the client of a remote cluster may have no GPU of its own.
+    mode = runner.mode(device) if runner is not None else select_device(device).mode
     if budget is None:
         budget = 3 if mode == "interpret" else 10
     if mode == "interpret":
@@ -222,13 +236,6 @@ def optimize_command(
             console.print(f"stopped: {event.message}\ncurrent best: trial {best.get('trial_id', 0):04d} "
                           f"{best.get('name', '')}", markup=False)
 
-    runner = None
-    if workers > 1 or scheduler:
-        from liger_perf.runners.dask import DaskRunner
-
-        runner = DaskRunner(workers=workers, scheduler=scheduler)
-        console.print(f"Dask: {runner.workers} workers at {runner.client.scheduler.address}: rounds of "
-                      f"{runner.workers} trials against the same best", markup=False)
     try:
         loop = OptimizeLoop(kernel, rules, chosen, device=device, budget=budget, repetitions=repetitions,
                             convergence=convergence, confirm=confirm, on_event=show,

@@ -41,7 +41,8 @@ class ReplayRunner(OneAtATime):
         variant_sha = source_hash(read_source(request.variant))
         against_sha = source_hash(read_source(request.against)) if request.against else None
         for trial in load_trials(request.kernel, self.recorded):
-            if trial.get("device") != self._mode or trial.get("status") == HARNESS_ERROR \
+            if trial["trial_id"] in self.served or trial.get("device") != self._mode \
+                    or trial.get("status") == HARNESS_ERROR \
                     or trial.get("kind", "experiment") != request.kind \
                     or (trial.get("variant") or {}).get("sha256") != variant_sha \
                     or not _same_best(trial, against_sha):
