@@ -1,11 +1,12 @@
 """The replay runner: serves recorded trials instead of running them.
 
 A request is answered by the recorded trial of the same kernel that ran the same variant source against the
-same current best (both by sha256), of the same kind: its notebook is copied into the store under the request's
-number and name, with the request's hypothesis, prediction and changes, and without the recorded verdict (the
-loop judges it again). So the loop, the judge, the proposers and the nightly job run through recorded GPU
-notebooks in seconds, on a machine without a GPU; what they decide can be compared with what was decided then.
-A request that nothing recorded answers is an error that names the variant: a replay never makes a figure up.
+same current best (both by sha256), of the same kind, and not served before (a re-measure gets the recorded
+re-measure, not the first measurement again). Its notebook is copied into the store under the request's number
+and name, with the request's hypothesis, prediction and changes, and without the recorded verdict (the loop
+judges it again). So the loop, the judge and the proposers run through recorded GPU notebooks in seconds, on a
+machine without a GPU, and what they decide can be compared with what was decided then. A request that nothing
+recorded answers is an error that names the variant: a replay never makes a figure up.
 """
 
 from __future__ import annotations
