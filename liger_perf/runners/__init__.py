@@ -52,6 +52,21 @@ class OneAtATime:
         return [self.run(request, store) for request in requests]
 
 
+def file_trial(nb, result: dict[str, Any], request: TrialRequest, store: Store) -> TrialRun:
+    """Write a finished trial's notebook into the store under the request's number, its result naming the
+    request's variant and best (a worker's scratch copies or a recording's files are not what the loop ran)."""
+    from liger_perf import record
+
+    result["variant"] = {**result["variant"], "path": request.variant}
+    if result.get("against"):
+        result["against"] = {**result["against"], "path": request.against}
+    record.set_result(nb, result)
+    paths = store.trial_paths(request.kernel, request.trial_id, request.name)
+    record.write_atomic(nb, paths.notebook)
+    paths.partial.unlink(missing_ok=True)
+    return TrialRun(paths.notebook, record.read_result(nb))
+
+
 def trial_request(kernel: str, variant: str | Path, against: str | Path | None = None, *, store: Store,
                   name: str | None = None, hypothesis: str = "", prediction: str = "",
                   passes: list[str] | None = None, device: str = "auto", repetitions: int = 0, ncu: bool = True,

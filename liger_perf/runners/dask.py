@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from liger_perf.record import TrialRequest
-from liger_perf.runners import TrialRun
+from liger_perf.runners import TrialRun, file_trial
 from liger_perf.store import Store
 
 
@@ -103,13 +103,4 @@ class DaskRunner:
                                         f"the Dask task failed: {type(e).__name__}: {e}",
                                         self._modes.get(request.device, request.device))
         nb = nbformat.reads(text, as_version=4)
-        result = record.read_result(nb)
-        # The worker ran copies in its scratch folder: the result names the client's files.
-        result["variant"] = {**result["variant"], "path": request.variant}
-        if result.get("against"):
-            result["against"] = {**result["against"], "path": request.against}
-        record.set_result(nb, result)
-        paths = store.trial_paths(request.kernel, request.trial_id, request.name)
-        record.write_atomic(nb, paths.notebook)
-        paths.partial.unlink(missing_ok=True)
-        return TrialRun(paths.notebook, record.read_result(nb))
+        return file_trial(nb, record.read_result(nb), request, store)  # the worker ran scratch copies

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from liger_perf.record import HARNESS_ERROR, TrialRequest
-from liger_perf.runners import OneAtATime, TrialRun
+from liger_perf.runners import OneAtATime, TrialRun, file_trial
 from liger_perf.store import Store, template_path
 
 VARIANT_TAG = "variant"  # the template's cell that imports the variant: the first to run code under trial
@@ -88,14 +88,9 @@ def record_harness_error(request: TrialRequest, store: Store, reason: str, mode:
     result saying why, so the history keeps it and the job reports it."""
     import nbformat
 
-    from liger_perf import record
-
     nb = nbformat.read(template_path(), as_version=4)
-    record.set_result(nb, {**bare_result(request, mode), "status": HARNESS_ERROR, "reason": reason[:1000]})
-    paths = store.trial_paths(request.kernel, request.trial_id, request.name)
-    record.write_atomic(nb, paths.notebook)
-    paths.partial.unlink(missing_ok=True)
-    return TrialRun(paths.notebook, record.read_result(nb))
+    return file_trial(nb, {**bare_result(request, mode), "status": HARNESS_ERROR, "reason": reason[:1000]},
+                      request, store)
 
 
 def whole_seconds(seconds: float) -> int:

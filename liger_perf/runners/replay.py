@@ -15,7 +15,7 @@ from pathlib import Path
 
 from liger_perf.errors import UserError
 from liger_perf.record import HARNESS_ERROR, TrialRequest
-from liger_perf.runners import OneAtATime, TrialRun
+from liger_perf.runners import OneAtATime, TrialRun, file_trial
 from liger_perf.store import Store
 
 
@@ -53,16 +53,9 @@ class ReplayRunner(OneAtATime):
                       "hypothesis": request.hypothesis, "prediction": request.prediction,
                       "changes": request.changes, "proposer_audit": request.proposer_audit,
                       "replayed_from": Path(trial["notebook"]).name}
-            result["variant"] = {**result["variant"], "path": request.variant}
-            if result.get("against"):
-                result["against"] = {**result["against"], "path": request.against}
-            record.set_result(nb, result)
             record.clear_verdict(nb)
-            paths = store.trial_paths(request.kernel, request.trial_id, request.name)
-            record.write_atomic(nb, paths.notebook)
-            paths.partial.unlink(missing_ok=True)
             self.served.append(trial["trial_id"])
-            return TrialRun(paths.notebook, record.read_result(nbformat.read(paths.notebook, as_version=4)))
+            return file_trial(nb, result, request, store)
         raise UserError(f"replay: no {self._mode} trial of {request.kernel} under {self.recorded} ran this variant "
                         f"({Path(request.variant).name}, sha256 {variant_sha[:12]}) against "
                         + (f"sha256 {against_sha[:12]}" if against_sha else "nothing"))
