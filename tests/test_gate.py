@@ -26,6 +26,9 @@ def test_baseline_passes_gate_and_convergence(kernel, interpret_device):
 
 @pytest.mark.parametrize("broken", BROKEN, ids=[b.name for b in BROKEN])
 def test_gate_catches_broken_variant(broken, interpret_device, tmp_path):
+    # The gate draws its inputs from the global generator, randomly seeded per process: seed it, so the
+    # outcome does not depend on which tests ran before (some mistakes show only on some inputs: issue 18).
+    torch.manual_seed(0)
     spec = get_spec(broken.kernel)
     variant = load_variant(write_broken_variant(broken, tmp_path), spec)
     result = check_variant(spec, variant, interpret_device, fail_fast=True)
