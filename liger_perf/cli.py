@@ -94,9 +94,11 @@ def trial_command(
                                              "the trial is recorded as crashed"),
 ) -> None:
     """Run one trial: a Papermill-executed notebook under notebooks/<kernel>/ (gate, timings, memory, NCU)."""
-    from liger_perf.record import HARNESS_ERROR
+    from rich.markup import escape
+
     from liger_perf.registry import baseline_path, get_spec
     from liger_perf.runners import run_trial
+    from liger_perf.schema import HARNESS_ERROR
 
     spec = get_spec(kernel)
     pass_list = [p.strip() for p in passes.split(",") if p.strip()]
@@ -109,16 +111,16 @@ def trial_command(
                         passes=pass_list, device=device, repetitions=repetitions, ncu=ncu, peers=peers,
                         timeout_s=timeout)
     result = run.result
-    console.print(f"[bold]{run.notebook}[/bold]: status {result['status']}"
-                  + (f" ({result['reason']})" if result.get("reason") else ""))
-    if result.get("device") == "interpret":
+    console.print(f"[bold]{escape(str(run.notebook))}[/bold]: status {result.status}"
+                  + (f" ({escape(result.reason)})" if result.reason else ""))
+    if result.device == "interpret":
         console.print("Ran under the Triton interpreter on the CPU: its timings are CPU timings.")
-    ncu_info = result.get("ncu") or {}
-    if ncu_info:
-        console.print(f"ncu: {ncu_info.get('status')}" + (f" ({ncu_info['reason']})" if ncu_info.get("reason") else ""))
-    if result["status"] == HARNESS_ERROR:
+    if result.ncu:
+        console.print(f"ncu: {result.ncu.status}" + (f" ({result.ncu.reason})" if result.ncu.reason else ""),
+                      markup=False)
+    if result.status == HARNESS_ERROR:
         raise typer.Exit(EXIT_JOB_ERROR)
-    if result["status"] != "complete":
+    if result.status != "complete":
         raise typer.Exit(EXIT_FAILED)
 
 
@@ -214,8 +216,8 @@ def optimize_command(
 
     # Live progress of the trials under way (each one's step, from its progress file); the time a trial took
     # here before is the estimate.
-    done_before = [t["elapsed_s"] for t in load_trials(kernel) if t.get("device") == mode
-                   and t.get("status") == "complete" and t.get("elapsed_s")][-5:]
+    done_before = [t.elapsed_s for t in load_trials(kernel) if t.device == mode
+                   and t.status == "complete" and t.elapsed_s][-5:]
     expected_s = sorted(done_before)[len(done_before) // 2] if done_before else None
     running: dict[int, tuple[str, str, float]] = {}  # trial number -> (label, artifacts folder, start)
 
@@ -227,14 +229,13 @@ def optimize_command(
                 running[request.trial_id] = (f"{request.trial_id:04d} {request.name}", request.artifacts,
                                              time.time())
             console.print(f"trial {event.index} of at most {event.budget}: {event.message}", markup=False)
-        elif event.kind in ("trial-end", "judged-pending"):
-            trial = event.trial or {}
-            running.pop(trial.get("trial_id"), None)
-            console.print(f"  {trial.get('notebook', '')}: {event.message}", markup=False)
+        elif event.kind in ("trial-end", "judged-pending") and event.trial is not None:
+            running.pop(event.trial.trial_id, None)
+            console.print(f"  {event.trial.notebook or ''}: {event.message}", markup=False)
         elif event.kind == "stop":
-            best = event.trial or {}
-            console.print(f"stopped: {event.message}\ncurrent best: trial {best.get('trial_id', 0):04d} "
-                          f"{best.get('name', '')}", markup=False)
+            best = event.trial
+            console.print(f"stopped: {event.message}" + (f"\ncurrent best: trial {best.trial_id:04d} {best.name}"
+                                                        if best is not None else ""), markup=False)
 
     try:
         loop = OptimizeLoop(kernel, rules, chosen, device=device, budget=budget, repetitions=repetitions,
@@ -249,7 +250,7 @@ def optimize_command(
     finally:
         if runner is not None:
             runner.close()
-    report = write_report(kernel, [t for t in load_trials(kernel) if t.get("device") == mode])
+    report = write_report(kernel, [t for t in load_trials(kernel) if t.device == mode])
     console.print(f"report: {report}")
     if outcome.harness_error:
         console.print(f"the harness failed (exit code {EXIT_JOB_ERROR}): {outcome.harness_error}", markup=False)
@@ -320,7 +321,7 @@ def report_command(kernel: str = typer.Argument(..., help="a registered kernel")
 
     get_spec(kernel)
     mode = select_device(device).mode
-    path = write_report(kernel, [t for t in load_trials(kernel) if t.get("device") == mode])
+    path = write_report(kernel, [t for t in load_trials(kernel) if t.device == mode])
     console.print(f"report: {path}")
 
 

@@ -16,12 +16,11 @@ from typing import Any
 
 import pandas as pd
 
-from liger_perf.record import FORMAT, read_result, read_verdict
+from liger_perf.record import read_result, read_verdict
 from liger_perf.registry import baseline_path
+from liger_perf.schema import Key, TrialResult
 from liger_perf.store import Store, trial_number
 from liger_perf.variants import source_hash
-
-Key = tuple[str, str, str]  # (pass or "memory", shape, dtype)
 
 TRIAL_COLUMNS = ["trial_id", "name", "kind", "status", "verdict", "hypothesis", "prediction", "variant_sha256",
                  "against_sha256", "device", "notebook"]
@@ -33,9 +32,10 @@ def warn(message: str) -> None:
     print(f"liger-perf: warning: {message}", file=sys.stderr)
 
 
-def read_trial(path: Path) -> dict[str, Any] | None:
-    """A notebook's structured result plus ``verdict`` and ``notebook``; None (with a warning) if unreadable."""
+def read_trial(path: Path) -> TrialResult | None:
+    """A notebook's result with its verdict and path; None (with a warning) if it is unreadable."""
     import nbformat
+    from pydantic import ValidationError
 
     try:
         # nbformat's own parser, without the conversion of every output into NotebookNodes: that conversion is
@@ -50,43 +50,46 @@ def read_trial(path: Path) -> dict[str, Any] | None:
         return None
     try:
         result = read_result(nb)
-    except (json.JSONDecodeError, AttributeError, TypeError) as e:
-        warn(f"skipping {path}: its result output is malformed ({type(e).__name__})")
+    except ValidationError as e:
+        where = ".".join(str(p) for p in e.errors()[0]["loc"]) if e.errors() else "?"
+        warn(f"skipping {path}: its result does not fit a trial result ({e.error_count()} problems, first at "
+             f"{where!r})")
+        return None
+    except (ValueError, AttributeError, TypeError) as e:
+        warn(f"skipping {path}: its result output is malformed ({type(e).__name__}: {str(e)[:120]})")
         return None
     if result is None:
         warn(f"skipping {path}: it holds no trial result (half-written, or not a trial notebook)")
         return None
-    if result.get("format") != FORMAT:
-        warn(f"skipping {path}: result format {result.get('format')!r} is not {FORMAT!r} (an older liger-perf)")
-        return None
-    verdict = read_verdict(nb) or {}
+    try:
+        verdict = read_verdict(nb)
+    except (ValueError, AttributeError, TypeError) as e:
+        warn(f"{path}: its verdict is malformed ({type(e).__name__}); read as a trial without a verdict")
+        verdict = None
     # The file name's number is the trial's place in the history (what the result recorded is kept beside it).
     numbered = trial_number(path)
-    trial_id = numbered if numbered is not None else result.get("trial_id")
-    return {**result, "trial_id": trial_id, "recorded_trial_id": result.get("trial_id"),
-            "verdict": verdict.get("verdict"), "verdict_reasons": verdict.get("reasons", []),
-            "verdict_details": verdict, "notebook": str(path)}
+    recorded = result.trial_id
+    return result.model_copy(update={"trial_id": numbered if numbered is not None else recorded,
+                                     "recorded_trial_id": recorded, "judged": verdict, "notebook": str(path)})
 
 
-def load_trials(kernel: str, root: Path | None = None) -> list[dict[str, Any]]:
+def load_trials(kernel: str, root: Path | None = None) -> list[TrialResult]:
     """Every readable trial of ``kernel``, in trial order."""
     trials = [t for p in Store(root).trial_notebooks(kernel) if (t := read_trial(p)) is not None]
     return trials
 
 
-def _trial_columns(trial: dict[str, Any]) -> dict[str, Any]:
-    return {"trial_id": trial.get("trial_id"), "name": trial.get("name"), "kind": trial.get("kind", "experiment"),
-            "status": trial.get("status"),
-            "verdict": trial.get("verdict"), "hypothesis": trial.get("hypothesis"),
-            "prediction": trial.get("prediction"), "variant_sha256": (trial.get("variant") or {}).get("sha256"),
-            "against_sha256": (trial.get("against") or {}).get("sha256"), "device": trial.get("device"),
-            "notebook": trial.get("notebook")}
+def _trial_columns(trial: TrialResult) -> dict[str, Any]:
+    return {"trial_id": trial.trial_id, "name": trial.name, "kind": trial.kind, "status": trial.status,
+            "verdict": trial.verdict, "hypothesis": trial.hypothesis, "prediction": trial.prediction,
+            "variant_sha256": trial.variant_sha, "against_sha256": trial.against_sha, "device": trial.device,
+            "notebook": trial.notebook}
 
 
 MEASUREMENT_COLUMNS = ["pass", "shape", "dtype", "contender", "kernel_name", "metric", "value"]
 
 
-def _append_rows(trial: dict[str, Any], index: int, cols: dict[str, list]) -> None:
+def _append_rows(trial: TrialResult, index: int, cols: dict[str, list]) -> None:
     """Append one trial's measurements to column lists, tagged with the trial's ``index``."""
 
     def add(pass_name, shape, dtype, contender, kernel_name, metrics: dict):
@@ -98,18 +101,18 @@ def _append_rows(trial: dict[str, Any], index: int, cols: dict[str, list]) -> No
         cols["value"].extend(metrics.values())
 
     start = len(cols["metric"])
-    for r in (trial.get("timing") or {}).get("rows", []):
-        add(r["pass"], r["shape"], r["dtype"], r["contender"], None, {m: r.get(m) for m in TIMING_METRICS})
-    for r in (trial.get("memory") or {}).get("rows", []):
-        add("memory", r["shape"], r["dtype"], r["contender"], None, {"peak_bytes": r.get("peak_bytes")})
-    for launch in (trial.get("ncu") or {}).get("launches", []):
-        add(launch["pass"], launch["shape"], launch["dtype"], "candidate", launch["kernel"],
-            {f"ncu:{m}": v for m, v in launch["metrics"].items()})
+    for r in trial.timing_rows():
+        add(r.pass_name, r.shape, r.dtype, r.contender, None, {m: getattr(r, m) for m in TIMING_METRICS})
+    for r in trial.memory_rows():
+        add("memory", r.shape, r.dtype, r.contender, None, {"peak_bytes": r.peak_bytes})
+    for launch in trial.launches():
+        add(launch.pass_name, launch.shape, launch.dtype, "candidate", launch.kernel,
+            {f"ncu:{m}": v for m, v in launch.metrics.items()})
     if len(cols["metric"]) == start:  # a trial that measured nothing (failed the gate, crashed) appears once
         add(None, None, None, None, None, {None: None})
 
 
-def history_frame(kernel: str, root: Path | None = None, trials: list[dict] | None = None) -> pd.DataFrame:
+def history_frame(kernel: str, root: Path | None = None, trials: list[TrialResult] | None = None) -> pd.DataFrame:
     """One row per trial, pass, shape, dtype, contender and metric (``COLUMNS``)."""
     trials = load_trials(kernel, root) if trials is None else trials
     cols: dict[str, list] = {c: [] for c in ["trial", *MEASUREMENT_COLUMNS]}
@@ -125,10 +128,10 @@ def history_frame(kernel: str, root: Path | None = None, trials: list[dict] | No
     return frame[COLUMNS]
 
 
-def trials_frame(trials: list[dict[str, Any]]) -> pd.DataFrame:
+def trials_frame(trials: list[TrialResult]) -> pd.DataFrame:
     """One row per trial: its parameters, status and verdict."""
-    return pd.DataFrame([{**_trial_columns(t), "reason": t.get("reason", ""),
-                          "changes": json.dumps(t.get("changes")) if t.get("changes") else ""} for t in trials],
+    return pd.DataFrame([{**_trial_columns(t), "reason": t.reason,
+                          "changes": json.dumps(t.changes) if t.changes else ""} for t in trials],
                         columns=TRIAL_COLUMNS + ["reason", "changes"])
 
 
@@ -138,23 +141,25 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
 
 
-def measured_ratios(result: dict[str, Any]) -> tuple[dict[Key, tuple[float, float, float]], dict[Key, float]]:
+def measured_ratios(result: TrialResult) -> tuple[dict[Key, tuple[float, float, float]], dict[Key, float]]:
     """``(times, memory)``: candidate / current best per (pass, shape, dtype) with the interval, and per
-    ("memory", shape, dtype)."""
-    times = {}
-    for r in (result.get("timing") or {}).get("rows", []):
-        if r["contender"] == "candidate" and r["relative_to"] == "against" and r.get("ratio") is not None:
-            times[(r["pass"], r["shape"], r["dtype"])] = (r["ratio"], r["ci_low"], r["ci_high"])
+    ("memory", shape, dtype). A ratio without its interval has no bound: it is judged as such (never accepted
+    on a bound that was not measured)."""
+    times = {r.key: (r.ratio, _or(r.ci_low, 0.0), _or(r.ci_high, math.inf)) for r in result.candidate_ratios()}
     peaks: dict[tuple[str, str], dict[str, float]] = {}
-    for r in (result.get("memory") or {}).get("rows", []):
-        if r.get("peak_bytes") is not None:
-            peaks.setdefault((r["shape"], r["dtype"]), {})[r["contender"]] = r["peak_bytes"]
+    for r in result.memory_rows():
+        if r.peak_bytes is not None:
+            peaks.setdefault((r.shape, r.dtype), {})[r.contender] = r.peak_bytes
     memory = {("memory", shape, dtype): p["candidate"] / p["against"]
               for (shape, dtype), p in peaks.items() if p.get("against") and "candidate" in p}
     return times, memory
 
 
-def chain_ratios(accepted: list[dict[str, Any]]) -> dict[Key, float]:
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
+def chain_ratios(accepted: list[TrialResult]) -> dict[Key, float]:
     """The current best against the baseline: the product, per metric, of the ratios of every accepted trial."""
     total: dict[Key, float] = {}
     for result in accepted:
@@ -166,12 +171,11 @@ def chain_ratios(accepted: list[dict[str, Any]]) -> dict[Key, float]:
     return total
 
 
-def _is_baseline(trial: dict, baseline_sha: str) -> bool:
-    return (trial.get("variant") or {}).get("sha256") == baseline_sha and not trial.get("against") \
-        and trial.get("status") == "complete"
+def _is_baseline(trial: TrialResult, baseline_sha: str) -> bool:
+    return trial.variant_sha == baseline_sha and not trial.against and trial.status == "complete"
 
 
-def accepted_chain(trials: list[dict], baseline_sha: str) -> tuple[dict | None, list[dict]]:
+def accepted_chain(trials: list[TrialResult], baseline_sha: str) -> tuple[TrialResult | None, list[TrialResult]]:
     """(the baseline trial, the accepted trials in order): the current best is the last of them.
 
     An accepted trial joins the chain only if it was measured against the chain's tip at that point: two
@@ -180,37 +184,35 @@ def accepted_chain(trials: list[dict], baseline_sha: str) -> tuple[dict | None, 
     baseline = next((t for t in trials if _is_baseline(t, baseline_sha)), None)
     chain, tip = [], baseline_sha
     for t in trials:
-        if t.get("verdict") == "accepted" and (t.get("against") or {}).get("sha256") == tip:
+        if t.verdict == "accepted" and t.against_sha == tip:
             chain.append(t)
-            tip = (t.get("variant") or {}).get("sha256")
+            tip = t.variant_sha
     return baseline, chain
 
 
-def trial_variant_file(kernel: str, trial: dict, root: Path | None = None) -> Path:
+def trial_variant_file(kernel: str, trial: TrialResult, root: Path | None = None) -> Path:
     """The module a trial ran: the baseline, or its variant file (rebuilt from the notebook's copy of the source
     when the file is gone or differs, e.g. in another checkout)."""
     baseline = baseline_path(kernel)
-    if (trial.get("variant") or {}).get("sha256") == source_hash(baseline.read_text()):
+    if trial.variant_sha == source_hash(baseline.read_text()):
         return baseline
-    path = Path(trial["variant"]["path"])
-    if path.is_file() and source_hash(path.read_text()) == trial["variant"]["sha256"]:
+    path = Path(trial.variant.path)
+    if path.is_file() and source_hash(path.read_text()) == trial.variant_sha:
         return path
-    rebuilt = Store(root).trial_paths(kernel, trial["trial_id"], trial["name"]).variant
+    rebuilt = Store(root).trial_paths(kernel, trial.trial_id, trial.name).variant
     rebuilt.parent.mkdir(parents=True, exist_ok=True)
-    rebuilt.write_text(trial["variant"]["source"])
+    rebuilt.write_text(trial.variant.source)
     return rebuilt
 
 
-def best_trial(kernel: str, root: Path | None = None, mode: str | None = None) -> tuple[dict | None, dict | None]:
+def best_trial(kernel: str, root: Path | None = None, mode: str | None = None,
+               ) -> tuple[TrialResult | None, TrialResult | None]:
     """(baseline trial, best accepted trial or None) of a kernel's history, for ``diff`` and ``report``."""
     baseline_sha = source_hash(baseline_path(kernel).read_text())
-    trials = [t for t in load_trials(kernel, root) if mode is None or t.get("device") == mode]
+    trials = [t for t in load_trials(kernel, root) if mode is None or t.device == mode]
     baseline, chain = accepted_chain(trials, baseline_sha)
     return baseline, (chain[-1] if chain else None)
 
 
-def geomean_ratio(result: dict, pass_name: str) -> float:
-    values = [r["ratio"] for r in (result.get("timing") or {}).get("rows", [])
-              if r["contender"] == "candidate" and r["relative_to"] == "against" and r["pass"] == pass_name
-              and r.get("ratio")]
-    return geomean(values)
+def geomean_ratio(result: TrialResult, pass_name: str) -> float:
+    return geomean([r.ratio for r in result.candidate_ratios(pass_name) if r.ratio > 0])

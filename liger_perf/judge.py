@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
-
 from liger_perf.guardrails import Guardrails
-from liger_perf.history import Key, geomean, measured_ratios
+from liger_perf.history import geomean, measured_ratios
+from liger_perf.schema import JudgedRatio, Key, TrialResult, Verdict, VerdictName
 
 
 @dataclass
 class Judgement:
-    verdict: str  # accepted | rejected | inconclusive
+    verdict: VerdictName
     reasons: list[str]
     target_ratio: float = math.nan  # geomean candidate / current best on the target (< 1 is better)
     target_interval: tuple[float, float] = (math.nan, math.nan)
@@ -28,27 +27,34 @@ class Judgement:
     def gain(self) -> float:
         return 1 - self.target_ratio if math.isfinite(self.target_ratio) else 0.0
 
-    def details(self) -> dict[str, Any]:
-        return {"target_ratio": self.target_ratio, "target_interval": list(self.target_interval),
-                "ratios": [{"pass": k[0], "shape": k[1], "dtype": k[2], "ratio": v} for k, v in self.ratios.items()]}
+    def record(self, target: str, proposer: str) -> Verdict:
+        """The verdict as the trial's notebook records it."""
+        return Verdict(verdict=self.verdict, reasons=self.reasons, target=target, proposer=proposer,
+                       target_ratio=_finite(self.target_ratio),
+                       target_interval=[_finite(x) for x in self.target_interval], gain=self.gain,
+                       ratios=[JudgedRatio(pass_name=k[0], shape=k[1], dtype=k[2], ratio=v)
+                               for k, v in self.ratios.items()])
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None  # JSON has no NaN
 
 
 def _pct(ratio: float) -> str:
     return f"{abs(ratio - 1) * 100:.1f}%"
 
 
-def judge(result: dict[str, Any], guardrails: Guardrails, best_vs_baseline: dict[Key, float] | None = None,
+def judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[Key, float] | None = None,
           ) -> Judgement:
     best_vs_baseline = best_vs_baseline or {}
-    status = result.get("status")
+    status = result.status
     if status != "complete":
         what = {"failed-correctness": "failed the correctness gate", "invalid-variant": "is not a valid variant",
                 "crashed": "crashed or timed out"}.get(status, f"ended as {status}")
-        return Judgement("rejected", [f"the variant {what}: {result.get('reason', '')}".strip()])
-    against = result.get("against") or {}
-    if not against:
+        return Judgement("rejected", [f"the variant {what}: {result.reason}".strip()])
+    if not result.against:
         raise ValueError("a trial without --against has no current best to be judged against")
-    if against.get("sha256") == (result.get("variant") or {}).get("sha256"):
+    if result.against_sha == result.variant_sha:
         return Judgement("rejected", ["the variant is identical to the current best"])
 
     times, memory = measured_ratios(result)

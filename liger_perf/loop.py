@@ -11,16 +11,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from liger_perf.errors import UserError
 from liger_perf.guardrails import Guardrails
 from liger_perf.history import accepted_chain, chain_ratios, load_trials, trial_variant_file, warn
 from liger_perf.judge import judge
 from liger_perf.proposers import Context, Proposal, Proposer, Stop
-from liger_perf.record import HARNESS_ERROR, TrialRequest, record_verdict
+from liger_perf.record import record_verdict
 from liger_perf.registry import baseline_path, get_spec
 from liger_perf.runners import Runner, trial_request
+from liger_perf.schema import HARNESS_ERROR, TrialRequest, TrialResult
 from liger_perf.store import Store, trial_number
 from liger_perf.variants import source_hash
 
@@ -31,7 +32,7 @@ class LoopEvent:
 
     kind: str  # "trial-start" | "trial-end" | "judged-pending" | "stop"
     message: str
-    trial: dict[str, Any] | None = None
+    trial: TrialResult | None = None
     index: int = 0
     budget: int = 0
     request: TrialRequest | None = None  # a started trial's: its number, name and artifacts (progress) folder
@@ -40,7 +41,7 @@ class LoopEvent:
 @dataclass
 class LoopOutcome:
     stop_reason: str
-    best: dict[str, Any]
+    best: TrialResult
     trials_run: int
     events: list[LoopEvent] = field(default_factory=list)
     #: Set when the loop stopped because the harness failed (a trial never reached its variant): a fault of the
@@ -50,10 +51,9 @@ class LoopOutcome:
     baseline_failed: str | None = None
 
 
-def floor_reached(best: dict, target: str, fraction: float) -> bool:
-    rows = [r for r in (best.get("timing") or {}).get("rows", [])
-            if r["contender"] == "candidate" and r["pass"] == target]
-    return bool(rows) and all((r.get("bandwidth_fraction") or 0) >= fraction for r in rows)
+def floor_reached(best: TrialResult, target: str, fraction: float) -> bool:
+    rows = best.timing_rows("candidate", target)
+    return bool(rows) and all((r.bandwidth_fraction or 0) >= fraction for r in rows)
 
 
 class OptimizeLoop:
@@ -96,13 +96,13 @@ class OptimizeLoop:
                 self._emit("trial-start", "baseline trial (with peers: eager, torch.compile, liger-kernel)",
                            index=1, request=request)
                 baseline = self._run_all([request])[0]
-                self._emit("trial-end", f"baseline: {baseline['status']}", baseline)
+                self._emit("trial-end", f"baseline: {baseline.status}", baseline)
                 trials_run += 1
-                if baseline["status"] == HARNESS_ERROR:
+                if baseline.status == HARNESS_ERROR:
                     return self._harness_failed(baseline, best=baseline, trials_run=trials_run)
-                if baseline["status"] != "complete":
-                    reason = (f"the baseline trial did not complete ({baseline['status']}: "
-                              f"{baseline.get('reason', '')}); fix the baseline first")
+                if baseline.status != "complete":
+                    reason = (f"the baseline trial did not complete ({baseline.status}: "
+                              f"{baseline.reason}); fix the baseline first")
                     return self._stop(reason, baseline, trials_run, baseline_failed=reason)
                 if self.confirm is not None and not self._confirm_plan(baseline):
                     return self._stop("stopped after the baseline trial: the plan was not confirmed", baseline,
@@ -122,21 +122,21 @@ class OptimizeLoop:
                 for step in steps:
                     trials_run += 1
                     requests.append(self._request(step, best_file))
-                    self._emit("trial-start", f"{step.name} (current best: {best['trial_id']:04d} {best['name']}): "
+                    self._emit("trial-start", f"{step.name} (current best: {best.trial_id:04d} {best.name}): "
                                f"{step.hypothesis}", index=trials_run, request=requests[-1])
                 # Every candidate of the round was measured against the same best; no verdict on a variant that
                 # never ran (a harness error).
-                results = [r if r["status"] == HARNESS_ERROR else self._judge_and_record(r, chain)
+                results = [r if r.status == HARNESS_ERROR else self._judge_and_record(r, chain)
                            for r in self._run_all(requests)]
                 self._reconcile(results)
-                failed = next((r for r in results if r["status"] == HARNESS_ERROR), None)
+                failed = next((r for r in results if r.status == HARNESS_ERROR), None)
                 if failed is not None:  # the variant will be proposed again once the harness works
                     return self._harness_failed(failed, best=best, trials_run=trials_run)
 
     # -- steps ---------------------------------------------------------------------------------------------
 
-    def _trials(self) -> list[dict]:
-        return [t for t in load_trials(self.kernel, self.root) if t.get("device") == self.mode]
+    def _trials(self) -> list[TrialResult]:
+        return [t for t in load_trials(self.kernel, self.root) if t.device == self.mode]
 
     def _drop_half_written(self) -> None:
         for partial in self.store.partial_notebooks(self.kernel):
@@ -148,41 +148,37 @@ class OptimizeLoop:
         measured against; then reconcile each round whose candidates were accepted side by side."""
         trials = self._trials()
         for trial in trials:
-            if trial.get("verdict") is None and trial.get("against") and trial.get("kind") != "revalidation" \
-                    and trial.get("status") != HARNESS_ERROR:
-                _, chain = accepted_chain([t for t in trials if t["trial_id"] < trial["trial_id"]], self.baseline_sha)
-                against = trial["against"].get("sha256")
-                while chain and chain[-1]["variant"]["sha256"] != against:  # a round-mate accepted before it
+            if trial.verdict is None and trial.against and trial.kind != "revalidation" \
+                    and trial.status != HARNESS_ERROR:
+                _, chain = accepted_chain([t for t in trials if t.trial_id < trial.trial_id], self.baseline_sha)
+                while chain and chain[-1].variant_sha != trial.against_sha:  # a round-mate accepted before it
                     chain = chain[:-1]
-                self._emit("judged-pending", f"trial {trial['trial_id']:04d} finished before the loop was stopped: "
+                self._emit("judged-pending", f"trial {trial.trial_id:04d} finished before the loop was stopped: "
                            "judging it now", trial)
                 self._judge_and_record(trial, chain)
                 trials = self._trials()
-        rounds: dict[str, list[dict]] = {}
+        rounds: dict[str | None, list[TrialResult]] = {}
         for trial in trials:
-            if trial.get("verdict") == "accepted" and trial.get("against"):
-                rounds.setdefault(trial["against"].get("sha256"), []).append(trial)
+            if trial.verdict == "accepted" and trial.against:
+                rounds.setdefault(trial.against_sha, []).append(trial)
         for accepted in rounds.values():
             self._reconcile(accepted)
 
-    def _judge_and_record(self, result: dict, chain: list[dict]) -> dict:
+    def _judge_and_record(self, result: TrialResult, chain: list[TrialResult]) -> TrialResult:
         judgement = judge(result, self.guardrails, chain_ratios(chain))
-        details = {**judgement.details(), "target": self.guardrails.target, "proposer": self.proposer.name,
-                   "gain": judgement.gain}
-        notebook = result.get("notebook")
-        record_verdict(notebook, judgement.verdict, judgement.reasons, details)
-        result = {**result, "verdict": judgement.verdict, "verdict_reasons": judgement.reasons,
-                  "verdict_details": details}
+        verdict = judgement.record(self.guardrails.target, self.proposer.name)
+        record_verdict(result.notebook, verdict)
+        result = result.model_copy(update={"judged": verdict})
         self._emit("trial-end", f"{judgement.verdict}: {'; '.join(judgement.reasons)}", result)
         return result
 
-    def _round(self, trials: list[dict], best: dict, room: int) -> list[Proposal] | Stop:
+    def _round(self, trials: list[TrialResult], best: TrialResult, room: int) -> list[Proposal] | Stop:
         """Up to ``room`` candidates to trial at once against ``best``: first the loop's own re-runs (an
         inconclusive trial re-measured, a candidate superseded in its round re-trialled), then the proposer's."""
         steps = self._reruns(trials, best)[:room]
         while len(steps) < room:
             step = self.proposer.propose(Context(self.spec, self.guardrails.target, trials, best,
-                                                 best["variant"]["source"],
+                                                 best.variant.source,
                                                  pending=[source_hash(s.source) for s in steps]))
             if isinstance(step, Stop):
                 return steps or step
@@ -204,7 +200,7 @@ class OptimizeLoop:
                              convergence=self.convergence, confidence=self.guardrails.confidence,
                              changes=step.changes or None, timeout_s=self.guardrails.trial_timeout_s)
 
-    def _run_all(self, requests: list[TrialRequest]) -> list[dict]:
+    def _run_all(self, requests: list[TrialRequest]) -> list[TrialResult]:
         try:
             runs = self.runner.run_many(requests, self.store)
         except BaseException:
@@ -215,58 +211,56 @@ class OptimizeLoop:
         for run in runs:
             trial_id = trial_number(run.notebook)
             self.run_ids.add(trial_id)
-            results.append({**run.result, "notebook": str(run.notebook), "trial_id": trial_id, "verdict": None})
+            results.append(run.result.model_copy(update={"notebook": str(run.notebook), "trial_id": trial_id,
+                                                         "judged": None}))
         return results
 
-    def _reconcile(self, results: list[dict]) -> None:
+    def _reconcile(self, results: list[TrialResult]) -> None:
         """Candidates of one round were each judged against the same best; when several were accepted, the one
         that gained most stays accepted, and each other one is recorded as superseded (rejected, its gain kept)
         and re-trialled against the new best in the next round."""
-        accepted = [r for r in results if r.get("verdict") == "accepted"]
+        accepted = [r for r in results if r.verdict == "accepted"]
         if len(accepted) < 2:
             return
-        winner = max(accepted, key=lambda r: r["verdict_details"].get("gain", 0))
+        winner = max(accepted, key=lambda r: r.gain)
         for result in accepted:
             if result is winner:
                 continue
-            reason = (f"superseded: trial {winner['trial_id']:04d} of the same round gained more "
-                      f"({winner['verdict_details']['gain']:.1%} against {result['verdict_details']['gain']:.1%}); "
-                      "re-trialled against it next")
-            details = {**result["verdict_details"], "superseded_by": winner["trial_id"]}
-            record_verdict(result["notebook"], "rejected", [reason, *result["verdict_reasons"]], details)
-            result.update(verdict="rejected", verdict_reasons=[reason], verdict_details=details)
+            reason = (f"superseded: trial {winner.trial_id:04d} of the same round gained more "
+                      f"({winner.gain:.1%} against {result.gain:.1%}); re-trialled against it next")
+            result.judged = result.judged.model_copy(update={
+                "verdict": "rejected", "reasons": [reason, *result.verdict_reasons],
+                "superseded_by": winner.trial_id})
+            record_verdict(result.notebook, result.judged)
             self._emit("trial-end", f"rejected: {reason}", result)
 
-    def _best_file(self, best: dict) -> Path:
+    def _best_file(self, best: TrialResult) -> Path:
         return trial_variant_file(self.kernel, best, self.root)
 
-    def _reruns(self, trials: list[dict], best: dict) -> list[Proposal]:
+    def _reruns(self, trials: list[TrialResult], best: TrialResult) -> list[Proposal]:
         """Trials the loop runs again by itself: an inconclusive one, measured once more with twice the
         repetitions (never accepted as it was), and one superseded by a better candidate of its round, trialled
         against that one; each only while no later trial ran the same source."""
-        experiments = [t for t in trials if t.get("status") != HARNESS_ERROR
-                       and t.get("kind", "experiment") == "experiment" and t.get("against")]
+        experiments = [t for t in trials if t.status != HARNESS_ERROR and t.kind == "experiment" and t.against]
         reruns = []
         for i, t in enumerate(experiments):
-            sha = (t.get("variant") or {}).get("sha256")
-            if any((later.get("variant") or {}).get("sha256") == sha for later in experiments[i + 1:]):
+            if any(later.variant_sha == t.variant_sha for later in experiments[i + 1:]):
                 continue
-            details = t.get("verdict_details") or {}
-            if t.get("verdict") == "inconclusive" and not (t.get("name") or "").endswith("-remeasure"):
-                name, why, diagnosis = f"{t['name']}-remeasure", "which was inconclusive", "remeasure"
-            elif details.get("superseded_by") is not None:
-                name, why, diagnosis = (f"{t['name']}-retrial", f"superseded in its round by trial "
-                                        f"{details['superseded_by']:04d}", "retrial")
+            superseded_by = t.judged.superseded_by if t.judged else None
+            if t.verdict == "inconclusive" and not t.name.endswith("-remeasure"):
+                name, why, diagnosis = f"{t.name}-remeasure", "which was inconclusive", "remeasure"
+            elif superseded_by is not None:
+                name, why, diagnosis = (f"{t.name}-retrial", f"superseded in its round by trial "
+                                        f"{superseded_by:04d}", "retrial")
             else:
                 continue
             # Its knob changes were made from the best it was first measured against; against another best they
             # are not this trial's changes (and would rule out the wrong move when it is rejected).
-            same_best = t["against"].get("sha256") == best["variant"]["sha256"]
-            reruns.append(Proposal(name=name[:60], source=t["variant"]["source"],
-                                   hypothesis=f"re-run of trial {t['trial_id']:04d}, {why}: " + (t.get("hypothesis")
-                                                                                              or ""),
-                                   prediction=t.get("prediction") or "",
-                                   changes=(t.get("changes") or {}) if same_best else {}, diagnosis=diagnosis))
+            same_best = t.against_sha == best.variant_sha
+            reruns.append(Proposal(name=name[:60], source=t.variant.source,
+                                   hypothesis=f"re-run of trial {t.trial_id:04d}, {why}: {t.hypothesis}",
+                                   prediction=t.prediction, changes=(t.changes or {}) if same_best else {},
+                                   diagnosis=diagnosis))
         return reruns
 
     def _repetitions(self, step: Proposal) -> int:
@@ -280,7 +274,7 @@ class OptimizeLoop:
         base = self.repetitions or TimingPlan.default(Device(self.mode, torch.device("cpu"))).repetitions
         return 2 * base
 
-    def _stop_reason(self, trials: list[dict], best: dict, trials_run: int) -> str:
+    def _stop_reason(self, trials: list[TrialResult], best: TrialResult, trials_run: int) -> str:
         if trials_run >= self.budget:
             return f"the budget of {self.budget} trials is spent"
         if self.deadline is not None and time.time() >= self.deadline:
@@ -290,16 +284,15 @@ class OptimizeLoop:
             return (f"the best variant's {target} runs at {self.guardrails.floor_fraction_stop:.0%} or more of the "
                     "bandwidth floor at every shape: nothing left to win")
         # Two small gains in a row in *this* run: an earlier night's tail must not stop tonight's work unstarted.
-        judged = [t for t in trials if t.get("verdict") in ("accepted", "rejected") and t.get("status") == "complete"
-                  and t["trial_id"] in self.run_ids]
+        judged = [t for t in trials if t.verdict in ("accepted", "rejected") and t.status == "complete"
+                  and t.trial_id in self.run_ids]
         tail = judged[-2:]
-        if len(tail) == 2 and all((t.get("verdict_details") or {}).get("gain", 0) < self.guardrails.min_gain
-                                  for t in tail):
-            return (f"two judged trials in a row ({tail[0]['trial_id']:04d}, {tail[1]['trial_id']:04d}) gained less "
+        if len(tail) == 2 and all(t.gain < self.guardrails.min_gain for t in tail):
+            return (f"two judged trials in a row ({tail[0].trial_id:04d}, {tail[1].trial_id:04d}) gained less "
                     f"than {self.guardrails.min_gain:.0%} on {target}")
         return ""
 
-    def _confirm_plan(self, baseline: dict) -> bool:
+    def _confirm_plan(self, baseline: TrialResult) -> bool:
         from liger_perf.proposers.rules import diagnose
 
         passes = ["forward", "backward"] if self.guardrails.target == "full" else [self.guardrails.target]
@@ -312,16 +305,16 @@ class OptimizeLoop:
                 lines += [f"  - {p} {diag}: {dict(r.changes)} ({r.why})" for r in remedies]
         return self.confirm("\n".join(lines))
 
-    def _harness_failed(self, trial: dict, best: dict, trials_run: int) -> LoopOutcome:
-        reason = f"trial {trial['trial_id']:04d} could not run: {trial.get('reason', '')}"
+    def _harness_failed(self, trial: TrialResult, best: TrialResult, trials_run: int) -> LoopOutcome:
+        reason = f"trial {trial.trial_id:04d} could not run: {trial.reason}"
         return self._stop(reason, best, trials_run, harness_error=reason)
 
-    def _stop(self, reason: str, best: dict, trials_run: int, harness_error: str | None = None,
+    def _stop(self, reason: str, best: TrialResult, trials_run: int, harness_error: str | None = None,
               baseline_failed: str | None = None) -> LoopOutcome:
         self._emit("stop", reason, best)
         return LoopOutcome(reason, best, trials_run, self.events, harness_error, baseline_failed)
 
-    def _emit(self, kind: str, message: str, trial: dict | None = None, index: int = 0,
+    def _emit(self, kind: str, message: str, trial: TrialResult | None = None, index: int = 0,
               request: TrialRequest | None = None) -> None:
         event = LoopEvent(kind, message, trial, index, self.budget, request)
         self.events.append(event)

@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from liger_perf.ncu_driver import parse_range_name
+from liger_perf.schema import STALL_PREFIX, STALL_SUFFIX
 
 SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats", "WarpStateStats")
 EXTRA_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum",
@@ -43,8 +44,6 @@ KEPT_METRICS = (
     "launch__occupancy_limit_blocks", "sm__maximum_warps_per_active_cycle_pct",
     "sm__warps_active.avg.pct_of_peak_sustained_active", "device__attribute_multiprocessor_count",
 )
-#: Warp stall reasons from WarpStateStats: cycles stalled per issued instruction, by reason.
-STALL_PREFIX, STALL_SUFFIX = "smsp__average_warps_issue_stalled_", "_per_issue_active.ratio"
 METRIC_COLUMNS = ["pass", "shape", "dtype", "kernel", "launch", "metric", "value", "unit"]
 ADVICE_COLUMNS = ["pass", "shape", "dtype", "kernel", "launch", "rule", "section", "type", "title", "message",
                   "estimated_speedup_pct"]

@@ -36,9 +36,10 @@ from liger_perf.guardrails import load_guardrails
 from liger_perf.history import accepted_chain, chain_ratios, geomean, load_trials, measured_ratios
 from liger_perf.loop import OptimizeLoop
 from liger_perf.proposers import get_proposer
-from liger_perf.record import HARNESS_ERROR, jsonable
+from liger_perf.record import jsonable
 from liger_perf.registry import baseline_path, kernel_names, project_root
 from liger_perf.runners import Runner, run_trial
+from liger_perf.schema import HARNESS_ERROR, Fingerprint, TrialResult
 from liger_perf.store import Store
 from liger_perf.variants import source_hash
 
@@ -80,11 +81,13 @@ def load_config(path: str | Path) -> NightlyConfig:
     return load_yaml_model(path, NightlyConfig)
 
 
-def stack_of(fingerprint: dict | None) -> dict:
-    return {k: (fingerprint or {}).get(k) for k in STACK_KEYS}
+def stack_of(fingerprint: Fingerprint | dict | None) -> dict:
+    """The parts of a fingerprint whose change calls for a re-validation (a recorded one, or today's)."""
+    fields = fingerprint.model_dump() if isinstance(fingerprint, Fingerprint) else (fingerprint or {})
+    return {k: fields.get(k) for k in STACK_KEYS}
 
 
-def _advantage(result: dict, target: str) -> float:
+def _advantage(result: TrialResult, target: str) -> float:
     """Baseline time (or memory) over the best's, from a best-against-baseline trial: > 1 means the best wins."""
     times, memory = measured_ratios(result)
     values = list(memory.values()) if target == "memory" else [v[0] for k, v in times.items() if k[0] == target]
@@ -142,12 +145,10 @@ class Nightly:
         return (EXIT_JOB_ERROR if job_errors or any(e["errors"] for e in results) else 0), path
 
     def _read_stack(self) -> list[dict]:
-        """Today's stack, in this process (a trial that could not run records none): the errors it raised."""
-        from liger_perf.device import select_device
-        from liger_perf.fingerprint import fingerprint
-
+        """Today's stack, read by the runner where the trials run (a trial that could not run records none): the
+        errors it raised."""
         try:
-            self.stack = stack_of(fingerprint(select_device(self.config.device), project_root()))
+            self.stack = stack_of(self.runner.fingerprint(self.config.device))
         except Exception as e:  # no GPU where one was asked for, a broken driver: the job goes on and says so
             self.echo(f"error of the job: the software stack could not be read: {type(e).__name__}: {e}")
             return [{"what": self._relative(f"the software stack could not be read: {type(e).__name__}: {e}")}]
@@ -174,9 +175,9 @@ class Nightly:
                                 target=job.target)
         mode = self.runner.mode(self.config.device)
         baseline_sha = source_hash(baseline_path(job.name).read_text())
-        trials = [t for t in load_trials(job.name, self.root) if t.get("device") == mode]
+        trials = [t for t in load_trials(job.name, self.root) if t.device == mode]
         baseline, chain = accepted_chain(trials, baseline_sha)
-        known = {t["trial_id"] for t in load_trials(job.name, self.root)}
+        known = {t.trial_id for t in load_trials(job.name, self.root)}
         if chain:
             self._revalidate(job, entry, trials, chain, rules)
             self._record_new_trials(job, entry, known)
@@ -200,41 +201,41 @@ class Nightly:
     def _record_new_trials(self, job: KernelJob, entry: dict, known: set[int]) -> None:
         """Put the trials this run added into the kernel's entry, and the summary on disk: a killed run leaves
         a summary of every trial it finished (and tonight's budget counts them)."""
-        new = [t for t in load_trials(job.name, self.root) if t["trial_id"] not in known]
+        new = [t for t in load_trials(job.name, self.root) if t.trial_id not in known]
         entry["trials_run"] = len(new)
-        entry["tuning_trials"] = sum(t.get("kind", "experiment") == "experiment" and t.get("status") != HARNESS_ERROR
+        entry["tuning_trials"] = sum(t.kind == "experiment" and t.status != HARNESS_ERROR
                                      for t in new)  # a trial that never ran its variant spends no budget
         entry["notebooks"] = [self._notebook(t) for t in new]
-        entry["trials"] = [{"trial": t["trial_id"], "name": t["name"], "kind": t.get("kind", "experiment"),
-                            "status": t.get("status"), "verdict": t.get("verdict")} for t in new]
-        entry["accepted"] = [{"trial": t["trial_id"], "name": t["name"], "gain": (t.get("verdict_details") or {})
-                              .get("gain"), "notebook": self._notebook(t)}
-                             for t in new if t.get("verdict") == "accepted"]
+        entry["trials"] = [{"trial": t.trial_id, "name": t.name, "kind": t.kind, "status": t.status,
+                            "verdict": t.verdict} for t in new]
+        entry["accepted"] = [{"trial": t.trial_id, "name": t.name, "gain": t.gain, "notebook": self._notebook(t)}
+                             for t in new if t.verdict == "accepted"]
         self._write_summary(finished=False)
 
-    def _revalidate(self, job, entry, trials, chain, rules) -> None:
+    def _revalidate(self, job: KernelJob, entry: dict, trials: list[TrialResult], chain: list[TrialResult],
+                    rules) -> None:
         best = chain[-1]
-        last = next((t for t in reversed(trials) if t.get("kind") == "revalidation" and t.get("status") != HARNESS_ERROR
-                     and (t.get("variant") or {}).get("sha256") == best["variant"]["sha256"]), None)
-        if last is not None and stack_of(last.get("fingerprint")) == self.stack:
-            entry["revalidation"] = f"skipped: the software stack is unchanged since trial {last['trial_id']:04d}"
+        last = next((t for t in reversed(trials) if t.kind == "revalidation" and t.status != HARNESS_ERROR
+                     and t.variant_sha == best.variant_sha), None)
+        if last is not None and stack_of(last.fingerprint) == self.stack:
+            entry["revalidation"] = f"skipped: the software stack is unchanged since trial {last.trial_id:04d}"
             return
-        best_file = Path(best["variant"]["path"])
-        if not best_file.is_file() or source_hash(best_file.read_text()) != best["variant"]["sha256"]:
-            best_file = self.store.trial_paths(job.name, best["trial_id"], best["name"]).variant
+        best_file = Path(best.variant.path)
+        if not best_file.is_file() or source_hash(best_file.read_text()) != best.variant_sha:
+            best_file = self.store.trial_paths(job.name, best.trial_id, best.name).variant
             best_file.parent.mkdir(parents=True, exist_ok=True)
-            best_file.write_text(best["variant"]["source"])
-        self.echo(f"{job.name}: re-validating trial {best['trial_id']:04d} {best['name']} against the baseline")
-        run = run_trial(job.name, best_file, baseline_path(job.name), name=f"revalidate-{best['name']}"[:60],
+            best_file.write_text(best.variant.source)
+        self.echo(f"{job.name}: re-validating trial {best.trial_id:04d} {best.name} against the baseline")
+        run = run_trial(job.name, best_file, baseline_path(job.name), name=f"revalidate-{best.name}"[:60],
                         hypothesis="nightly re-validation of the current best against the baseline on today's stack",
                         device=self.config.device, repetitions=self.config.repetitions,
                         convergence=self.config.convergence, confidence=rules.confidence, root=self.root,
                         timeout_s=rules.trial_timeout_s, kind="revalidation", peers=False, runner=self.runner)
         result = run.result
         notebook = self._relative(run.notebook)
-        if result.get("status") == HARNESS_ERROR:  # the best never ran: nothing is known about it tonight
-            entry["errors"].append({"what": f"the re-validation of trial {best['trial_id']:04d} could not run: "
-                                            f"{self._relative(result.get('reason', ''))}", "notebook": notebook})
+        if result.status == HARNESS_ERROR:  # the best never ran: nothing is known about it tonight
+            entry["errors"].append({"what": f"the re-validation of trial {best.trial_id:04d} could not run: "
+                                            f"{self._relative(result.reason)}", "notebook": notebook})
             entry["revalidation"] = "not done: the harness failed (see the errors)"
             return
         previous = last or best
@@ -245,14 +246,13 @@ class Nightly:
             values = [v for k, v in ratios.items() if (k[0] == "memory") == (job.target == "memory")
                       and (job.target == "memory" or k[0] == job.target)]
             before = 1 / geomean(values) if values else math.nan
-        evidence = {"best_trial": best["trial_id"], "revalidation_notebook": notebook,
+        evidence = {"best_trial": best.trial_id, "revalidation_notebook": notebook,
                     "previous_notebook": self._notebook(previous),
-                    "fingerprint_before": stack_of(previous.get("fingerprint")),
-                    "fingerprint_now": stack_of(result.get("fingerprint")) if result.get("fingerprint")
-                    else self.stack}
-        if result.get("status") != "complete":
-            entry["regressions"].append({**evidence, "what": f"the best no longer passes: {result.get('status')}: "
-                                                             f"{self._relative(result.get('reason', ''))}"})
+                    "fingerprint_before": stack_of(previous.fingerprint),
+                    "fingerprint_now": stack_of(result.fingerprint) if result.fingerprint else self.stack}
+        if result.status != "complete":
+            entry["regressions"].append({**evidence, "what": f"the best no longer passes: {result.status}: "
+                                                             f"{self._relative(result.reason)}"})
             return
         now = _advantage(result, job.target)
         entry["revalidation"] = f"best vs baseline on {job.target}: {now:.3f}x now, {before:.3f}x before"
@@ -279,8 +279,8 @@ class Nightly:
         # Whatever else is absolute (site-packages in a traceback, a temporary folder): its last two parts.
         return _ABSOLUTE.sub(lambda m: "…/" + "/".join(m.group(0).rsplit("/", 2)[-2:]), text)
 
-    def _notebook(self, trial: dict) -> str | None:
-        return self._relative(Path(trial["notebook"])) if trial.get("notebook") else None
+    def _notebook(self, trial: TrialResult) -> str | None:
+        return self._relative(Path(trial.notebook)) if trial.notebook else None
 
     def _summaries(self) -> Path:
         return self.store.nightly_reports()

@@ -1,11 +1,12 @@
-"""The trial notebook's contract with programs: the request it runs, where its result and the verdict live.
+"""The trial notebook's contract with programs: where its request, its result and the verdict live.
 
 A trial is asked for with one ``TrialRequest``, handed to the notebook as its one Papermill parameter
 (``request``, a plain dict) and read back into the type there.
 
 A trial notebook holds exactly one structured result: the output, with MIME type ``RESULT_MIME``, of the code
-cell tagged ``result``. It is a JSON object with ``"format": FORMAT`` (see ``Trial.result`` for its keys). The
-optimize loop adds its judgement afterwards as the output (``VERDICT_MIME``) of a cell tagged ``verdict``.
+cell tagged ``result``. It is a ``TrialResult`` as JSON, with ``"format": FORMAT`` (``liger_perf.schema``). The
+optimize loop adds its judgement afterwards (a ``Verdict``) as the output (``VERDICT_MIME``) of a cell tagged
+``verdict``.
 Nothing else in a notebook is read by a program. Notebooks are written atomically: aside, then renamed.
 """
 
@@ -16,46 +17,15 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import nbformat
-from pydantic import BaseModel, ConfigDict, Field
 
-FORMAT = "liger-perf-trial/1"
+from liger_perf.schema import FORMAT, TrialResult, Verdict
+
 RESULT_MIME = "application/vnd.liger-perf.trial+json"
 VERDICT_MIME = "application/vnd.liger-perf.verdict+json"
 RESULT_TAG, VERDICT_TAG = "result", "verdict"
-VERDICTS = ("accepted", "rejected", "inconclusive")
-#: A trial's status. ``harness-error``: the trial never reached its variant (the notebook kernel or a dependency
-#: failed first); it says nothing about the variant, which may be tried again.
-STATUSES = ("running", "complete", "invalid-variant", "failed-correctness", "crashed", "harness-error")
-HARNESS_ERROR = "harness-error"
-
-
-class TrialRequest(BaseModel):
-    """Everything one trial needs: what to run, against what, how to measure it, and why it is tried."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    kernel: str
-    variant: str  # the module under trial (an absolute path)
-    against: str = ""  # the current best's module, timed side by side; empty for a kernel's first trial
-    trial_id: int = Field(0, ge=0)
-    name: str = ""
-    passes: list[str] = ["forward", "backward", "full"]
-    device: Literal["auto", "cuda", "interpret"] = "auto"
-    repetitions: int = Field(0, ge=0)  # 0: the device's default (100 on a GPU, 5 interpreted)
-    confidence: float = Field(0.95, gt=0, lt=1)
-    ncu: bool = True
-    peers: bool = False  # also time eager, torch.compile and liger-kernel (a kernel's first trial)
-    convergence: bool = True
-    timeout_s: float = Field(3600, gt=0)  # each cell of the notebook; past it the trial is recorded as crashed
-    artifacts: str = ""  # folder for large outputs (the .ncu-rep)
-    hypothesis: str = ""
-    prediction: str = ""
-    changes: dict[str, Any] | None = None  # the knob changes from the variant this one was derived from
-    proposer_audit: dict[str, Any] | None = None  # an LLM proposer's model, prompt, replies and checks
-    kind: Literal["experiment", "revalidation"] = "experiment"  # revalidation: a nightly check, never judged
 
 
 def jsonable(value: Any) -> Any:
@@ -83,37 +53,44 @@ def _tagged_output(nb, tag: str, mime: str) -> dict | None:
     return None
 
 
-def read_result(nb) -> dict | None:
-    return _tagged_output(nb, RESULT_TAG, RESULT_MIME)
+def read_result(nb) -> TrialResult | None:
+    """The notebook's result, or None if it holds none. Raises ``ValueError`` when the result is malformed or
+    of another format (an older liger-perf)."""
+    payload = _tagged_output(nb, RESULT_TAG, RESULT_MIME)
+    if payload is None:
+        return None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
+        raise ValueError(f"result format {found!r} is not {FORMAT!r} (an older liger-perf)")
+    return TrialResult.model_validate(payload)
 
 
-def read_verdict(nb) -> dict | None:
-    return _tagged_output(nb, VERDICT_TAG, VERDICT_MIME)
+def read_verdict(nb) -> Verdict | None:
+    """The loop's verdict, or None if there is none yet. Raises ``ValueError`` when it is malformed."""
+    payload = _tagged_output(nb, VERDICT_TAG, VERDICT_MIME)
+    return None if payload is None else Verdict.model_validate(payload)
 
 
-def set_result(nb, result: dict) -> None:
+def set_result(nb, result: TrialResult) -> None:
     """Put ``result`` into the ``result`` cell (used when the trial's own process died before it could)."""
     cell = next((c for c in nb.cells if RESULT_TAG in c.get("metadata", {}).get("tags", [])), None)
     if cell is None:
         cell = nbformat.v4.new_code_cell("# the trial's structured result", metadata={"tags": [RESULT_TAG]})
         nb.cells.append(cell)
     cell.outputs = [nbformat.v4.new_output("display_data", data={
-        RESULT_MIME: jsonable(result), "text/plain": f"trial status: {result.get('status')}"})]
+        RESULT_MIME: jsonable(result.payload()), "text/plain": f"trial status: {result.status}"})]
 
 
-def set_verdict(nb, verdict: str, reasons: list[str], details: dict | None = None) -> None:
-    if verdict not in VERDICTS:
-        raise ValueError(f"verdict must be one of {VERDICTS}, not {verdict!r}")
-    # The verdict and reasons given win over any that ``details`` carries (a verdict read back and re-recorded).
-    payload = jsonable({**(details or {}), "verdict": verdict, "reasons": list(reasons)})
-    text = f"**Verdict: {verdict}**" + "".join(f"\n- {r}" for r in reasons)
+def set_verdict(nb, verdict: Verdict) -> None:
+    payload = jsonable(verdict.model_dump(mode="json", by_alias=True, exclude_none=True))
+    text = f"**Verdict: {verdict.verdict}**" + "".join(f"\n- {r}" for r in verdict.reasons)
     cell = next((c for c in nb.cells if VERDICT_TAG in c.get("metadata", {}).get("tags", [])), None)
     if cell is None:
         cell = nbformat.v4.new_code_cell("# the optimize loop's verdict, recorded after the trial",
                                          metadata={"tags": [VERDICT_TAG]})
         nb.cells.append(cell)
     cell.outputs = [nbformat.v4.new_output("display_data", data={
-        VERDICT_MIME: payload, "text/markdown": text, "text/plain": f"verdict: {verdict}"})]
+        VERDICT_MIME: payload, "text/markdown": text, "text/plain": f"verdict: {verdict.verdict}"})]
 
 
 def clear_verdict(nb) -> None:
@@ -142,8 +119,8 @@ def write_atomic(nb, path: str | Path) -> None:
         raise
 
 
-def record_verdict(path: str | Path, verdict: str, reasons: list[str], details: dict | None = None) -> None:
+def record_verdict(path: str | Path, verdict: Verdict) -> None:
     """Add (or replace) the loop's verdict in a trial notebook, atomically."""
     nb = nbformat.read(path, as_version=4)
-    set_verdict(nb, verdict, reasons, details)
+    set_verdict(nb, verdict)
     write_atomic(nb, path)

@@ -15,19 +15,20 @@ import pandas as pd
 
 from liger_perf.history import accepted_chain, chain_ratios, geomean, geomean_ratio
 from liger_perf.registry import baseline_path
+from liger_perf.schema import TrialResult
 from liger_perf.store import Store
 from liger_perf.variants import source_hash
 
 
-def variant_diff(kernel: str, best: dict | None) -> str:
+def variant_diff(kernel: str, best: TrialResult | None) -> str:
     """Unified diff from the baseline to the best accepted variant ('' when the baseline is still best)."""
     if best is None:
         return ""
     base = baseline_path(kernel).read_text()
     return "".join(difflib.unified_diff(base.splitlines(keepends=True),
-                                        best["variant"]["source"].splitlines(keepends=True),
+                                        best.variant.source.splitlines(keepends=True),
                                         fromfile=f"kernels/{kernel}/baseline.py",
-                                        tofile=f"trial {best['trial_id']:04d} {best['name']}"))
+                                        tofile=f"trial {best.trial_id:04d} {best.name}"))
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
@@ -45,24 +46,23 @@ def _fmt(value: float, digits: int = 3) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
 
-def trials_table(trials: list[dict], passes: list[str]) -> pd.DataFrame:
+def trials_table(trials: list[TrialResult], passes: list[str]) -> pd.DataFrame:
     rows = []
     for t in trials:
-        details = t.get("verdict_details") or {}
-        memory = [r["ratio"] for r in details.get("ratios", []) if r["pass"] == "memory"]
+        memory = [r.ratio for r in (t.judged.ratios if t.judged else []) if r.pass_name == "memory" and r.ratio]
         rows.append({
-            "trial": f"{t['trial_id']:04d}", "name": t.get("name"), "device": t.get("device"),
-            "changes": ", ".join(f"{k}={v}" for k, v in (t.get("changes") or {}).items()) or "-",
-            "hypothesis": (t.get("hypothesis") or "-").replace("|", "/"),
+            "trial": f"{t.trial_id:04d}", "name": t.name, "device": t.device,
+            "changes": ", ".join(f"{k}={v}" for k, v in (t.changes or {}).items()) or "-",
+            "hypothesis": (t.hypothesis or "-").replace("|", "/"),
             **{f"{p} ratio": _fmt(geomean_ratio(t, p)) for p in passes},
             "memory ratio": _fmt(geomean(memory)) if memory else "-",
-            "status": t.get("status"), "verdict": t.get("verdict") or "-",
-            "reasons": "; ".join(t.get("verdict_reasons") or [t.get("reason") or ""]).replace("|", "/"),
+            "status": t.status, "verdict": t.verdict or "-",
+            "reasons": "; ".join(t.verdict_reasons or [t.reason]).replace("|", "/"),
         })
     return pd.DataFrame(rows)
 
 
-def write_report(kernel: str, trials: list[dict], out: Path | None = None) -> Path:
+def write_report(kernel: str, trials: list[TrialResult], out: Path | None = None) -> Path:
     """Write ``report.md`` (and PNG plots) for the trials of one device mode; return the report's path."""
     import matplotlib
 
@@ -83,13 +83,13 @@ def write_report(kernel: str, trials: list[dict], out: Path | None = None) -> Pa
         lines.append("No trials yet: run `liger-perf optimize` or `liger-perf trial` first.")
         (out / "report.md").write_text("\n".join(lines) + "\n")
         return out / "report.md"
-    devices = sorted({t.get("device") for t in trials})
-    fingerprint = (baseline or trials[0]).get("fingerprint") or {}
+    devices = sorted({t.device for t in trials})
+    fingerprint = (baseline or trials[0]).fingerprint
     lines += [f"Trials: {len(trials)} on {', '.join(devices)}"
-              + (f" ({fingerprint.get('gpu')}, torch {fingerprint.get('torch')}, triton {fingerprint.get('triton')})"
-                 if fingerprint.get("gpu") else " (Triton interpreter on the CPU: CPU timings)"),
-              "Best: " + (f"trial {best['trial_id']:04d} `{best['name']}`" if best else "the baseline (nothing "
-                                                                                       "accepted yet)"), "",
+              + (f" ({fingerprint.gpu}, torch {fingerprint.torch}, triton {fingerprint.triton})"
+                 if fingerprint and fingerprint.gpu else " (Triton interpreter on the CPU: CPU timings)"),
+              "Best: " + (f"trial {best.trial_id:04d} `{best.name}`" if best else "the baseline (nothing "
+                                                                                 "accepted yet)"), "",
               "## Every trial", "",
               "Ratios are the candidate's time over the current best's, geometric mean over shapes and dtypes, "
               "measured side by side in the trial (< 1 is faster).", ""]
@@ -97,26 +97,22 @@ def write_report(kernel: str, trials: list[dict], out: Path | None = None) -> Pa
 
     if baseline is not None:
         rows = []
-        for r in (baseline.get("timing") or {}).get("rows", []):
-            if r["contender"] != "candidate":
-                continue
-            key = (r["pass"], r["shape"], r["dtype"])
-            ratio = ratios.get(key, 1.0)
-            row = {"pass": r["pass"], "shape": r["shape"], "dtype": r["dtype"], "best / baseline": _fmt(ratio)}
+        for r in baseline.timing_rows("candidate"):
+            ratio = ratios.get(r.key, 1.0)
+            row = {"pass": r.pass_name, "shape": r.shape, "dtype": r.dtype, "best / baseline": _fmt(ratio)}
             best_fraction = None
             if best is not None:
-                best_fraction = next((b["bandwidth_fraction"] for b in best["timing"]["rows"]
-                                      if b["contender"] == "candidate" and (b["pass"], b["shape"], b["dtype"]) == key),
+                best_fraction = next((b.bandwidth_fraction for b in best.timing_rows("candidate") if b.key == r.key),
                                      None)
             row["best % of bandwidth floor"] = _fmt(100 * (best_fraction if best_fraction is not None
-                                                          else r.get("bandwidth_fraction") or math.nan), 1)
-            for p in baseline["timing"]["rows"]:
-                if (p["pass"], p["shape"], p["dtype"]) == key and p["contender"] not in ("candidate", "against"):
-                    row[f"best / {p['contender']}"] = _fmt(ratio / p["ratio"])
+                                                          else r.bandwidth_fraction or math.nan), 1)
+            for p in baseline.timing_rows():
+                if p.key == r.key and p.contender not in ("candidate", "against") and p.ratio:
+                    row[f"best / {p.contender}"] = _fmt(ratio / p.ratio)
             rows.append(row)
         lines += ["## Best against the baseline and the peers, per shape", "",
                   "best / baseline: product of the accepted chain's side-by-side ratios; best / peer: that, "
-                  f"over the peer's ratio to the baseline in trial {baseline['trial_id']:04d}.", "",
+                  f"over the peer's ratio to the baseline in trial {baseline.trial_id:04d}.", "",
                   markdown_table(pd.DataFrame(rows)), ""]
         plots = _plot_times(baseline, ratios, out, plt)
         lines += [f"![{p.stem}]({p.name})" for p in plots] + [""]
@@ -127,8 +123,10 @@ def write_report(kernel: str, trials: list[dict], out: Path | None = None) -> Pa
     return out / "report.md"
 
 
-def _plot_times(baseline: dict, ratios: dict, out: Path, plt) -> list[Path]:
-    frame = pd.DataFrame(baseline["timing"]["rows"])
+def _plot_times(baseline: TrialResult, ratios: dict, out: Path, plt) -> list[Path]:
+    frame = pd.DataFrame([r.model_dump(by_alias=True) for r in baseline.timing_rows()])
+    if frame.empty:
+        return []
     paths = []
     for (pass_name, dtype), group in frame.groupby(["pass", "dtype"], sort=False):
         fig, ax = plt.subplots(figsize=(7, 4))

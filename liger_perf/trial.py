@@ -16,7 +16,8 @@ from typing import Any
 import pandas as pd
 
 from liger_perf.progress import ProgressLog
-from liger_perf.record import FORMAT, RESULT_MIME, TrialRequest, jsonable
+from liger_perf.record import RESULT_MIME, jsonable
+from liger_perf.schema import FORMAT, TrialRequest, TrialResult
 
 
 def _display(obj=None, markdown: str | None = None) -> None:
@@ -269,11 +270,12 @@ class Trial:
                               f"{speedup}: {row['message']}")
 
     def result(self) -> dict:
-        """Emit the structured result; the notebook's ``result`` cell calls this last."""
+        """Emit the structured result; the notebook's ``result`` cell calls this last. It is validated into a
+        ``TrialResult`` first: a result that does not fit the type fails here, in the trial, not in a reader."""
         if self.data["status"] == "running":
             self.data["status"] = "complete"
         self.data["elapsed_s"] = time.time() - self.started
-        payload = jsonable(self.data)
+        payload = jsonable(TrialResult.model_validate(jsonable(self.data)).payload())
         try:
             from IPython.display import display
 

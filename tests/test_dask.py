@@ -39,13 +39,13 @@ def test_a_loop_on_two_workers_trials_two_candidates_a_round_against_the_same_be
     outcome = loop.run()
     assert outcome.stop_reason == "the budget of 3 trials is spent"
     trials = load_trials("relu_squared", root)
-    assert [t["trial_id"] for t in trials] == [0, 1, 2] and all(t["status"] == "complete" for t in trials)
+    assert [t.trial_id for t in trials] == [0, 1, 2] and all(t.status == "complete" for t in trials)
     baseline, first, second = trials
-    assert first["against"]["sha256"] == second["against"]["sha256"] == baseline["variant"]["sha256"]
-    assert first["variant"]["sha256"] != second["variant"]["sha256"]
-    assert first["verdict"] and second["verdict"]
+    assert first.against_sha == second.against_sha == baseline.variant_sha
+    assert first.variant_sha != second.variant_sha
+    assert first.verdict and second.verdict
     # The result names the files of the loop's workspace, not the worker's scratch copies.
-    assert first["variant"]["path"].startswith(str(root))
+    assert first.variant.path.startswith(str(root))
 
 
 def test_a_worker_killed_mid_trial_loses_nothing_and_doubles_nothing(runner, tmp_path):
@@ -66,6 +66,6 @@ def test_a_worker_killed_mid_trial_loses_nothing_and_doubles_nothing(runner, tmp
     thread.join(timeout=600)
     assert killed not in runner.client.run(os.getpid).values()  # it did die mid-trial (and was replaced)
     runs = done["runs"]
-    assert [r.result["status"] for r in runs] == ["complete", "complete"], [r.result.get("reason") for r in runs]
+    assert [r.result.status for r in runs] == ["complete", "complete"], [r.result.reason for r in runs]
     assert [p.name for p in store.trial_notebooks("relu_squared")] == ["0000-t0.ipynb", "0001-t1.ipynb"]
     assert not store.partial_notebooks("relu_squared")

@@ -7,6 +7,7 @@ import pytest
 from liger_perf.guardrails import Guardrails
 from liger_perf.history import chain_ratios, load_trials
 from liger_perf.judge import judge
+from liger_perf.schema import TrialResult, Verdict
 
 SHAPES = ("2048x1024", "2048x8192")
 DTYPES = ("float32", "bfloat16")
@@ -27,8 +28,9 @@ def _result(target_ratio=0.8, other_ratio=1.0, half_width=0.02, memory_ratio=1.0
                           "relative_to": "against", "ratio": 1.0, "ci_low": 1.0, "ci_high": 1.0}]
     memory = [{"shape": s, "dtype": d, "contender": c, "peak_bytes": 1e9 * (memory_ratio if c == "candidate" else 1)}
               for s in SHAPES for d in DTYPES for c in ("candidate", "against")]
-    return {"status": status, "reason": "", "variant": {"sha256": "new"}, "against": {"sha256": "best"},
-            "timing": {"rows": rows}, "memory": {"rows": memory}}
+    return TrialResult.model_validate({
+        "kernel": "fused_add_rms_norm", "status": status, "reason": "", "variant": {"sha256": "new"},
+        "against": {"sha256": "best"}, "timing": {"rows": rows}, "memory": {"rows": memory}})
 
 
 RULES = Guardrails(target="backward")
@@ -68,14 +70,16 @@ def test_noise_larger_than_the_effect_is_inconclusive_never_accepted():
 
 def test_a_variant_identical_to_the_best_is_never_accepted():
     result = _result(target_ratio=0.5)
-    result["variant"]["sha256"] = result["against"]["sha256"]
+    result.variant.sha256 = result.against.sha256
     verdict = judge(result, RULES)
     assert verdict.verdict == "rejected" and "identical" in verdict.reasons[0]
 
 
 def test_a_variant_that_fails_correctness_is_rejected_before_it_is_timed():
-    result = {"status": "failed-correctness", "reason": "the correctness gate failed: 13x100 float16 dW",
-              "variant": {"sha256": "new"}, "against": {"sha256": "best"}}
+    result = TrialResult.model_validate({
+        "kernel": "fused_add_rms_norm", "status": "failed-correctness",
+        "reason": "the correctness gate failed: 13x100 float16 dW", "variant": {"sha256": "new"},
+        "against": {"sha256": "best"}})
     verdict = judge(result, RULES)
     assert verdict.verdict == "rejected" and "correctness" in verdict.reasons[0]
 
@@ -84,10 +88,10 @@ def test_a_variant_that_fails_correctness_is_rejected_before_it_is_timed():
 @pytest.mark.parametrize("target", ["forward", "backward", "full"])
 def test_real_a_a_trials_from_the_h200_are_never_accepted(kernel, target):
     """The baseline against itself, recorded on the GPU: even posing as a different variant, never accepted."""
-    a_a = next(t for t in load_trials(kernel) if t["name"] == "a-a")
+    a_a = next(t for t in load_trials(kernel) if t.name == "a-a")
     assert judge(a_a, Guardrails(target=target)).verdict == "rejected"  # identical source
     posing = copy.deepcopy(a_a)
-    posing["variant"]["sha256"] = "0" * 64
+    posing.variant.sha256 = "0" * 64
     assert judge(posing, Guardrails(target=target)).verdict != "accepted"
 
 
@@ -102,10 +106,12 @@ def test_the_chain_counts_an_accepted_trial_only_when_it_was_measured_against_th
     from liger_perf.history import accepted_chain
 
     def trial(n, sha, against, verdict="accepted"):
-        return {"trial_id": n, "variant": {"sha256": sha}, "against": {"sha256": against} if against else None,
-                "status": "complete", "verdict": verdict}
+        return TrialResult.model_validate({
+            "kernel": "k", "trial_id": n, "variant": {"sha256": sha}, "status": "complete",
+            "against": {"sha256": against} if against else None,
+            "judged": Verdict(verdict=verdict) if verdict else None})
 
     trials = [trial(0, "base", None, None), trial(1, "a", "base"), trial(2, "b", "base"), trial(3, "c", "a"),
               trial(4, "d", "b")]
     baseline, chain = accepted_chain(trials, "base")
-    assert baseline["trial_id"] == 0 and [t["trial_id"] for t in chain] == [1, 3]
+    assert baseline.trial_id == 0 and [t.trial_id for t in chain] == [1, 3]

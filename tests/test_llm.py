@@ -13,11 +13,13 @@ from liger_perf.proposers import Context, Proposal
 from liger_perf.proposers.llm import LlmProposer, LlmSettings, build_prompt
 from liger_perf.proposers.safety import check_generated_source
 from liger_perf.record import read_result
+from liger_perf.schema import Verdict
 from liger_perf.registry import baseline_path, get_spec
 from liger_perf.store import Store
 
 from broken_variants import ROOT
 from llm_server import FakeOpenAI, reply
+from made_trials import make_trial
 
 BASELINE = baseline_path("relu_squared").read_text()
 GOOD = BASELINE.replace('"BLOCK_SIZE": 1024,', '"BLOCK_SIZE": 2048,')
@@ -36,7 +38,7 @@ BAD = {
 def _context():
     # The first two trials recorded on the H200 (baseline and A/A): later loop runs add to the history, and
     # these tests are about what the proposers do from that starting point.
-    trials = [t for t in load_trials("relu_squared") if t["trial_id"] < 2]
+    trials = [t for t in load_trials("relu_squared") if t.trial_id < 2]
     return Context(get_spec("relu_squared"), "forward", trials, trials[0], BASELINE)
 
 
@@ -57,7 +59,7 @@ def test_a_good_reply_becomes_a_proposal_with_its_audit():
     sent = server.requests[0]["messages"][-1]["content"]
     assert sent == audit["prompt"]
     for trial in _context().trials:  # every earlier trial of the kernel is in the prompt
-        assert f"#{trial['trial_id']:04d} {trial['name']}" in sent
+        assert f"#{trial.trial_id:04d} {trial.name}" in sent
     assert BASELINE in sent and "NCU" in sent and get_spec("relu_squared").math in sent
 
 
@@ -91,8 +93,8 @@ def test_a_failing_or_hanging_endpoint_falls_back_to_the_rules_proposer(failure)
 
 def test_a_long_history_is_summarised_never_cut():
     context = _context()
-    many = [{**context.trials[0], "trial_id": i, "name": f"t{i}", "verdict": "rejected",
-             "verdict_reasons": ["x" * 2000]} for i in range(40)]
+    many = [context.trials[0].model_copy(update={"trial_id": i, "name": f"t{i}", "judged": Verdict(
+        verdict="rejected", reasons=["x" * 2000])}) for i in range(40)]
     context.trials = many
     prompt = build_prompt(context, LlmSettings(base_url="http://x", model="m", max_prompt_chars=20000))
     assert "older trials are collapsed to one line each" in prompt
@@ -131,11 +133,11 @@ def test_a_short_llm_loop_in_interpreter_mode_records_prompts_and_replies(tmp_pa
     notebooks = Store(tmp_path / "nb").trial_notebooks("relu_squared")
     assert [p.name for p in notebooks] == ["0000-baseline.ipynb", "0001-llm-bigger-blocks.ipynb"]
     result = read_result(nbformat.read(notebooks[1], as_version=4))
-    assert result["status"] == "complete" and result["variant"]["source"] == GOOD
-    audit = result["proposer_audit"]
+    assert result.status == "complete" and result.variant.source == GOOD
+    audit = result.proposer_audit
     assert audit["model"] == "recorded" and "#0000 baseline" in audit["prompt"]
     assert json.loads(audit["exchanges"][0]["reply"])["source"] == GOOD
-    assert load_trials("relu_squared", tmp_path / "nb")[1]["verdict"] in ("accepted", "rejected", "inconclusive")
+    assert load_trials("relu_squared", tmp_path / "nb")[1].verdict in ("accepted", "rejected", "inconclusive")
     text = notebooks[1].read_text()
     assert "Proposer: llm" in text and "sk-test" not in text
 
@@ -151,6 +153,6 @@ def test_auto_uses_the_rules_while_they_have_moves_then_the_llm():
         first = auto.propose(context)
         assert first.diagnosis != "llm" and not server.requests  # the rules still have a move
         while (step := auto.rules.propose(context)).__class__ is Proposal:
-            context.trials.append({"trial_id": len(context.trials), "name": step.name, "status": "complete",
-                                   "variant": {"sha256": source_hash(step.source), "knobs": {}}})
+            context.trials.append(make_trial(trial_id=len(context.trials), name=step.name,
+                                             variant={"sha256": source_hash(step.source), "knobs": {}}))
         assert auto.propose(context).diagnosis == "llm" and len(server.requests) == 1

@@ -15,6 +15,7 @@ from liger_perf.runners import run_trial
 from liger_perf.store import Store
 
 from broken_variants import ROOT
+from made_trials import make_trial
 
 ARGS = ["optimize", "relu_squared", "--target", "forward", "--repetitions", "2", "--no-convergence"]
 
@@ -26,12 +27,12 @@ def _env(tmp_path):
 
 def _check_history_intact(folder):
     trials = load_trials("relu_squared", folder.parent)
-    ids = [t["trial_id"] for t in trials]
+    ids = [t.trial_id for t in trials]
     assert ids == sorted(set(ids))
-    assert sum(t["name"] == "baseline" for t in trials) == 1
-    measured = [t["variant"]["sha256"] for t in trials if not t["name"].endswith("-remeasure")]
+    assert sum(t.name == "baseline" for t in trials) == 1
+    measured = [t.variant_sha for t in trials if not t.name.endswith("-remeasure")]
     assert len(measured) == len(set(measured)), "a variant ran twice"
-    assert all(t["verdict"] for t in trials if t["name"] != "baseline"), "a trial was left unjudged"
+    assert all(t.verdict for t in trials if t.name != "baseline"), "a trial was left unjudged"
     assert not list(folder.glob(".*.partial.ipynb")) and not (folder / ".optimize.lock").exists()
     return trials
 
@@ -56,16 +57,16 @@ def test_killed_in_the_middle_of_a_trial_the_loop_resumes_from_the_notebooks(tmp
     assert "dropping .0001-" in done.stderr  # the half-written trial is discarded, not half-read
     assert "stopped:" in done.stdout and "report:" in done.stdout
     trials = _check_history_intact(folder)
-    assert trials[0]["name"] == "baseline" and len(trials) >= 2
+    assert trials[0].name == "baseline" and len(trials) >= 2
     # The killed trial left no notebook, so its number and its proposal are taken again, and this time complete.
-    assert trials[1]["trial_id"] == 1 and trials[1]["name"] == "block-size-4096"
+    assert trials[1].trial_id == 1 and trials[1].name == "block-size-4096"
     assert (tmp_path / "reports" / "relu_squared" / "report.md").is_file()
     report = (tmp_path / "reports" / "relu_squared" / "report.md").read_text()
     assert "| 0001 | block-size-4096 |" in report and "## The winning change" in report
     diff = subprocess.run([sys.executable, "-m", "liger_perf", "diff", "relu_squared"], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert diff.returncode == 0, diff.stderr
-    accepted = [t for t in trials if t["verdict"] == "accepted"]
+    accepted = [t for t in trials if t.verdict == "accepted"]
     if accepted:  # CPU timings decide whether anything was accepted; either way the answer is stated
         changed = [line for line in diff.stdout.splitlines() if line.startswith(("+ ", "- ", "+\t", "-\t"))
                    or (line[:1] in "+-" and not line.startswith(("+++", "---")))]
@@ -81,16 +82,16 @@ def test_a_trial_finished_but_not_judged_is_judged_on_resume_and_the_budget_stop
     variant = tmp_path / "wider.py"
     variant.write_text(baseline_path("relu_squared").read_text().replace('"num_warps": 4,', '"num_warps": 8,'))
     run_trial("relu_squared", variant, against=baseline_path("relu_squared"), name="wider", **fast)
-    assert load_trials("relu_squared", root)[1]["verdict"] is None  # the loop was killed before judging it
+    assert load_trials("relu_squared", root)[1].verdict is None  # the loop was killed before judging it
 
     events = []
     loop = OptimizeLoop("relu_squared", Guardrails(target="forward"), RulesProposer(), device="interpret",
                         budget=1, root=root, repetitions=2, convergence=False, on_event=events.append)
     outcome = loop.run()
-    assert events[0].kind == "judged-pending" and events[0].trial["trial_id"] == 1
+    assert events[0].kind == "judged-pending" and events[0].trial.trial_id == 1
     assert outcome.trials_run == 1 and "budget of 1 trials is spent" in outcome.stop_reason
     trials = _check_history_intact(root / "relu_squared")
-    assert trials[1]["verdict"] in ("accepted", "rejected", "inconclusive") and len(trials) == 3
+    assert trials[1].verdict in ("accepted", "rejected", "inconclusive") and len(trials) == 3
 
 
 def test_interactive_stops_after_the_baseline_when_not_confirmed(tmp_path):
@@ -101,7 +102,7 @@ def test_interactive_stops_after_the_baseline_when_not_confirmed(tmp_path):
     outcome = loop.run()
     assert "not confirmed" in outcome.stop_reason and outcome.trials_run == 1
     assert "Planned order" in shown[0] and "bwd_BLOCK_SIZE" in shown[0]
-    assert [t["name"] for t in load_trials("relu_squared", tmp_path)] == ["baseline"]
+    assert [t.name for t in load_trials("relu_squared", tmp_path)] == ["baseline"]
 
 
 def test_optimize_bad_input_is_one_line(tmp_path):
@@ -123,9 +124,8 @@ def test_small_gains_stop_the_loop_only_within_one_run(tmp_path):
 
     loop = Loop("relu_squared", Guardrails(target="forward"), RulesProposer(), device="interpret", budget=9,
                 root=tmp_path)
-    best = {"timing": {"rows": []}}
-    small = [{"trial_id": i, "verdict": "rejected", "status": "complete", "verdict_details": {"gain": 0.001}}
-             for i in (1, 2)]
+    best = make_trial()
+    small = [make_trial(trial_id=i, verdict="rejected", gain=0.001) for i in (1, 2)]
     assert loop._stop_reason(small, best, trials_run=0) == ""  # an earlier run's tail
     loop.run_ids.update({1, 2})
     assert "gained less than 1%" in loop._stop_reason(small, best, trials_run=2)

@@ -14,6 +14,7 @@ from liger_perf import record
 from liger_perf.history import load_trials
 from liger_perf.registry import baseline_path
 from liger_perf.runners import run_trial
+from liger_perf.schema import Verdict
 from liger_perf.store import Store
 
 from broken_variants import ROOT, broken_dependency
@@ -53,7 +54,7 @@ def test_a_nightly_run_over_both_kernels_writes_the_summary_and_a_quiet_night_en
     summary, text = _summary(tmp_path)
     assert [k["kernel"] for k in summary["kernels"]] == ["fused_add_rms_norm", "relu_squared"]
     assert summary["regressions"] == 0 and all(k["trials_run"] >= 1 and not k["errors"] for k in summary["kernels"])
-    assert all(t["status"] == "complete" for t in load_trials("relu_squared", tmp_path / "nb"))
+    assert all(t.status == "complete" for t in load_trials("relu_squared", tmp_path / "nb"))
     assert "## fused_add_rms_norm (backward)" in text and "0000-baseline.ipynb" in text
     assert summary["stack"]["torch"] and summary["errors"] == 0
     assert {"kind": "experiment", "status": "complete"}.items() <= summary["kernels"][1]["trials"][-1].items()
@@ -106,10 +107,10 @@ def test_a_run_killed_mid_way_resumes_the_next_night(tmp_path):
     out = _nightly(config, env)
     assert out.returncode in (0, 1), out.stdout + out.stderr
     trials = load_trials("relu_squared", tmp_path / "nb")
-    ids = [t["trial_id"] for t in trials]
-    assert ids == sorted(set(ids)) and sum(t["name"] == "baseline" for t in trials) == 1
+    ids = [t.trial_id for t in trials]
+    assert ids == sorted(set(ids)) and sum(t.name == "baseline" for t in trials) == 1
     assert not list(folder.glob(".*.partial.ipynb")) and not list((tmp_path / "nb").glob(".*.lock"))
-    assert all(t["verdict"] for t in trials if t["name"] != "baseline" and t.get("kind") != "revalidation")
+    assert all(t.verdict for t in trials if t.name != "baseline" and t.kind != "revalidation")
     summary, _ = _summary(tmp_path)
     assert summary["kernels"][0]["trials_run"] >= 1
 
@@ -125,11 +126,11 @@ def _history_with_an_accepted_best(tmp_path, recorded_ratio=None):
     run = run_trial("relu_squared", best, against=baseline_path("relu_squared"), name="best", **fast)
     nb = nbformat.read(run.notebook, as_version=4)
     result = record.read_result(nb)
-    for row in result["timing"]["rows"]:
-        if row["contender"] == "candidate" and recorded_ratio is not None:
-            row["ratio"], row["ci_low"], row["ci_high"] = recorded_ratio, 0.9 * recorded_ratio, 1.1 * recorded_ratio
+    for row in result.timing_rows("candidate"):
+        if recorded_ratio is not None:
+            row.ratio, row.ci_low, row.ci_high = recorded_ratio, 0.9 * recorded_ratio, 1.1 * recorded_ratio
     record.set_result(nb, result)
-    record.set_verdict(nb, "accepted", ["recorded for the test"], {"gain": 0.9})
+    record.set_verdict(nb, Verdict(verdict="accepted", reasons=["recorded for the test"], gain=0.9))
     record.write_atomic(nb, run.notebook)
     return root
 
@@ -149,7 +150,7 @@ def test_a_best_that_got_slower_is_a_regression_with_both_fingerprints_and_exit_
     assert "**regression**" in text and "| triton |" in text
     revalidation = Store(root).trial_notebooks("relu_squared")[-1]
     assert revalidation.name.startswith("0002-revalidate-best")
-    assert load_trials("relu_squared", root)[-1]["kind"] == "revalidation"
+    assert load_trials("relu_squared", root)[-1].kind == "revalidation"
 
 
 def test_a_trial_the_harness_cannot_run_is_an_error_of_the_job_never_a_regression(tmp_path, monkeypatch):
@@ -173,8 +174,8 @@ def test_a_trial_the_harness_cannot_run_is_an_error_of_the_job_never_a_regressio
     assert len(kernel["errors"]) == 2 and all("pandas is not installed" in e["what"] for e in kernel["errors"])
     assert summary["stack"]["torch"] == torch.__version__  # recorded although no trial recorded it
     failed = load_trials("relu_squared", root)[2:]
-    assert [t["status"] for t in failed] == ["harness-error", "harness-error"]
-    assert [t["verdict"] for t in failed] == [None, None]  # no verdict on variants that never ran
+    assert [t.status for t in failed] == ["harness-error", "harness-error"]
+    assert [t.verdict for t in failed] == [None, None]  # no verdict on variants that never ran
     assert "error(s) of the job" in path.read_text() and "**regression**" not in path.read_text()
     assert kernel["tuning_trials"] == 0  # a trial that never ran its variant spends none of the night's budget
     assert str(tmp_path) not in path.read_text() + json.dumps(summary)
@@ -186,9 +187,9 @@ def test_a_trial_the_harness_cannot_run_is_an_error_of_the_job_never_a_regressio
     summary = json.loads(path.with_suffix(".json").read_text())
     assert summary["errors"] == 0 and code in (0, 1), summary
     rerun = load_trials("relu_squared", root)[4:]
-    assert [t["kind"] for t in rerun] == ["revalidation", "experiment"]
-    assert all(t["status"] == "complete" for t in rerun)
-    assert rerun[1]["variant"]["sha256"] == failed[1]["variant"]["sha256"]
+    assert [t.kind for t in rerun] == ["revalidation", "experiment"]
+    assert all(t.status == "complete" for t in rerun)
+    assert rerun[1].variant_sha == failed[1].variant_sha
 
 
 def test_the_night_s_budget_is_shared_by_every_run_of_that_night(tmp_path):

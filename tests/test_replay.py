@@ -38,18 +38,18 @@ def test_the_loop_replayed_through_the_recorded_h200_trials_decides_as_it_did_th
     outcome = loop.run()
     assert time.time() - started < 60
     assert outcome.stop_reason == "the budget of 5 trials is spent"
-    recorded = {t["trial_id"]: t for t in load_trials(KERNEL, RECORDED)}
-    replayed = [t for t in load_trials(KERNEL, root) if t["trial_id"] >= 3]
+    recorded = {t.trial_id: t for t in load_trials(KERNEL, RECORDED)}
+    replayed = [t for t in load_trials(KERNEL, root) if t.trial_id >= 3]
     # The rules proposer, reading the same notebooks, proposed what it proposed on the H200, in the same order...
-    assert runner.served == [3, 4, 5, 6, 7] == [t["trial_id"] for t in replayed]
+    assert runner.served == [3, 4, 5, 6, 7] == [t.trial_id for t in replayed]
     for trial in replayed:
-        then = recorded[trial["trial_id"]]
-        assert trial["variant"]["sha256"] == then["variant"]["sha256"]
-        assert trial["replayed_from"] == then["notebook"].rsplit("/", 1)[-1]
+        then = recorded[trial.trial_id]
+        assert trial.variant_sha == then.variant_sha
+        assert trial.replayed_from == then.notebook.rsplit("/", 1)[-1]
         # ...and the judge, reading the same measurements, decided the same (0004 and 0006 accepted).
-        assert trial["verdict"] == then["verdict"]
-        assert trial["verdict_details"]["target_ratio"] == pytest.approx(then["verdict_details"]["target_ratio"])
-    assert [t["trial_id"] for t in replayed if t["verdict"] == "accepted"] == [4, 6]
+        assert trial.verdict == then.verdict
+        assert trial.judged.target_ratio == pytest.approx(then.judged.target_ratio)
+    assert [t.trial_id for t in replayed if t.verdict == "accepted"] == [4, 6]
 
 
 def test_a_request_nothing_recorded_answers_is_an_error_naming_the_variant(tmp_path):
@@ -75,17 +75,16 @@ def test_rounds_of_two_trial_two_candidates_against_one_best_and_reconcile_two_a
         (path,) = (RECORDED / KERNEL).glob(f"{n:04d}-*.ipynb")
         nb = nbformat.read(path, as_version=4)
         result = record.read_result(nb)
-        sources[n] = result["variant"]["sha256"]
+        sources[n] = result.variant_sha
         if n == 3:
-            for row in result["timing"]["rows"]:
-                if row["contender"] == "candidate":
-                    row["ratio"], row["ci_low"], row["ci_high"] = 0.8, 0.79, 0.81
-            for row in result["memory"]["rows"]:
-                row["peak_bytes"] = 1000
+            for row in result.timing_rows("candidate"):
+                row.ratio, row.ci_low, row.ci_high = 0.8, 0.79, 0.81
+            for row in result.memory_rows():
+                row.peak_bytes = 1000
         record.set_result(nb, result)
         record.write_atomic(nb, recorded / KERNEL / path.name)
         if n == 4:  # 0004 as if trialled against 0003
-            result["against"] = {**result["against"], "sha256": sources[3]}
+            result.against.sha256 = sources[3]
             record.set_result(nb, result)
             record.write_atomic(nb, recorded / KERNEL / "0005-retrial.ipynb")
     root = _history_up_to_the_baseline(tmp_path)
@@ -96,25 +95,60 @@ def test_rounds_of_two_trial_two_candidates_against_one_best_and_reconcile_two_a
     loop.on_event = events.append
     loop.run()
     assert runner.served == [3, 4, 5]
-    trials = {t["trial_id"]: t for t in load_trials(KERNEL, root)}
-    assert trials[3]["verdict"] == "accepted"
-    assert trials[4]["verdict"] == "rejected" and trials[4]["verdict_details"]["superseded_by"] == 3
-    assert "superseded: trial 0003" in trials[4]["verdict_reasons"][0]
-    assert trials[5]["name"].endswith("-retrial") and trials[5]["variant"]["sha256"] == sources[4]
-    assert trials[5]["against"]["sha256"] == sources[3]  # re-trialled against the round's winner
+    trials = {t.trial_id: t for t in load_trials(KERNEL, root)}
+    assert trials[3].verdict == "accepted"
+    assert trials[4].verdict == "rejected" and trials[4].judged.superseded_by == 3
+    assert "superseded: trial 0003" in trials[4].verdict_reasons[0]
+    assert trials[5].name.endswith("-retrial") and trials[5].variant_sha == sources[4]
+    assert trials[5].against_sha == sources[3]  # re-trialled against the round's winner
     starts = [e for e in events if e.kind == "trial-start"]
     assert [e.index for e in starts] == [1, 2, 3]
     # The retrial ran against another best: the changes recorded for 0004 (from the baseline) are not its own.
-    assert not trials[5]["changes"]
+    assert not trials[5].changes
 
     # A loop killed after it judged round one but before it reconciled it: both stand accepted. The next loop
     # reconciles them before anything else, and the chain never holds both.
-    record.record_verdict(trials[4]["notebook"], "accepted", ["as judged before the kill"],
-                          {k: v for k, v in trials[4]["verdict_details"].items() if k != "superseded_by"})
+    record.record_verdict(trials[4].notebook, trials[4].judged.model_copy(update={
+        "verdict": "accepted", "reasons": ["as judged before the kill"], "superseded_by": None}))
     for t in load_trials(KERNEL, root):
-        if t["trial_id"] == 5:
-            (root / KERNEL / t["notebook"].rsplit("/", 1)[-1]).unlink()
+        if t.trial_id == 5:
+            (root / KERNEL / t.notebook.rsplit("/", 1)[-1]).unlink()
     OptimizeLoop(KERNEL, load_guardrails(ROOT / "guardrails.yaml", target="backward"), RulesProposer(),
                  device="cuda", budget=0, root=root, runner=runner).run()
-    trials = {t["trial_id"]: t for t in load_trials(KERNEL, root)}
-    assert trials[3]["verdict"] == "accepted" and trials[4]["verdict_details"]["superseded_by"] == 3
+    trials = {t.trial_id: t for t in load_trials(KERNEL, root)}
+    assert trials[3].verdict == "accepted" and trials[4].judged.superseded_by == 3
+
+
+def test_the_nightly_replayed_through_the_recorded_h200_night_decides_as_it_did_then(tmp_path):
+    """The first H200 night (trials 0010-0013, from a history ending at 0009): re-validation of the best on
+    the stack the night recorded, then three tuning trials; replayed, the job serves the same trials in the same
+    order, finds no regression and reaches the same verdicts, on a machine without a GPU."""
+    import json
+
+    from liger_perf.nightly import KernelJob, Nightly, NightlyConfig
+
+    root = tmp_path / "nb"
+    (root / KERNEL).mkdir(parents=True)
+    for notebook in sorted((RECORDED / KERNEL).glob("000[0-9]-*.ipynb")):
+        shutil.copy(notebook, root / KERNEL / notebook.name)
+    runner = ReplayRunner(RECORDED)
+    config = NightlyConfig(kernels=[KernelJob(name=KERNEL, target="backward", budget=3)], device="cuda",
+                           guardrails=str(ROOT / "guardrails.yaml"))
+    code, path = Nightly(config, root=root, reports=tmp_path / "reports", echo=lambda text: None,
+                         runner=runner).run()
+    summary = json.loads(path.with_suffix(".json").read_text())
+    assert code == 0 and summary["errors"] == 0 and summary["regressions"] == 0, summary
+    assert runner.served == [10, 11, 12, 13]
+    (kernel,) = summary["kernels"]
+    assert kernel["revalidation"].startswith("best vs baseline on backward:")
+    recorded = {t.trial_id: t for t in load_trials(KERNEL, RECORDED)}
+    assert [(t["kind"], t["verdict"]) for t in kernel["trials"]] == [
+        (recorded[n].kind, recorded[n].verdict) for n in (10, 11, 12, 13)]
+    assert summary["stack"]["gpu"] == recorded[13].fingerprint.gpu  # the stack the recordings ran on
+
+    # The next night on the same stack: nothing to re-validate, and tonight's budget is spent.
+    code, path = Nightly(config, root=root, reports=tmp_path / "reports", echo=lambda text: None,
+                         runner=ReplayRunner(RECORDED)).run()
+    (kernel,) = json.loads(path.with_suffix(".json").read_text())["kernels"]
+    assert code == 0 and kernel["revalidation"].startswith("skipped: the software stack is unchanged since trial 0010")
+    assert kernel["trials_run"] == 0

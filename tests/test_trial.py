@@ -10,9 +10,11 @@ from liger_perf import record
 from liger_perf.history import history_frame, load_trials
 from liger_perf.registry import baseline_path
 from liger_perf.runners import run_trial
+from liger_perf.schema import Verdict
 from liger_perf.store import Store
 
 from broken_variants import BROKEN, broken_dependency, write_broken_variant
+from made_trials import make_trial
 
 FAST = dict(device="interpret", repetitions=2, convergence=False)
 
@@ -32,27 +34,27 @@ def test_trial_notebook_holds_the_structured_result(history):
     root, first, second = history
     assert first.notebook.name == "0000-baseline.ipynb" and second.notebook.name == "0001-a-a.ipynb"
     result = first.result
-    assert result["status"] == "complete" and result["format"] == record.FORMAT
-    assert result["correctness"]["passed"] and result["correctness"]["comparisons"] > 0
-    fingerprint = result["fingerprint"]
-    assert fingerprint["device_mode"] == "interpret" and fingerprint["torch"] and fingerprint["triton"]
+    assert result.status == "complete" and result.format == record.FORMAT
+    assert result.correctness.passed and result.correctness.comparisons > 0
+    fingerprint = result.fingerprint
+    assert fingerprint.device_mode == "interpret" and fingerprint.torch and fingerprint.triton
     # The notebook alone rebuilds the variant: its full source and its hash.
     source = baseline_path("relu_squared").read_text()
-    assert result["variant"]["source"] == source and len(result["variant"]["sha256"]) == 64
-    assert result["ncu"]["status"] == "unavailable" and "interpreter" in result["ncu"]["reason"]
+    assert result.variant.source == source and len(result.variant_sha) == 64
+    assert result.ncu.status == "unavailable" and "interpreter" in result.ncu.reason
     # The first trial of a kernel also times the peers a user would pick instead.
-    assert {"candidate", "eager"} <= {r["contender"] for r in result["timing"]["rows"]}
-    passes = {r["pass"] for r in result["timing"]["rows"]}
+    assert {"candidate", "eager"} <= {r.contender for r in result.timing_rows()}
+    passes = {r.pass_name for r in result.timing_rows()}
     assert passes == {"forward", "backward", "full"}
 
 
 def test_side_by_side_trial_reports_ratios_with_intervals(history):
     _, _, second = history
-    rows = [r for r in second.result["timing"]["rows"] if r["contender"] == "candidate"]
-    assert rows and all(r["relative_to"] == "against" for r in rows)
-    assert all(r["ci_low"] <= r["ratio"] <= r["ci_high"] for r in rows)
-    assert "eager" not in {r["contender"] for r in second.result["timing"]["rows"]}  # peers: first trial only
-    assert second.result["hypothesis"] == "none: the same code twice"
+    rows = second.result.timing_rows("candidate")
+    assert rows and all(r.relative_to == "against" for r in rows)
+    assert all(r.ci_low <= r.ratio <= r.ci_high for r in rows)
+    assert "eager" not in {r.contender for r in second.result.timing_rows()}  # peers: first trial only
+    assert second.result.hypothesis == "none: the same code twice"
 
 
 def test_history_reads_every_trial_back(history):
@@ -62,8 +64,8 @@ def test_history_reads_every_trial_back(history):
     assert {"median_ms", "ratio", "ci_low", "ci_high", "bandwidth_fraction", "peak_bytes"} <= set(frame["metric"])
     ratios = frame[(frame.trial_id == 1) & (frame.metric == "ratio") & (frame.contender == "candidate")]
     assert len(ratios) == 3 * 2 * 2  # passes x shapes x dtypes
-    assert (frame["variant_sha256"] == first.result["variant"]["sha256"]).all()
-    assert set(frame[frame.trial_id == 1]["against_sha256"]) == {first.result["variant"]["sha256"]}
+    assert (frame["variant_sha256"] == first.result.variant_sha).all()
+    assert set(frame[frame.trial_id == 1]["against_sha256"]) == {first.result.variant_sha}
 
 
 def test_verdict_is_recorded_and_read_back(history, tmp_path):
@@ -71,21 +73,21 @@ def test_verdict_is_recorded_and_read_back(history, tmp_path):
     copy = tmp_path / "relu_squared"
     shutil.copytree(root / "relu_squared", copy)
     target = copy / first.notebook.name
-    record.record_verdict(target, "rejected", ["backward 2048x1024 float32: 6.0% slower"])
-    trial = next(t for t in load_trials("relu_squared", tmp_path) if t["trial_id"] == 0)
-    assert trial["verdict"] == "rejected" and trial["verdict_reasons"] == ["backward 2048x1024 float32: 6.0% slower"]
-    record.record_verdict(target, "accepted", [])  # replaced, not appended
+    record.record_verdict(target, Verdict(verdict="rejected", reasons=["backward 2048x1024 float32: 6.0% slower"]))
+    trial = next(t for t in load_trials("relu_squared", tmp_path) if t.trial_id == 0)
+    assert trial.verdict == "rejected" and trial.verdict_reasons == ["backward 2048x1024 float32: 6.0% slower"]
+    record.record_verdict(target, Verdict(verdict="accepted"))  # replaced, not appended
     nb = nbformat.read(target, as_version=4)
     assert sum("verdict" in c.metadata.get("tags", []) for c in nb.cells) == 1
     with pytest.raises(ValueError):
-        record.record_verdict(target, "maybe", [])
+        Verdict(verdict="maybe")
 
 
 def test_failing_variant_is_recorded_and_never_timed(tmp_path):
     broken = next(b for b in BROKEN if b.name == "backward_without_relu_mask")
     run = run_trial("relu_squared", write_broken_variant(broken, tmp_path / "v"), root=tmp_path, **FAST)
-    assert run.result["status"] == "failed-correctness"
-    assert not run.result["correctness"]["passed"] and run.result["correctness"]["failures"]
+    assert run.result.status == "failed-correctness"
+    assert not run.result.correctness.passed and run.result.correctness.failures
     assert "timing" not in run.result and "ncu" not in run.result
     frame = history_frame("relu_squared", tmp_path)
     assert len(frame) == 1 and frame["status"].iloc[0] == "failed-correctness"
@@ -95,7 +97,7 @@ def test_invalid_variant_is_recorded_as_such(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("KNOBS = {}\nKNOB_CHOICES = {}\n")  # no relu_squared function
     run = run_trial("relu_squared", bad, root=tmp_path, **FAST)
-    assert run.result["status"] == "invalid-variant" and "relu_squared" in run.result["reason"]
+    assert run.result.status == "invalid-variant" and "relu_squared" in run.result.reason
 
 
 def test_crashing_variant_leaves_a_readable_notebook(tmp_path):
@@ -104,10 +106,10 @@ def test_crashing_variant_leaves_a_readable_notebook(tmp_path):
     crasher = tmp_path / "crasher.py"
     crasher.write_text(source)
     run = run_trial("relu_squared", crasher, root=tmp_path, **FAST)
-    assert run.result["status"] == "crashed" and run.result["reason"]
+    assert run.result.status == "crashed" and run.result.reason
     assert [p.name for p in Store(tmp_path).trial_notebooks("relu_squared")] == ["0000-crasher.ipynb"]
     assert not list((tmp_path / "relu_squared").glob(".*"))  # no half-written file left behind
-    assert load_trials("relu_squared", tmp_path)[0]["status"] == "crashed"
+    assert load_trials("relu_squared", tmp_path)[0].status == "crashed"
 
 
 def test_hanging_variant_times_out_and_is_recorded(tmp_path):
@@ -117,14 +119,14 @@ def test_hanging_variant_times_out_and_is_recorded(tmp_path):
     hanger.write_text(source)
     # A time limit that is not a whole number of seconds (a nightly's time left) is valid for the runner.
     run = run_trial("relu_squared", hanger, root=tmp_path, timeout_s=19.75, **FAST)
-    assert run.result["status"] == "crashed" and "Timeout" in run.result["reason"]
+    assert run.result.status == "crashed" and "Timeout" in run.result.reason
 
 
 def test_a_variant_that_kills_its_process_at_import_crashed_and_the_harness_is_not_blamed(tmp_path):
     killer = tmp_path / "killer.py"
     killer.write_text("import os\nos._exit(3)\n" + baseline_path("relu_squared").read_text())
     run = run_trial("relu_squared", killer, root=tmp_path, **FAST)
-    assert run.result["status"] == "crashed", run.result["reason"]
+    assert run.result.status == "crashed", run.result.reason
 
 
 def test_a_runner_that_fails_before_the_notebook_starts_records_a_harness_error(tmp_path, monkeypatch):
@@ -136,16 +138,16 @@ def test_a_runner_that_fails_before_the_notebook_starts_records_a_harness_error(
 
     monkeypatch.setattr(papermill, "execute_notebook", refuse)
     run = run_trial("relu_squared", baseline_path("relu_squared"), root=tmp_path, **FAST)
-    assert run.result["status"] == "harness-error" and "injected" in run.result["reason"]
-    assert "before the variant was imported" in run.result["reason"]
+    assert run.result.status == "harness-error" and "injected" in run.result.reason
+    assert "before the variant was imported" in run.result.reason
     (trial,) = load_trials("relu_squared", tmp_path)  # the history stays readable
-    assert trial["status"] == "harness-error" and not list((tmp_path / "relu_squared").glob(".*"))
+    assert trial.status == "harness-error" and not list((tmp_path / "relu_squared").glob(".*"))
 
 
 def test_a_missing_dependency_in_the_trial_process_is_a_harness_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", broken_dependency(tmp_path))
     run = run_trial("relu_squared", baseline_path("relu_squared"), root=tmp_path, **FAST)
-    assert run.result["status"] == "harness-error" and "pandas is not installed" in run.result["reason"]
+    assert run.result.status == "harness-error" and "pandas is not installed" in run.result.reason
 
 
 @pytest.mark.parametrize("device, timeout", [("tpu", 60), ("interpret", 0), ("interpret", -1)])
@@ -163,21 +165,28 @@ def test_corrupt_half_written_and_foreign_notebooks_are_skipped_with_a_warning(h
     shutil.copytree(root / "relu_squared", folder)
     (folder / "0002-corrupt.ipynb").write_text('{"cells": [')  # killed mid-write
     nb = nbformat.read(first.notebook, as_version=4)
-    record.set_result(nb, {**first.result, "format": "liger-perf-trial/0"})
+    record.set_result(nb, first.result.model_copy(update={"format": "liger-perf-trial/0"}))
     nbformat.write(nb, folder / "0003-old-format.ipynb")
     nbformat.write(nbformat.v4.new_notebook(), folder / "0004-no-result.ipynb")
     (folder / ".0005-running.partial.ipynb").write_text("{")  # a trial in progress: not even looked at
+    # A result of the right format that does not fit the type (a status no liger-perf writes, a ratio as text).
+    payload = first.result.payload()
+    payload["status"], payload["timing"]["rows"][0]["ratio"] = "exploded", "fast"
+    cell = next(c for c in nb.cells if "result" in c.metadata.get("tags", []))
+    cell.outputs[0]["data"][record.RESULT_MIME] = payload
+    nbformat.write(nb, folder / "0006-misfit.ipynb")
     trials = load_trials("relu_squared", tmp_path)
-    assert [t["trial_id"] for t in trials] == [0, 1]
+    assert [t.trial_id for t in trials] == [0, 1]
     warnings = [line for line in capsys.readouterr().err.splitlines() if line]
-    assert len(warnings) == 3 and all(w.startswith("liger-perf: warning: skipping") for w in warnings)
-    assert Store(tmp_path).next_trial_id("relu_squared") == 6  # never reuses a number, even a half-written one's
+    assert len(warnings) == 4 and all(w.startswith("liger-perf: warning: skipping") for w in warnings)
+    assert "does not fit a trial result (2 problems" in warnings[-1]
+    assert Store(tmp_path).next_trial_id("relu_squared") == 7  # never reuses a number, even a half-written one's
 
 
 def test_atomic_write_keeps_the_old_notebook_when_writing_fails(tmp_path, monkeypatch):
     path = tmp_path / "0000-x.ipynb"
     nb = nbformat.v4.new_notebook()
-    record.set_result(nb, {"format": record.FORMAT, "status": "complete"})
+    record.set_result(nb, make_trial())
     record.write_atomic(nb, path)
     before = path.read_text()
 

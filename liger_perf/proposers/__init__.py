@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from liger_perf.errors import UserError
+from liger_perf.schema import HARNESS_ERROR, TrialResult
 from liger_perf.spec import KernelSpec
 
 
@@ -19,8 +20,8 @@ from liger_perf.spec import KernelSpec
 class Context:
     spec: KernelSpec
     target: str
-    trials: list[dict[str, Any]]  # every readable trial of this kernel on this device mode, in order
-    best: dict[str, Any]  # the current best's trial result
+    trials: list[TrialResult]  # every readable trial of this kernel on this device mode, in order
+    best: TrialResult  # the current best's trial
     best_source: str
     #: sha256 of the candidates already chosen for the round being filled: propose something else
     pending: list[str] = field(default_factory=list)
@@ -48,10 +49,7 @@ def tried_sources(context: Context) -> set[str]:
     """The sha256 of every variant the history has run, and of the round's candidates chosen so far: a proposer
     never proposes one again. A trial the harness failed before it reached its variant does not count: that
     variant was never tried."""
-    from liger_perf.record import HARNESS_ERROR
-
-    return {(t.get("variant") or {}).get("sha256") for t in context.trials
-            if t.get("status") != HARNESS_ERROR} | set(context.pending)
+    return {t.variant_sha for t in context.trials if t.status != HARNESS_ERROR} | set(context.pending)
 
 
 class Proposer(Protocol):

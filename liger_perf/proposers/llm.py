@@ -27,6 +27,7 @@ from liger_perf.history import geomean
 from liger_perf.proposers import Context, Proposal, Stop, tried_sources
 from liger_perf.proposers.rules import RulesProposer, diagnose
 from liger_perf.proposers.safety import check_generated_source
+from liger_perf.schema import TrialResult
 from liger_perf.spec import dtype_name, shape_label
 from liger_perf.variants import read_knobs, source_hash
 
@@ -102,37 +103,34 @@ def _spec_section(spec) -> str:
         "the same dtype and against float64, odd shapes, padded strides, NaN-poisoned allocations."])
 
 
-def _ratios(trial: dict) -> str:
-    parts = []
-    rows = [r for r in (trial.get("timing") or {}).get("rows", []) if r["contender"] == "candidate"
-            and r["relative_to"] == "against" and r.get("ratio")]
-    for pass_name in dict.fromkeys(r["pass"] for r in rows):
-        parts.append(f"{pass_name} x{geomean([r['ratio'] for r in rows if r['pass'] == pass_name]):.3f}")
-    return ", ".join(parts) or "-"
+def _ratios(trial: TrialResult) -> str:
+    rows = [r for r in trial.candidate_ratios() if r.ratio > 0]
+    return ", ".join(f"{p} x{geomean([r.ratio for r in rows if r.pass_name == p]):.3f}"
+                     for p in dict.fromkeys(r.pass_name for r in rows)) or "-"
 
 
-def _trial_line(trial: dict) -> str:
-    changes = ", ".join(f"{k}={v}" for k, v in (trial.get("changes") or {}).items()) or "-"
-    return (f"#{trial['trial_id']:04d} {trial.get('name')}: changes {changes}; time ratios vs its best {_ratios(trial)}"
-            f"; status {trial.get('status')}; verdict {trial.get('verdict') or '-'}")
+def _trial_line(trial: TrialResult) -> str:
+    changes = ", ".join(f"{k}={v}" for k, v in (trial.changes or {}).items()) or "-"
+    return (f"#{trial.trial_id:04d} {trial.name}: changes {changes}; time ratios vs its best {_ratios(trial)}"
+            f"; status {trial.status}; verdict {trial.verdict or '-'}")
 
 
-def _ncu_lines(trial: dict, limit: int = 12) -> list[str]:
-    ncu = trial.get("ncu") or {}
-    if ncu.get("status") != "ok":
-        return [f"  NCU: unavailable ({ncu.get('reason', 'not recorded')})"]
+def _ncu_lines(trial: TrialResult, limit: int = 12) -> list[str]:
+    ncu = trial.ncu
+    if ncu is None or ncu.status != "ok":
+        return [f"  NCU: unavailable ({ncu.reason if ncu else 'not recorded'})"]
     keep = ("gpu__time_duration.sum", "launch__registers_per_thread",
             "sm__warps_active.avg.pct_of_peak_sustained_active", "sm__maximum_warps_per_active_cycle_pct",
             "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum",
             "launch__waves_per_multiprocessor")
     lines = []
-    for launch in ncu.get("launches", [])[-limit:]:
-        metrics = ", ".join(f"{k.split('__')[1].split('.')[0]}={launch['metrics'][k]:.4g}"
-                            for k in keep if k in launch["metrics"])
-        lines.append(f"  NCU {launch['pass']} {launch['shape']} {launch['dtype']} {launch['kernel']}: {metrics}")
-    for advice in ncu.get("advice", [])[:6]:
-        lines.append(f"  NCU advice ({advice['pass']} {advice['shape']} {advice['dtype']} {advice['rule']}): "
-                     f"{advice['message'][:400]}")
+    for launch in ncu.launches[-limit:]:
+        metrics = ", ".join(f"{k.split('__')[1].split('.')[0]}={launch.metrics[k]:.4g}"
+                            for k in keep if launch.metrics.get(k) is not None)
+        lines.append(f"  NCU {launch.pass_name} {launch.shape} {launch.dtype} {launch.kernel}: {metrics}")
+    for advice in ncu.advice[:6]:
+        lines.append(f"  NCU advice ({advice.pass_name} {advice.shape} {advice.dtype} {advice.rule}): "
+                     f"{advice.message[:400]}")
     return lines
 
 
@@ -150,8 +148,8 @@ def build_prompt(context: Context, settings: LlmSettings) -> str:
         table = [_trial_line(t) for t in collapsed]
         for t in detailed:
             table.append(_trial_line(t))
-            table.append(f"  hypothesis: {t.get('hypothesis') or '-'}")
-            table.append(f"  verdict reasons: {'; '.join(t.get('verdict_reasons') or [t.get('reason') or '-'])}")
+            table.append(f"  hypothesis: {t.hypothesis or '-'}")
+            table.append(f"  verdict reasons: {'; '.join(t.verdict_reasons or [t.reason or '-'])}")
             table += _ncu_lines(t)
         note = (f"({len(collapsed)} older trials are collapsed to one line each to fit the context.)"
                 if collapsed else "")
@@ -160,7 +158,7 @@ def build_prompt(context: Context, settings: LlmSettings) -> str:
             f"## Goal\nMake the {target} {'peak memory' if target == 'memory' else 'time'} smaller, geometric mean "
             "over every shape and dtype, without slowing any pass or raising peak memory by more than 5% at any "
             "shape, and without changing the results.",
-            f"## The current best (trial {context.best['trial_id']:04d} {context.best.get('name')}), full source\n"
+            f"## The current best (trial {context.best.trial_id:04d} {context.best.name}), full source\n"
             f"```python\n{context.best_source}\n```",
             "## The current best's NCU profile\n" + "\n".join(_ncu_lines(context.best, limit=40)),
             "## What the rules proposer diagnoses\n" + ("\n".join(diagnoses) or "(no NCU diagnosis)"),

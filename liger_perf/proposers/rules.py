@@ -14,10 +14,9 @@ again (a trial that improved the target but broke a guardrail elsewhere rules no
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from liger_perf.ncu import STALL_PREFIX, STALL_SUFFIX
 from liger_perf.proposers import Context, Proposal, Stop, tried_sources
+from liger_perf.schema import NcuLaunch, TrialResult
 from liger_perf.spec import Remedy
 from liger_perf.variants import read_knobs, source_hash, with_knobs
 
@@ -36,14 +35,13 @@ def _numel(shape: str) -> int:
     return n
 
 
-def diagnose(trial: dict[str, Any], pass_name: str) -> list[Diagnosis]:
+def diagnose(trial: TrialResult, pass_name: str) -> list[Diagnosis]:
     """What the NCU metrics of ``trial`` say about ``pass_name``, most severe first (empty without NCU)."""
-    launches = [launch for launch in (trial.get("ncu") or {}).get("launches", []) if launch["pass"] == pass_name]
-    dominant: dict[tuple[str, str], dict] = {}
-    for launch in launches:
-        key = (launch["shape"], launch["dtype"])
-        time = launch["metrics"].get("gpu__time_duration.sum", 0)
-        if key not in dominant or time > dominant[key]["metrics"].get("gpu__time_duration.sum", 0):
+    dominant: dict[tuple[str, str], NcuLaunch] = {}
+    for launch in trial.launches(pass_name):
+        key = (launch.shape, launch.dtype)
+        time = launch.metric("gpu__time_duration.sum")
+        if key not in dominant or time > dominant[key].metric("gpu__time_duration.sum"):
             dominant[key] = launch
     found: dict[str, Diagnosis] = {}
 
@@ -52,8 +50,8 @@ def diagnose(trial: dict[str, Any], pass_name: str) -> list[Diagnosis]:
             found[name] = Diagnosis(name, severity, evidence)
 
     for (shape, dtype), launch in sorted(dominant.items(), key=lambda kv: _numel(kv[0][0])):
-        m = launch["metrics"]
-        where = f"{pass_name} {shape} {dtype}, kernel {launch['kernel']}"
+        m = {k: v for k, v in launch.metrics.items() if v is not None}  # an unreadable counter says nothing
+        where = f"{pass_name} {shape} {dtype}, kernel {launch.kernel}"
         local = m.get("l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum", 0) + m.get(
             "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum", 0)
         dram = m.get("dram__bytes_read.sum", 0) + m.get("dram__bytes_write.sum", 0)
@@ -75,8 +73,7 @@ def diagnose(trial: dict[str, Any], pass_name: str) -> list[Diagnosis]:
         if waves is not None and waves < 1:
             note("under_one_wave", 1 - waves, f"{where}: {waves:.2f} waves of blocks ("
                  f"{m.get('launch__grid_size', 0):.0f} blocks): part of the GPU idles")
-        stalls = {k[len(STALL_PREFIX):-len(STALL_SUFFIX)]: v for k, v in m.items()
-                  if k.startswith(STALL_PREFIX) and k.endswith(STALL_SUFFIX)}
+        stalls = launch.stalls()
         dram_pct = m.get("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed")
         if stalls and dram_pct is not None and dram_pct < 60:
             top = max(stalls, key=stalls.get)
@@ -122,8 +119,8 @@ class RulesProposer:
             if source_hash(source) in tried:
                 continue
             evidence = diagnosis.evidence if diagnosis else (
-                "no NCU diagnosis left to act on" if best.get("ncu", {}).get("status") == "ok"
-                else f"no NCU profile to diagnose ({(best.get('ncu') or {}).get('reason', 'none recorded')})")
+                "no NCU diagnosis left to act on" if best.ncu and best.ncu.status == "ok"
+                else f"no NCU profile to diagnose ({best.ncu.reason if best.ncu else 'none recorded'})")
             return Proposal(
                 name="-".join(f"{k}-{v}" for k, v in changes.items()).replace("_", "-").lower(), source=source,
                 hypothesis=f"{evidence}. {remedy.why}", prediction=remedy.effect, changes=changes,
@@ -134,19 +131,18 @@ class RulesProposer:
                     + (f" or was ruled out by a rejection ({'; '.join(skipped[:3])})" if skipped else ""))
 
     @staticmethod
-    def _rejected_moves(trials: list[dict], choices: dict) -> set:
-        knobs_by_sha = {(t.get("variant") or {}).get("sha256"): (t.get("variant") or {}).get("knobs") or {}
-                        for t in trials}
+    def _rejected_moves(trials: list[TrialResult], choices: dict) -> set:
+        knobs_by_sha = {t.variant_sha: t.variant.knobs or {} for t in trials}
         moves = set()
         for t in trials:
-            if t.get("verdict") != "rejected" or not t.get("changes") or not t.get("against"):
+            if t.verdict != "rejected" or not t.changes or not t.against:
                 continue
-            if (t.get("verdict_details") or {}).get("gain", 0) > 0:
+            if t.gain > 0:
                 # It won on the target and lost only on a guardrail somewhere: the direction is right, the
                 # step was too broad; the next remedy on the list may take it more narrowly.
                 continue
-            before = knobs_by_sha.get(t["against"].get("sha256"), {})
-            for knob, value in t["changes"].items():
+            before = knobs_by_sha.get(t.against_sha, {})
+            for knob, value in t.changes.items():
                 if knob in before:
                     moves.add((knob, repr(before[knob]), _direction(choices.get(knob, []), before[knob], value)))
         return moves

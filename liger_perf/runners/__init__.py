@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from liger_perf.errors import UserError
-from liger_perf.record import TrialRequest
 from liger_perf.registry import get_spec
+from liger_perf.schema import TrialRequest, TrialResult
 from liger_perf.store import Store, TrialPaths
 
 
 @dataclass
 class TrialRun:
     notebook: Path
-    result: dict[str, Any]
+    result: TrialResult
 
 
 class Runner(Protocol):
@@ -34,6 +34,11 @@ class Runner(Protocol):
 
     def mode(self, device: str) -> str:
         """The device mode (``cuda`` or ``interpret``) the trials of ``device`` (auto, cuda, interpret) record."""
+        ...
+
+    def fingerprint(self, device: str) -> dict[str, Any]:
+        """The stack and device the trials of ``device`` run on (``liger_perf.fingerprint``), read where they
+        run: a nightly job compares it with the stack its best was last re-validated on."""
         ...
 
     def run(self, request: TrialRequest, store: Store) -> TrialRun: ...
@@ -52,19 +57,20 @@ class OneAtATime:
         return [self.run(request, store) for request in requests]
 
 
-def file_trial(nb, result: dict[str, Any], request: TrialRequest, store: Store) -> TrialRun:
+def file_trial(nb, result: TrialResult, request: TrialRequest, store: Store) -> TrialRun:
     """Write a finished trial's notebook into the store under the request's number, its result naming the
     request's variant and best (a worker's scratch copies or a recording's files are not what the loop ran)."""
     from liger_perf import record
 
-    result["variant"] = {**result["variant"], "path": request.variant}
-    if result.get("against"):
-        result["against"] = {**result["against"], "path": request.against}
+    update: dict[str, Any] = {"variant": result.variant.model_copy(update={"path": request.variant})}
+    if result.against:
+        update["against"] = result.against.model_copy(update={"path": request.against})
+    result = result.model_copy(update=update)
     record.set_result(nb, result)
     paths = store.trial_paths(request.kernel, request.trial_id, request.name)
     record.write_atomic(nb, paths.notebook)
     paths.partial.unlink(missing_ok=True)
-    return TrialRun(paths.notebook, record.read_result(nb))
+    return TrialRun(paths.notebook, result)
 
 
 def trial_request(kernel: str, variant: str | Path, against: str | Path | None = None, *, store: Store,

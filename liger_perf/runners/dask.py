@@ -21,8 +21,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from liger_perf.record import TrialRequest
 from liger_perf.runners import TrialRun, file_trial
+from liger_perf.schema import TrialRequest
 from liger_perf.store import Store
 
 
@@ -30,6 +30,12 @@ def _mode_on_worker(device: str) -> str:
     from liger_perf.runners.papermill import PapermillRunner
 
     return PapermillRunner().mode(device)
+
+
+def _fingerprint_on_worker(device: str) -> dict:
+    from liger_perf.runners.papermill import PapermillRunner
+
+    return PapermillRunner().fingerprint(device)
 
 
 def _trial_on_worker(request: dict, variant_source: str, against_source: str | None, pin_gpu: bool) -> str:
@@ -71,6 +77,10 @@ class DaskRunner:
         self.client.close()
         if cluster is not None:
             cluster.close()
+
+    def fingerprint(self, device: str) -> dict:
+        """Read on a worker: its stack is the one the trials record, not the client's."""
+        return self.client.submit(_fingerprint_on_worker, device, pure=False).result()
 
     def mode(self, device: str) -> str:
         """Asked of a worker: the client may sit on a machine without the workers' GPUs."""

@@ -16,8 +16,8 @@ import math
 import time
 from pathlib import Path
 
-from liger_perf.record import HARNESS_ERROR, TrialRequest
 from liger_perf.runners import OneAtATime, TrialRun, file_trial
+from liger_perf.schema import HARNESS_ERROR, TrialRequest, TrialResult
 from liger_perf.store import Store, template_path
 
 VARIANT_TAG = "variant"  # the template's cell that imports the variant: the first to run code under trial
@@ -33,6 +33,13 @@ class PapermillRunner(OneAtATime):
         from liger_perf.device import select_device
 
         return select_device(device).mode  # sets nothing up but the mode: no variant runs in this process
+
+    def fingerprint(self, device: str) -> dict:
+        from liger_perf.device import select_device
+        from liger_perf.fingerprint import fingerprint
+        from liger_perf.registry import project_root
+
+        return fingerprint(select_device(device), project_root())
 
     def _recorded_mode(self, device: str) -> str:
         try:
@@ -69,18 +76,22 @@ class PapermillRunner(OneAtATime):
         except (OSError, ValueError) as e:  # Papermill failed before it wrote the notebook: keep the template's
             nb = nbformat.read(template_path(), as_version=4)
             failure = failure or f"Papermill wrote no notebook ({type(e).__name__})"
-        result = record.read_result(nb)
+        try:
+            result = record.read_result(nb)
+        except ValueError as e:  # the trial's own code wrote a result that is not one
+            result, failure = None, failure or f"the trial's result is malformed: {str(e)[:300]}"
         if result is None or failure is not None:
             status = "crashed" if variant_started(nb) else HARNESS_ERROR
             if status == HARNESS_ERROR:
                 failure = (f"the harness failed before the variant was imported: "
                            f"{failure or 'the notebook ended without a result'}")[:1000]
-            result = {**(result or bare_result(request, self._recorded_mode(request.device))), "status": status,
-                      "reason": failure or "the notebook ended without a result", "elapsed_s": time.time() - started}
+            result = (result or bare_result(request, self._recorded_mode(request.device))).model_copy(update={
+                "status": status, "reason": failure or "the notebook ended without a result",
+                "elapsed_s": time.time() - started})
             record.set_result(nb, result)
         record.write_atomic(nb, paths.notebook)
         paths.partial.unlink(missing_ok=True)
-        return TrialRun(paths.notebook, record.read_result(nbformat.read(paths.notebook, as_version=4)))
+        return TrialRun(paths.notebook, result)
 
 
 def record_harness_error(request: TrialRequest, store: Store, reason: str, mode: str) -> TrialRun:
@@ -89,8 +100,8 @@ def record_harness_error(request: TrialRequest, store: Store, reason: str, mode:
     import nbformat
 
     nb = nbformat.read(template_path(), as_version=4)
-    return file_trial(nb, {**bare_result(request, mode), "status": HARNESS_ERROR, "reason": reason[:1000]},
-                      request, store)
+    result = bare_result(request, mode).model_copy(update={"status": HARNESS_ERROR, "reason": reason[:1000]})
+    return file_trial(nb, result, request, store)
 
 
 def whole_seconds(seconds: float) -> int:
@@ -106,16 +117,17 @@ def variant_started(nb) -> bool:
     return True  # a notebook of an older template: no way to tell, so not blamed on the harness
 
 
-def bare_result(request: TrialRequest, mode: str) -> dict:
-    """The result of a trial whose notebook never got to write one: what the request says about it."""
-    from liger_perf.record import FORMAT
+def bare_result(request: TrialRequest, mode: str) -> TrialResult:
+    """The result of a trial whose notebook never got to write one: what the request says about it (its status
+    ``running`` until the caller says how it ended)."""
+    from liger_perf.schema import VariantRecord
     from liger_perf.variants import source_hash
 
     source = Path(request.variant).read_text(errors="replace")
     against = source_hash(Path(request.against).read_text(errors="replace")) if request.against else None
-    return {"format": FORMAT, "kernel": request.kernel, "trial_id": request.trial_id, "name": request.name,
-            "hypothesis": request.hypothesis, "prediction": request.prediction, "changes": request.changes,
-            "variant": {"path": request.variant, "sha256": source_hash(source), "source": source, "knobs": None},
-            "against": {"path": request.against, "sha256": against} if request.against else None,
-            "proposer_audit": request.proposer_audit, "kind": request.kind, "passes": request.passes,
-            "device": mode}
+    return TrialResult(
+        kernel=request.kernel, trial_id=request.trial_id, name=request.name, status="running",
+        hypothesis=request.hypothesis, prediction=request.prediction, changes=request.changes,
+        variant=VariantRecord(path=request.variant, sha256=source_hash(source), source=source),
+        against=VariantRecord(path=request.against, sha256=against) if request.against else None,
+        proposer_audit=request.proposer_audit, kind=request.kind, passes=request.passes, device=mode)
