@@ -32,7 +32,7 @@ class Guardrails(BaseModel):
     confidence: float = Field(0.95, ge=0.5, lt=1)
     #: The correctness gate cannot be switched off; the key exists so that nobody wonders.
     correctness: Literal["hard"] = "hard"
-    #: The loop stops after two judged trials in a row whose target gain is smaller than this.
+    #: The loop stops after two judged rounds in a row whose best target gain is smaller than this.
     min_gain: float = Field(0.01, ge=0, lt=1)
     #: The loop stops when the best variant's target pass runs at this fraction of the bandwidth floor at
     #: every shape (nothing left to win).

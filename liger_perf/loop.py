@@ -77,7 +77,9 @@ class OptimizeLoop:
         self.baseline_file = baseline_path(kernel)
         self.baseline_sha = source_hash(self.baseline_file.read_text())
         self.events: list[LoopEvent] = []
-        self.run_ids: set[int] = set()  # trials this invocation ran: the gain stop rule looks at these only
+        #: The best gain of each round this invocation judged (a round: one trial per worker against one best).
+        #: The small-gains stop rule looks at these only: an earlier night's tail must not stop tonight's work.
+        self.round_gains: list[float] = []
 
     # -- the loop ------------------------------------------------------------------------------------------
 
@@ -128,6 +130,9 @@ class OptimizeLoop:
                 # never ran (a harness error).
                 results = [r if r.status == HARNESS_ERROR else self._judge_and_record(r, chain)
                            for r in self._run_all(requests)]
+                judged = [r.gain for r in results if r.verdict in ("accepted", "rejected") and r.status == "complete"]
+                if judged:
+                    self.round_gains.append(max(judged))
                 self._reconcile(results)
                 failed = next((r for r in results if r.status == HARNESS_ERROR), None)
                 if failed is not None:  # the variant will be proposed again once the harness works
@@ -210,7 +215,6 @@ class OptimizeLoop:
         results = []
         for run in runs:
             trial_id = trial_number(run.notebook)
-            self.run_ids.add(trial_id)
             results.append(run.result.model_copy(update={"notebook": str(run.notebook), "trial_id": trial_id,
                                                          "judged": None}))
         return results
@@ -283,13 +287,11 @@ class OptimizeLoop:
         if target != "memory" and floor_reached(best, target, self.guardrails.floor_fraction_stop):
             return (f"the best variant's {target} runs at {self.guardrails.floor_fraction_stop:.0%} or more of the "
                     "bandwidth floor at every shape: nothing left to win")
-        # Two small gains in a row in *this* run: an earlier night's tail must not stop tonight's work unstarted.
-        judged = [t for t in trials if t.verdict in ("accepted", "rejected") and t.status == "complete"
-                  and t.trial_id in self.run_ids]
-        tail = judged[-2:]
-        if len(tail) == 2 and all(t.gain < self.guardrails.min_gain for t in tail):
-            return (f"two judged trials in a row ({tail[0].trial_id:04d}, {tail[1].trial_id:04d}) gained less "
-                    f"than {self.guardrails.min_gain:.0%} on {target}")
+        # Two rounds in a row of this run whose best candidate gained little (with one worker: two trials).
+        tail = self.round_gains[-2:]
+        if len(tail) == 2 and all(gain < self.guardrails.min_gain for gain in tail):
+            return (f"two judged rounds in a row gained less than {self.guardrails.min_gain:.0%} on {target} "
+                    f"(best gains {tail[0]:+.1%}, {tail[1]:+.1%})")
         return ""
 
     def _confirm_plan(self, baseline: TrialResult) -> bool:

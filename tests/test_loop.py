@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from liger_perf.guardrails import Guardrails
 from liger_perf.history import load_trials
 from liger_perf.loop import OptimizeLoop
@@ -37,6 +39,7 @@ def _check_history_intact(folder):
     return trials
 
 
+@pytest.mark.slow
 def test_killed_in_the_middle_of_a_trial_the_loop_resumes_from_the_notebooks(tmp_path):
     env = _env(tmp_path)
     folder = tmp_path / "notebooks" / "relu_squared"
@@ -75,6 +78,7 @@ def test_killed_in_the_middle_of_a_trial_the_loop_resumes_from_the_notebooks(tmp
         assert "no accepted variant yet" in diff.stderr
 
 
+@pytest.mark.slow
 def test_a_trial_finished_but_not_judged_is_judged_on_resume_and_the_budget_stops_the_loop(tmp_path):
     root = tmp_path / "notebooks"
     fast = dict(device="interpret", repetitions=2, convergence=False, root=root)
@@ -119,7 +123,7 @@ def test_optimize_bad_input_is_one_line(tmp_path):
     assert not (tmp_path / "notebooks").exists()
 
 
-def test_small_gains_stop_the_loop_only_within_one_run(tmp_path):
+def test_small_gains_stop_the_loop_only_within_one_run_and_a_round_counts_by_its_best(tmp_path):
     from liger_perf.loop import OptimizeLoop as Loop
 
     loop = Loop("relu_squared", Guardrails(target="forward"), RulesProposer(), device="interpret", budget=9,
@@ -127,5 +131,7 @@ def test_small_gains_stop_the_loop_only_within_one_run(tmp_path):
     best = make_trial()
     small = [make_trial(trial_id=i, verdict="rejected", gain=0.001) for i in (1, 2)]
     assert loop._stop_reason(small, best, trials_run=0) == ""  # an earlier run's tail
-    loop.run_ids.update({1, 2})
-    assert "gained less than 1%" in loop._stop_reason(small, best, trials_run=2)
+    loop.round_gains += [0.001, 0.004]
+    assert "two judged rounds in a row gained less than 1%" in loop._stop_reason(small, best, trials_run=2)
+    loop.round_gains[-1] = 0.2  # one candidate of a round of four gained: the round did
+    assert loop._stop_reason(small, best, trials_run=2) == ""
