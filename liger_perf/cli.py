@@ -203,7 +203,8 @@ def optimize_command(
                                 "worker; ask for fewer workers, or start a cluster across hosts (--scheduler)")
         runner = DaskRunner(workers=workers, scheduler=scheduler)
         console.print(f"Dask: {runner.workers} workers at {runner.client.scheduler.address}: rounds of "
-                      f"{runner.workers} trials against the same best", markup=False)
+                      f"{runner.workers} trials against the same best (dashboard: {runner.client.dashboard_link})",
+                      markup=False)
     # The workers' device decides the mode: the client of a remote cluster may have no GPU of its own.
     mode = runner.mode(device) if runner is not None else select_device(device).mode
     if budget is None:

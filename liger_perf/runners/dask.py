@@ -66,8 +66,10 @@ class DaskRunner:
         if scheduler:
             self.client, self.pin_gpus = Client(scheduler), False
         else:
+            # The dashboard on a free port: None does not turn it off (dask/distributed#8136) and the default
+            # port warns whenever another cluster holds it.
             cluster = LocalCluster(n_workers=workers or 1, threads_per_worker=1, processes=True,
-                                   dashboard_address=None)
+                                   dashboard_address=":0")
             self.client, self.pin_gpus = Client(cluster), True
         self.workers = max(1, len(self.client.scheduler_info()["workers"]))
         self._modes: dict[str, str] = {}
