@@ -56,6 +56,23 @@ def floor_reached(best: TrialResult, target: str, fraction: float) -> bool:
     return bool(rows) and all((r.bandwidth_fraction or 0) >= fraction for r in rows)
 
 
+def _rounds(trials: list[TrialResult]) -> list[list[TrialResult]]:
+    """The accepted trials of each round: a round is a run of consecutive experiments measured against one best.
+    Two trials against the same best with another best's trial between them (a hand-run ``trial --against``
+    an older best) were never candidates of one round, and are never reconciled with each other."""
+    rounds: list[list[TrialResult]] = []
+    previous = None
+    for trial in trials:
+        if trial.kind != "experiment" or not trial.against or trial.status == HARNESS_ERROR:
+            continue
+        if trial.against_sha != previous:
+            rounds.append([])
+            previous = trial.against_sha
+        if trial.verdict == "accepted":
+            rounds[-1].append(trial)
+    return [accepted for accepted in rounds if len(accepted) > 1]
+
+
 class OptimizeLoop:
     def __init__(self, kernel: str, guardrails: Guardrails, proposer: Proposer, device: str = "auto",
                  budget: int = 10, root: Path | None = None, repetitions: int = 0, convergence: bool = True,
@@ -162,11 +179,7 @@ class OptimizeLoop:
                            "judging it now", trial)
                 self._judge_and_record(trial, chain)
                 trials = self._trials()
-        rounds: dict[str | None, list[TrialResult]] = {}
-        for trial in trials:
-            if trial.verdict == "accepted" and trial.against:
-                rounds.setdefault(trial.against_sha, []).append(trial)
-        for accepted in rounds.values():
+        for accepted in _rounds(trials):
             self._reconcile(accepted)
 
     def _judge_and_record(self, result: TrialResult, chain: list[TrialResult]) -> TrialResult:

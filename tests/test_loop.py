@@ -135,3 +135,17 @@ def test_small_gains_stop_the_loop_only_within_one_run_and_a_round_counts_by_its
     assert "two judged rounds in a row gained less than 1%" in loop._stop_reason(small, best, trials_run=2)
     loop.round_gains[-1] = 0.2  # one candidate of a round of four gained: the round did
     assert loop._stop_reason(small, best, trials_run=2) == ""
+
+
+def test_only_candidates_of_one_round_are_reconciled():
+    """A trial run by hand against an older best is never reconciled with that best's round (it would
+    rewrite the verdict of a trial the chain stands on)."""
+    from liger_perf.loop import _rounds
+
+    def trial(n, against, verdict):
+        return make_trial(trial_id=n, against={"sha256": against}, variant={"sha256": f"v{n}"}, verdict=verdict)
+
+    one_round = [trial(1, "base", "accepted"), trial(2, "base", "accepted"), trial(3, "v1", "rejected")]
+    assert [[t.trial_id for t in r] for r in _rounds(one_round)] == [[1, 2]]
+    by_hand_later = [trial(1, "base", "accepted"), trial(2, "v1", "rejected"), trial(3, "base", "accepted")]
+    assert _rounds(by_hand_later) == []
