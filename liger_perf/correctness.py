@@ -174,13 +174,15 @@ def check_case(spec: KernelSpec, variant: Variant, case: Case, device: Device, l
 
 
 def check_variant(spec: KernelSpec, variant: Variant, device: Device, convergence: bool = True,
-                  progress=None, generator: torch.Generator | None = None, fail_fast: bool = False) -> GateResult:
+                  progress=None, generator: torch.Generator | None = None, fail_fast: bool = False,
+                  cases: list[Case] | None = None) -> GateResult:
     """Run the whole gate: every check case, then (only if all pass) the convergence run.
 
-    ``fail_fast`` stops at the first failing case (a verdict is all the loop needs; a person wants every row)."""
+    ``fail_fast`` stops at the first failing case (a verdict is all the loop needs; a person wants every row).
+    ``cases``: a subset of the check cases instead (the tests'); a trial always runs them all."""
     from liger_perf.convergence import check_convergence
 
-    cases = spec.cases(device.suite, "check")
+    cases = spec.cases(device.suite, "check") if cases is None else cases
     rows: list[dict[str, Any]] = []
     shapes = list(spec.check_shapes[device.suite])
     for case in cases:

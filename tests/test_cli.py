@@ -89,6 +89,7 @@ def test_usage_error_is_reported_without_traceback():
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.slow
 def test_trial_then_history_from_the_command_line(tmp_path):
     env = {"LIGER_PERF_NOTEBOOKS": str(tmp_path)}
     out = run_cli("trial", "relu_squared", "--repetitions", "2", "--passes", "forward", env=env)
@@ -112,3 +113,24 @@ def test_trial_and_history_bad_input_is_one_line(tmp_path):
     assert "use table, csv or json" in _one_line_error(run_cli("history", "relu_squared", "--format", "xml"))
     assert "unknown kernel" in _one_line_error(run_cli("history", "softmax"))
     assert not list(tmp_path.iterdir())  # bad input writes nothing
+
+
+def test_more_local_workers_than_gpus_is_refused_before_a_cluster_starts(monkeypatch, tmp_path):
+    """On a host with one GPU, --workers 2 would pin two workers to GPUs that are not there."""
+    from types import SimpleNamespace
+
+    from typer.testing import CliRunner
+
+    from liger_perf import cli, device
+    from liger_perf.errors import UserError
+    from liger_perf.runners import dask as dask_runner
+
+    monkeypatch.setattr(device, "select_device", lambda mode: SimpleNamespace(mode="cuda"))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    started = []
+    monkeypatch.setattr(dask_runner, "DaskRunner", lambda **settings: started.append(settings))
+    monkeypatch.setenv("LIGER_PERF_NOTEBOOKS", str(tmp_path))
+    result = CliRunner().invoke(cli.app, ["optimize", "relu_squared", "--workers", "2"])
+    assert isinstance(result.exception, UserError) and not started
+    assert "--workers 2: this host has 1 GPU(s)" in str(result.exception)
+    assert not list(tmp_path.iterdir())  # no trial was started

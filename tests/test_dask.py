@@ -31,6 +31,7 @@ def runner():
     runner.close()
 
 
+@pytest.mark.slow
 def test_a_loop_on_two_workers_trials_two_candidates_a_round_against_the_same_best(runner, tmp_path):
     assert runner.workers == 2 and runner.mode("interpret") == "interpret"
     root = tmp_path / "nb"
@@ -48,6 +49,7 @@ def test_a_loop_on_two_workers_trials_two_candidates_a_round_against_the_same_be
     assert first.variant.path.startswith(str(root))
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_trial_loses_nothing_and_doubles_nothing(runner, tmp_path):
     store = Store(tmp_path / "nb", tmp_path / "reports")
     requests = [trial_request("relu_squared", baseline_path("relu_squared"), store=store, name=f"t{i}", **FAST)

@@ -11,6 +11,7 @@ from liger_perf.variants import load_variant
 from broken_variants import BROKEN, write_broken_variant
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel", ["relu_squared", "fused_add_rms_norm"])
 def test_baseline_passes_gate_and_convergence(kernel, interpret_device):
     spec = get_spec(kernel)
@@ -24,6 +25,7 @@ def test_baseline_passes_gate_and_convergence(kernel, interpret_device):
     assert set(result.rows["layout"]) == {"contiguous", "padded"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("broken", BROKEN, ids=[b.name for b in BROKEN])
 def test_gate_catches_broken_variant(broken, interpret_device, tmp_path):
     # The gate draws its inputs from the global generator, randomly seeded per process: seed it, so the

@@ -122,6 +122,7 @@ def test_without_an_endpoint_the_command_says_how_to_configure_one(tmp_path):
     assert out.returncode == 2 and len(lines) == 1 and "OPENAI_BASE_URL" in lines[0], out.stderr
 
 
+@pytest.mark.slow
 def test_a_short_llm_loop_in_interpreter_mode_records_prompts_and_replies(tmp_path):
     with FakeOpenAI([reply(GOOD)]) as server:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1", "OPENAI_BASE_URL": server.base_url,

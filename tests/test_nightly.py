@@ -47,6 +47,7 @@ def _summary(tmp_path):
     return json.loads(path.read_text()), path.with_suffix(".md").read_text()
 
 
+@pytest.mark.slow
 def test_a_nightly_run_over_both_kernels_writes_the_summary_and_a_quiet_night_ends_quickly(tmp_path):
     config, env = _setup(tmp_path, [("fused_add_rms_norm", "backward", 1), ("relu_squared", "forward", 2)])
     out = _nightly(config, env)
@@ -90,6 +91,7 @@ def test_a_second_run_while_the_first_holds_the_lock_exits_at_once(tmp_path):
     assert time.time() - started < 30 and not (tmp_path / "reports").exists()
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_way_resumes_the_next_night(tmp_path):
     config, env = _setup(tmp_path, [("relu_squared", "forward", 3)])
     folder = tmp_path / "nb" / "relu_squared"
@@ -135,6 +137,7 @@ def _history_with_an_accepted_best(tmp_path, recorded_ratio=None):
     return root
 
 
+@pytest.mark.slow
 def test_a_best_that_got_slower_is_a_regression_with_both_fingerprints_and_exit_code_1(tmp_path):
     config, env = _setup(tmp_path, [("relu_squared", "forward", 0)])
     # Injected: last night this best was recorded as 10x faster than the baseline in forward.
@@ -153,6 +156,7 @@ def test_a_best_that_got_slower_is_a_regression_with_both_fingerprints_and_exit_
     assert load_trials("relu_squared", root)[-1].kind == "revalidation"
 
 
+@pytest.mark.slow
 def test_a_trial_the_harness_cannot_run_is_an_error_of_the_job_never_a_regression(tmp_path, monkeypatch):
     import torch
 
@@ -192,6 +196,7 @@ def test_a_trial_the_harness_cannot_run_is_an_error_of_the_job_never_a_regressio
     assert rerun[1].variant_sha == failed[1].variant_sha
 
 
+@pytest.mark.slow
 def test_the_night_s_budget_is_shared_by_every_run_of_that_night(tmp_path):
     config, env = _setup(tmp_path, [("relu_squared", "forward", 1)])
     out = _nightly(config, env)

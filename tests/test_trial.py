@@ -112,6 +112,7 @@ def test_crashing_variant_leaves_a_readable_notebook(tmp_path):
     assert load_trials("relu_squared", tmp_path)[0].status == "crashed"
 
 
+@pytest.mark.slow
 def test_hanging_variant_times_out_and_is_recorded(tmp_path):
     source = baseline_path("relu_squared").read_text().replace(
         '    return ReluSquaredFunction.apply(X)', '    import time\n    time.sleep(3600)')
