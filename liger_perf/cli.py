@@ -86,7 +86,8 @@ def trial_command(
     prediction: str = typer.Option("", help="the predicted effect, e.g. 'backward 10% faster at H >= 8192'"),
     passes: str = typer.Option("forward,backward,full", help="comma-separated passes to time"),
     device: str = typer.Option("auto", help="auto | cuda | interpret"),
-    repetitions: int = typer.Option(0, help="timed repetitions per contender; 0: 100 on a GPU, 5 interpreted"),
+    repetitions: int = typer.Option(0, min=0, help="timed repetitions per contender; 0: 100 on a GPU, 5 "
+                                                   "interpreted"),
     ncu: bool = typer.Option(True, help="profile with Nsight Compute (recorded as unavailable where it cannot)"),
     peers: Optional[bool] = typer.Option(None, help="also time eager, torch.compile and liger-kernel; "
                                                     "default: only in a kernel's first trial"),
@@ -99,6 +100,7 @@ def trial_command(
     from liger_perf.registry import baseline_path, get_spec
     from liger_perf.runners import run_trial
     from liger_perf.schema import HARNESS_ERROR
+    from liger_perf.store import Store
 
     spec = get_spec(kernel)
     pass_list = [p.strip() for p in passes.split(",") if p.strip()]
@@ -106,7 +108,9 @@ def trial_command(
     if unknown or not pass_list:
         raise UserError(f"--passes {passes!r}: {kernel} has the passes {', '.join(spec.passes)}")
     variant = variant or baseline_path(kernel)
-    with console.status(f"trial of {kernel}: {variant} (executing the notebook)..."):
+    # One writer per kernel history: a trial beside a running optimize would race it for numbers and files.
+    with Store().lock("optimize", kernel, label="trial"), \
+            console.status(f"trial of {kernel}: {variant} (executing the notebook)..."):
         run = run_trial(kernel, variant, against, name=name, hypothesis=hypothesis, prediction=prediction,
                         passes=pass_list, device=device, repetitions=repetitions, ncu=ncu, peers=peers,
                         timeout_s=timeout)
@@ -167,7 +171,8 @@ def optimize_command(
     guardrails: Optional[Path] = typer.Option(None, help="acceptance rules; default: the project's guardrails.yaml"),
     interactive: bool = typer.Option(False, help="after the baseline trial, show the diagnosis and the plan and "
                                                  "wait for a yes"),
-    repetitions: int = typer.Option(0, help="timed repetitions per contender; 0: 100 on a GPU, 5 interpreted"),
+    repetitions: int = typer.Option(0, min=0, help="timed repetitions per contender; 0: 100 on a GPU, 5 "
+                                                   "interpreted"),
     convergence: bool = typer.Option(True, help="run the convergence part of the gate in every trial"),
     max_minutes: Optional[float] = typer.Option(None, min=0, help="start no new trial after this many minutes "
                                                                   "(a trial under way finishes)"),
@@ -266,7 +271,8 @@ def bench_command(
     variant: Optional[Path] = typer.Option(None, help="the variant to measure; default: the best accepted one "
                                                       "(the baseline if none was accepted)"),
     device: str = typer.Option("auto", help="auto | cuda | interpret"),
-    repetitions: int = typer.Option(0, help="timed repetitions per contender; 0: 100 on a GPU, 5 interpreted"),
+    repetitions: int = typer.Option(0, min=0, help="timed repetitions per contender; 0: 100 on a GPU, 5 "
+                                                   "interpreted"),
     timeout: float = typer.Option(1800, help="seconds the measurement may run before it is stopped"),
 ) -> None:
     """Best variant, baseline, liger-kernel, eager and torch.compile side by side in one run -> reports/<kernel>/."""

@@ -49,8 +49,9 @@ def load_yaml_model(path: str | Path, model: type[Model], **overrides) -> Model:
         line = f":{lines[key]}" if key in lines else ""
         where = ".".join(loc) or model.__name__
         if error["type"] == "extra_forbidden":
-            allowed = ", ".join(model.model_fields) if len(loc) == 1 else "see the README"
-            raise UserError(f"{path}{line}: unknown key {where!r}: the keys are {allowed}") from None
+            allowed = (f"the keys are {', '.join(model.model_fields)}" if len(loc) == 1
+                       else "the README lists the keys allowed there")
+            raise UserError(f"{path}{line}: unknown key {where!r}: {allowed}") from None
         message = error["msg"].removeprefix("Value error, ")
         value = error.get("input")
         shown = f" (got {value!r})" if loc and not isinstance(value, (dict, list)) else ""

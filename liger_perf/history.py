@@ -32,8 +32,13 @@ def warn(message: str) -> None:
     print(f"liger-perf: warning: {message}", file=sys.stderr)
 
 
-def read_trial(path: Path) -> TrialResult | None:
-    """A notebook's result with its verdict and path; None (with a warning) if it is unreadable."""
+#: What a notebook file that is not a trial notebook raises while it is read: never more than a warning.
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError)
+
+
+def read_trial(path: Path, kernel: str | None = None) -> TrialResult | None:
+    """A notebook's result with its verdict and path; None (with a one-line warning) if it is not a readable
+    trial notebook (of ``kernel``, when given): corrupt, half-written, of another format or another kernel."""
     import nbformat
     from pydantic import ValidationError
 
@@ -41,12 +46,14 @@ def read_trial(path: Path) -> TrialResult | None:
         # nbformat's own parser, without the conversion of every output into NotebookNodes: that conversion is
         # most of the cost of a full read, and only the two tagged outputs are looked at.
         nb = nbformat.reader.parse_json(path.read_text(encoding="utf-8"))
+        if not isinstance(nb, dict):
+            raise TypeError(f"a JSON {type(nb).__name__}, not a notebook object")
         major = nbformat.reader.get_version(nb)[0]
-    except (OSError, ValueError, KeyError, TypeError, nbformat.reader.NotJSONError) as e:
-        warn(f"skipping {path}: not a readable notebook ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
+    except (*_UNREADABLE, nbformat.reader.NotJSONError) as e:
+        warn(f"skipping {path}: not a readable notebook ({type(e).__name__}: {_first_line(e)})")
         return None
     if major != 4 or not isinstance(nb.get("cells"), list):
-        warn(f"skipping {path}: notebook format {major} is not 4")
+        warn(f"skipping {path}: " + (f"notebook format {major!r}, not 4" if major != 4 else "it has no cell list"))
         return None
     try:
         result = read_result(nb)
@@ -55,15 +62,18 @@ def read_trial(path: Path) -> TrialResult | None:
         warn(f"skipping {path}: its result does not fit a trial result ({e.error_count()} problems, first at "
              f"{where!r})")
         return None
-    except (ValueError, AttributeError, TypeError) as e:
-        warn(f"skipping {path}: its result output is malformed ({type(e).__name__}: {str(e)[:120]})")
+    except _UNREADABLE as e:
+        warn(f"skipping {path}: its result output is malformed ({type(e).__name__}: {_first_line(e)})")
         return None
     if result is None:
         warn(f"skipping {path}: it holds no trial result (half-written, or not a trial notebook)")
         return None
+    if kernel is not None and result.kernel != kernel:
+        warn(f"skipping {path}: a trial of {result.kernel!r}, not of {kernel!r} (a notebook in the wrong folder)")
+        return None
     try:
         verdict = read_verdict(nb)
-    except (ValueError, AttributeError, TypeError) as e:
+    except _UNREADABLE as e:
         warn(f"{path}: its verdict is malformed ({type(e).__name__}); read as a trial without a verdict")
         verdict = None
     # The file name's number is the trial's place in the history (what the result recorded is kept beside it).
@@ -73,9 +83,14 @@ def read_trial(path: Path) -> TrialResult | None:
                                      "recorded_trial_id": recorded, "judged": verdict, "notebook": str(path)})
 
 
+def _first_line(error: BaseException) -> str:
+    lines = str(error).splitlines()
+    return lines[0][:120] if lines else ""
+
+
 def load_trials(kernel: str, root: Path | None = None) -> list[TrialResult]:
     """Every readable trial of ``kernel``, in trial order."""
-    trials = [t for p in Store(root).trial_notebooks(kernel) if (t := read_trial(p)) is not None]
+    trials = [t for p in Store(root).trial_notebooks(kernel) if (t := read_trial(p, kernel)) is not None]
     return trials
 
 

@@ -164,6 +164,9 @@ class OptimizeLoop:
         for partial in self.store.partial_notebooks(self.kernel):
             warn(f"dropping {partial.name}: a trial killed before it finished (its variant will run again)")
             partial.unlink()
+        for aside in self.store.aside_files(self.kernel):  # a notebook write killed before its rename
+            warn(f"dropping {aside.name}: a notebook write killed before it finished (the notebook is as before)")
+            aside.unlink()
 
     def _judge_pending(self) -> None:
         """Judge the trials a killed loop left without a verdict, each against the chain up to the best it was

@@ -41,13 +41,17 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def _tagged_output(nb, tag: str, mime: str) -> dict | None:
+def _tagged_output(nb, tag: str, mime: str) -> Any:
+    """The ``mime`` output of the code cell tagged ``tag`` (None if there is none); a cell or output that is not
+    shaped like one (a hand-edited or foreign file) is passed over, never a crash."""
     for cell in nb["cells"]:
-        if cell.get("cell_type") != "code" or tag not in cell.get("metadata", {}).get("tags", []):
+        metadata = cell.get("metadata") if isinstance(cell, dict) and cell.get("cell_type") == "code" else None
+        tags = metadata.get("tags") if isinstance(metadata, dict) else None
+        if not isinstance(tags, list) or tag not in tags:
             continue
-        for output in cell.get("outputs", []):
-            data = output.get("data", {})
-            if mime in data:
+        for output in cell.get("outputs") if isinstance(cell.get("outputs"), list) else []:
+            data = output.get("data") if isinstance(output, dict) else None
+            if isinstance(data, dict) and mime in data:
                 payload = data[mime]
                 return json.loads(payload) if isinstance(payload, str) else payload
     return None
@@ -59,9 +63,10 @@ def read_result(nb) -> TrialResult | None:
     payload = _tagged_output(nb, RESULT_TAG, RESULT_MIME)
     if payload is None:
         return None
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
-        raise ValueError(f"result format {found!r} is not {FORMAT!r} (an older liger-perf)")
+    if not isinstance(payload, dict):
+        raise ValueError(f"the result is a JSON {type(payload).__name__}, not an object")
+    if payload.get("format") != FORMAT:
+        raise ValueError(f"result format {payload.get('format')!r} is not {FORMAT!r} (another liger-perf)")
     return TrialResult.model_validate(payload)
 
 

@@ -113,11 +113,17 @@ class Store:
         folder = self.kernel_folder(kernel)
         return sorted(folder.glob(f".*{PARTIAL_SUFFIX}")) if folder.is_dir() else []
 
+    def aside_files(self, kernel: str) -> list[Path]:
+        """Files a write killed half-way left beside the notebooks (``record.write_atomic``'s ``.*.tmp``)."""
+        folder = self.kernel_folder(kernel)
+        return sorted(folder.glob(".*.tmp")) if folder.is_dir() else []
+
     # -- locks and reports ---------------------------------------------------------------------------------
 
-    def lock(self, kind: str, kernel: str | None = None) -> "Lock":
-        """One run of ``kind`` (optimize per kernel, nightly per workspace) at a time."""
-        return Lock(self.kernel_folder(kernel) if kernel else self.notebooks, kind)
+    def lock(self, kind: str, kernel: str | None = None, label: str | None = None) -> "Lock":
+        """One run of ``kind`` (optimize per kernel, nightly per workspace) at a time. A kernel's history has one
+        writer: a ``trial`` takes the kernel's optimize lock too (``label`` says which command holds it)."""
+        return Lock(self.kernel_folder(kernel) if kernel else self.notebooks, kind, label)
 
     def kernel_reports(self, kernel: str) -> Path:
         return self.reports / kernel
@@ -127,34 +133,48 @@ class Store:
 
 
 class Lock:
-    """One run of a kind (optimize, nightly) per folder at a time; a lock left by a killed run is taken over."""
+    """One run of a kind (optimize, nightly) per folder at a time.
 
-    def __init__(self, folder: Path, kind: str = "optimize"):
+    An OS lock (``flock``) on ``.<kind>.lock``: taken atomically (of many runs started at once, exactly one gets
+    it), released by the operating system when its process ends however it ends, so a killed run leaves no lock
+    behind and a reused PID means nothing. The file holds the holder's PID, for the message."""
+
+    def __init__(self, folder: Path, kind: str = "optimize", label: str | None = None):
         self.path = folder / f".{kind}.lock"
         self.kind = kind
+        self.label = label or kind  # what the holder is, for the message another run gets
+        self._fd: int | None = None
 
     def __enter__(self):
+        import fcntl
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.exists():
+        while True:
             try:
-                pid = int(self.path.read_text().strip() or 0)
-            except ValueError:
-                pid = 0
-            if pid and pid != os.getpid() and _alive(pid):
-                raise UserError(f"another {self.kind} run (pid {pid}) is working on {self.path.parent}; wait for "
-                                f"it or stop it (its lock: {self.path})")
-        self.path.write_text(str(os.getpid()))
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            except IsADirectoryError:
+                raise UserError(f"{self.path} is a folder, not a lock file: remove it") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pid, _, label = os.read(fd, 200).decode(errors="replace").strip().partition(" ")
+                os.close(fd)
+                raise UserError(f"another {label or self.kind} run (pid {pid or '?'}) is working on "
+                                f"{self.path.parent}; wait for it or stop it") from None
+            try:  # the file may have been removed by the run that held it, after we opened it: take the new one
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {self.label}".encode())
+        self._fd = fd
         return self
 
     def __exit__(self, *exc):
-        self.path.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        if self._fd is not None:
+            self.path.unlink(missing_ok=True)  # before the lock is released: a waiting run re-opens the path
+            os.close(self._fd)
+            self._fd = None

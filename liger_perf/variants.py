@@ -66,6 +66,9 @@ def load_variant(path: str | Path, spec: KernelSpec) -> Variant:
     sys.modules[module_name] = module  # Triton looks a jitted function's globals up through its module
     try:
         loader_spec.loader.exec_module(module)
+    except SystemExit as e:  # sys.exit() at import would end the gate with the variant's exit code
+        raise UserError(f"variant {path} called exit({e.code!r}) at import: a variant module only defines "
+                        "things") from None
     except Exception as e:  # the module's own code failed: report it in one line
         raise UserError(f"variant {path} failed to import: {type(e).__name__}: {e}") from None
     missing = [name for name in spec.interface if not hasattr(module, name)]

@@ -134,3 +134,22 @@ def test_more_local_workers_than_gpus_is_refused_before_a_cluster_starts(monkeyp
     assert isinstance(result.exception, UserError) and not started
     assert "--workers 2: this host has 1 GPU(s)" in str(result.exception)
     assert not list(tmp_path.iterdir())  # no trial was started
+
+
+def test_a_variant_that_exits_at_import_fails_the_check_and_never_passes_it(tmp_path):
+    from broken_variants import ROOT as root
+
+    variant = tmp_path / "quits.py"
+    variant.write_text("import sys\nsys.exit(0)\n" + (root / "kernels" / "relu_squared" / "baseline.py").read_text())
+    out = run_cli("check", "relu_squared", "--variant", str(variant), "--no-convergence")
+    assert out.returncode == 2 and "called exit(0) at import" in out.stderr, out.stdout + out.stderr
+
+
+def test_a_trial_while_a_loop_holds_the_kernel_is_refused_in_one_line(tmp_path):
+    from liger_perf.store import Store
+
+    with Store(tmp_path).lock("optimize", "relu_squared"):
+        out = run_cli("trial", "relu_squared", "--device", "interpret", env={"LIGER_PERF_NOTEBOOKS": str(tmp_path)})
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2 and len(lines) == 1 and "another optimize run (pid" in lines[0], out.stderr
+    assert not list((tmp_path / "relu_squared").glob("*.ipynb"))

@@ -87,6 +87,8 @@ def test_a_trial_finished_but_not_judged_is_judged_on_resume_and_the_budget_stop
     variant.write_text(baseline_path("relu_squared").read_text().replace('"num_warps": 4,', '"num_warps": 8,'))
     run_trial("relu_squared", variant, against=baseline_path("relu_squared"), name="wider", **fast)
     assert load_trials("relu_squared", root)[1].verdict is None  # the loop was killed before judging it
+    aside = root / "relu_squared" / ".0001-wider.k3x9.tmp"  # a verdict's write killed before its rename
+    aside.write_text("{")
 
     events = []
     loop = OptimizeLoop("relu_squared", Guardrails(target="forward"), RulesProposer(), device="interpret",
@@ -96,6 +98,7 @@ def test_a_trial_finished_but_not_judged_is_judged_on_resume_and_the_budget_stop
     assert outcome.trials_run == 1 and "budget of 1 trials is spent" in outcome.stop_reason
     trials = _check_history_intact(root / "relu_squared")
     assert trials[1].verdict in ("accepted", "rejected", "inconclusive") and len(trials) == 3
+    assert not aside.exists()
 
 
 def test_interactive_stops_after_the_baseline_when_not_confirmed(tmp_path):

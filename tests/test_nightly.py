@@ -82,10 +82,9 @@ def test_a_nightly_run_over_both_kernels_writes_the_summary_and_a_quiet_night_en
 
 def test_a_second_run_while_the_first_holds_the_lock_exits_at_once(tmp_path):
     config, env = _setup(tmp_path, [("relu_squared", "forward", 1)])
-    (tmp_path / "nb").mkdir()
-    (tmp_path / "nb" / ".nightly.lock").write_text(str(os.getpid()))  # a live process holds it
     started = time.time()
-    out = _nightly(config, env)
+    with Store(tmp_path / "nb").lock("nightly"):  # this process holds it
+        out = _nightly(config, env)
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert out.returncode == 2 and len(lines) == 1 and "another nightly run" in lines[0], out.stderr
     assert time.time() - started < 30 and not (tmp_path / "reports").exists()

@@ -1,0 +1,120 @@
+"""No bad input crashes a reader: arbitrary bytes, arbitrary JSON and malformed trial results in notebook files
+are skipped with a warning, and every read-only command over them exits cleanly."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from liger_perf import record
+from liger_perf.history import history_frame, load_trials, trials_frame
+from liger_perf.report import variant_diff, write_report
+
+from broken_variants import ROOT
+
+KERNEL = "relu_squared"
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                    max_leaves=20)
+# A notebook whose result (and verdict) outputs hold anything: near misses of a real trial first.
+RESULT_KEYS = st.fixed_dictionaries({"format": st.just(record.FORMAT), "kernel": st.just(KERNEL)},
+                                    optional={"status": JSON | st.sampled_from(["complete", "crashed"]),
+                                              "variant": JSON, "timing": JSON | st.just({"rows": [{}]}),
+                                              "memory": JSON, "ncu": JSON, "fingerprint": JSON,
+                                              "against": JSON, "trial_id": JSON})
+
+
+def _notebook(result, verdict) -> str:
+    def cell(tag, mime, payload):
+        return {"cell_type": "code", "metadata": {"tags": [tag]}, "source": "", "execution_count": 1,
+                "outputs": [{"output_type": "display_data", "metadata": {}, "data": {mime: payload}}]}
+
+    return json.dumps({"cells": [cell("result", record.RESULT_MIME, result),
+                                 cell("verdict", record.VERDICT_MIME, verdict)],
+                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+CONTENTS = (st.binary(max_size=200)
+            | JSON.map(lambda v: json.dumps(v).encode())
+            | st.tuples(RESULT_KEYS | JSON, JSON).map(lambda rv: _notebook(*rv).encode()))
+
+
+def _read_everything(root: Path) -> list:
+    trials = load_trials(KERNEL, root)
+    history_frame(KERNEL, root, trials)
+    trials_frame(trials)
+    with tempfile.TemporaryDirectory() as out:
+        write_report(KERNEL, trials, Path(out))
+    variant_diff(KERNEL, None)
+    return trials
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(content=CONTENTS)
+def test_any_file_content_is_read_or_skipped_with_a_warning_never_a_crash(content, capsys):
+    capsys.readouterr()  # the fixture is shared by the examples: start from an empty capture
+    with tempfile.TemporaryDirectory() as root:
+        folder = Path(root) / KERNEL
+        folder.mkdir()
+        (folder / "0001-anything.ipynb").write_bytes(content)
+        trials = _read_everything(Path(root))
+        warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("liger-perf: warning")]
+        assert len(trials) == 1 or len(warnings) == 1  # read, or skipped with one line saying why
+        assert len(warnings) <= 1
+
+
+def test_the_commands_skip_a_folder_of_hostile_notebooks_and_exit_cleanly(tmp_path):
+    folder = tmp_path / "nb" / KERNEL
+    folder.mkdir(parents=True)
+    hostile = [b"[]", b"\xff\xfe\x00", b'{"cells": [1, "x", null], "nbformat": 4}', b"{" * 10,
+               ("[" * 100000 + "]" * 100000).encode(), _notebook([1, 2], None).encode(),
+               _notebook({"format": record.FORMAT, "kernel": KERNEL, "status": "complete", "variant": {}}, [1]).encode(),
+               _notebook({"format": record.FORMAT, "kernel": "fused_add_rms_norm", "status": "complete",
+                          "variant": {}}, None).encode()]
+    for i, content in enumerate(hostile):
+        (folder / f"{i:04d}-hostile.ipynb").write_bytes(content)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LIGER_PERF_NOTEBOOKS": str(tmp_path / "nb"),
+           "LIGER_PERF_REPORTS": str(tmp_path / "reports"), "TRITON_INTERPRET": "1"}
+    for command in (["history", KERNEL], ["history", KERNEL, "--format", "json"], ["report", KERNEL],
+                    ["diff", KERNEL]):
+        out = subprocess.run([sys.executable, "-m", "liger_perf", *command], env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, (command, out.stderr[-2000:])
+        assert "Traceback" not in out.stderr and "Error:" not in out.stdout
+        warnings = [line for line in out.stderr.splitlines() if line.startswith("liger-perf: warning")]
+        assert len(warnings) == len(hostile), (command, out.stderr)  # one line each (the verdict list: unjudged)
+
+
+LOCKER = """
+import sys, time
+from pathlib import Path
+from liger_perf.errors import UserError
+from liger_perf.store import Lock
+start = float(sys.argv[2])
+while time.time() < start:
+    pass
+try:
+    with Lock(Path(sys.argv[1]), "optimize"):
+        print("ran", flush=True)
+        time.sleep(3)
+except UserError as e:
+    print("refused", e, flush=True)
+"""
+
+
+def test_of_many_runs_started_at_once_exactly_one_takes_the_lock(tmp_path):
+    import time
+
+    start = time.time() + 4  # every process is up and spinning by then
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    runs = [subprocess.Popen([sys.executable, "-c", LOCKER, str(tmp_path), str(start)], env=env,
+                             stdout=subprocess.PIPE, text=True) for _ in range(12)]
+    outputs = [run.communicate(timeout=60)[0] for run in runs]
+    assert sum(out.startswith("ran") for out in outputs) == 1, outputs
+    assert sum("another optimize run (pid" in out for out in outputs) == 11, outputs
+    assert not (tmp_path / ".optimize.lock").exists()  # the one that ran leaves nothing behind
