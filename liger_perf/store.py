@@ -15,6 +15,7 @@ included, so a number is never used twice.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from dataclasses import dataclass
@@ -144,10 +145,12 @@ class Lock:
         self.kind = kind
         self.label = label or kind  # what the holder is, for the message another run gets
         self._fd: int | None = None
+        self._made_folder = False
 
     def __enter__(self):
         import fcntl
 
+        self._made_folder = not self.path.parent.exists()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
             try:
@@ -178,3 +181,6 @@ class Lock:
             self.path.unlink(missing_ok=True)  # before the lock is released: a waiting run re-opens the path
             os.close(self._fd)
             self._fd = None
+            if self._made_folder:  # a run refused for bad input leaves nothing behind
+                with contextlib.suppress(OSError):
+                    self.path.parent.rmdir()
