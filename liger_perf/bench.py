@@ -15,12 +15,14 @@ import json
 import math
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
+from liger_perf.contained import variant_environment
 from liger_perf.errors import UserError
 from liger_perf.history import geomean
 from liger_perf.report import markdown_table
@@ -66,9 +68,13 @@ def run_bench(kernel: str, variant: Path, device: str = "auto", repetitions: int
     """Run ``measure`` in a child process under ``timeout_s``; its JSON result."""
     out = Store().kernel_reports(kernel) / ".bench.partial.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "liger_perf.bench", kernel, str(variant), device, str(repetitions), str(out)]
+    command = [sys.executable, "-m", "liger_perf.bench", kernel, str(Path(variant).resolve()), device,
+               str(repetitions), str(out.resolve())]
     try:
-        done = subprocess.run(command, timeout=timeout_s, capture_output=True, text=True)
+        # The child imports the variant: the allow-listed environment (no secret of this process), a scratch folder.
+        with tempfile.TemporaryDirectory(prefix="liger-perf-bench-") as scratch:
+            done = subprocess.run(command, timeout=timeout_s, capture_output=True, text=True, cwd=scratch,
+                                  env=variant_environment(Path(scratch)))
     except subprocess.TimeoutExpired:
         raise UserError(f"bench of {kernel} ran past {timeout_s:.0f} s and was stopped; pass a larger --timeout")
     if done.returncode != 0 or not out.is_file():

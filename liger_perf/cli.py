@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 import time
@@ -20,6 +21,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 # Wide enough for the gate's table when the output is a pipe or a notebook rather than a terminal.
 console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+GATE_DONE = "LIGER_PERF_GATE_DONE"  # set in check's own process: the file it writes once the gate has passed
 
 
 @app.command("kernels")
@@ -45,6 +47,8 @@ def check_command(
     convergence: bool = typer.Option(True, help="run the convergence check after the unit checks pass"),
 ) -> None:
     """Correctness gate: forward and every gradient against the reference (same dtype and float64)."""
+    if os.environ.get(GATE_DONE) is None:  # the variant is imported in a process of its own: see _contained_check
+        raise typer.Exit(_contained_check(kernel, variant, device, convergence))
     from liger_perf.device import select_device
 
     dev = select_device(device)  # before any variant is imported: it decides compiled or interpreted Triton
@@ -74,6 +78,36 @@ def check_command(
         raise typer.Exit(EXIT_FAILED)
     console.print(f"[green]PASS[/green]: {len(result.rows)} comparisons"
                   + ("" if result.convergence.empty else f" and {len(result.convergence)} convergence checks"))
+    Path(os.environ[GATE_DONE]).write_text("passed")
+
+
+def _contained_check(kernel: str, variant: Optional[Path], device: str, convergence: bool) -> int:
+    """Run ``check`` again in a child process with the allow-listed environment (no secret of this process
+    reaches the variant) in a scratch folder; its exit code. A child that exits 0 without having written its
+    "passed" file did not finish the gate (a variant that exits at import or in the middle): that is a failure."""
+    import subprocess
+    import tempfile
+
+    from liger_perf.contained import variant_environment
+    from liger_perf.registry import get_spec
+
+    get_spec(kernel)  # bad input is this process's one line, before a child starts
+    if variant is not None and not variant.is_file():
+        raise UserError(f"variant file {variant} does not exist: give the path of a variant module (.py)")
+    with tempfile.TemporaryDirectory(prefix="liger-perf-check-") as scratch:
+        done = Path(scratch) / "gate-passed"
+        env = {**variant_environment(Path(scratch)), GATE_DONE: str(done)}
+        args = [sys.executable, "-m", "liger_perf", "check", kernel, "--device", device,
+                "--convergence" if convergence else "--no-convergence"]
+        if variant is not None:
+            args += ["--variant", str(variant.resolve())]
+        code = subprocess.run(args, env=env, cwd=scratch).returncode
+        if code == 0 and not done.is_file():
+            err_console.print("liger-perf: error: the gate did not finish: the variant's process ended with exit "
+                              "code 0 before the gate completed (a variant that exits?)", highlight=False,
+                              markup=False)
+            return EXIT_FAILED
+        return code
 
 
 @app.command("trial")

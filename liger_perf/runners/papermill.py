@@ -52,21 +52,25 @@ class PapermillRunner(OneAtATime):
         import papermill
 
         from liger_perf import record
-        from liger_perf.registry import project_root
+        from liger_perf.contained import reduced_environment
 
         paths = store.trial_paths(request.kernel, request.trial_id, request.name)
         paths.partial.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(request.artifacts) if request.artifacts else paths.artifacts
         started = time.time()
         failure = None
         try:
-            papermill.execute_notebook(str(template_path()), str(paths.partial),
-                                       parameters={"request": request.model_dump(mode="json")},
-                                       kernel_name="python3", cwd=str(project_root()),
-                                       execution_timeout=whole_seconds(request.timeout_s),
-                                       progress_bar=self.progress_bar, report_mode=False,
-                                       # The kernel's own log: only its errors. Below that it warns, on every
-                                       # trial, that its loopback TCP traffic is unencrypted.
-                                       extra_arguments=["--IPKernelApp.log_level=ERROR"])
+            # The kernel process imports the variant: it starts with the allow-listed environment (no secret of
+            # this process) in the trial's own folder.
+            with reduced_environment(scratch):
+                papermill.execute_notebook(str(template_path()), str(paths.partial),
+                                           parameters={"request": request.model_dump(mode="json")},
+                                           kernel_name="python3", cwd=str(scratch),
+                                           execution_timeout=whole_seconds(request.timeout_s),
+                                           progress_bar=self.progress_bar, report_mode=False,
+                                           # The kernel's own log: only its errors. Below that it warns, on
+                                           # every trial, that its loopback TCP traffic is unencrypted.
+                                           extra_arguments=["--IPKernelApp.log_level=ERROR"])
         except papermill.PapermillExecutionError as e:
             failure = f"the trial raised {e.ename}: {e.evalue}"[:1000]
         except Exception as e:  # the kernel died (a crashing variant), timed out, or could not start at all

@@ -1,0 +1,72 @@
+"""What a process that imports a variant gets from its parent: an allow-listed environment and a scratch folder.
+
+A variant is code under trial, and a proposer's variant is untrusted code: every process that imports one (the
+trial's notebook kernel, and through it the NCU driver; ``check``; ``bench``) starts with only the variables
+below, so no API key, token or credential of the caller reaches it, and runs in a scratch working folder of its
+own. The operating-system sandbox around those processes is issue 13's next step; this is the part that needs
+no tool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+#: Variables a variant's process may inherit, by exact name: where programs and libraries are, locale and time
+#: zone, which GPUs, and the knobs of Python, Triton, PyTorch and liger-perf that change behaviour, not access.
+ALLOWED = frozenset({
+    "PATH", "LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "CONDA_PREFIX",
+    "PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "PYTHONWARNINGS",
+    "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH", "CUDA_MODULE_LOADING", "CUDA_LAUNCH_BLOCKING",
+    "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+    "TRITON_INTERPRET", "TRITON_CACHE_DIR", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH",
+    "TORCHINDUCTOR_CACHE_DIR", "TORCH_CUDA_ARCH_LIST",
+    "LIGER_PERF_KERNELS", "LIGER_PERF_GIT_COMMIT", "JUPYTER_PATH", "JUPYTER_RUNTIME_DIR",
+})
+ALLOWED_PREFIXES = ("LC_",)  # locale categories
+#: Never passed, whatever the lists above say: a name that looks like a credential is one.
+SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
+
+
+def _allowed(name: str) -> bool:
+    upper = name.upper()
+    if any(marker in upper for marker in SECRET_MARKERS):
+        return False
+    return name in ALLOWED or name.startswith(ALLOWED_PREFIXES)
+
+
+def variant_environment(scratch: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a process that imports a variant: the allow-listed part of ``base`` (default: this
+    process's), with ``HOME`` and ``TMPDIR`` in ``scratch``, Triton's kernel cache where it was (a per-trial
+    cache would compile every kernel again), and this checkout importable."""
+    base = dict(os.environ if base is None else base)
+    env = {name: value for name, value in base.items() if _allowed(name)}
+    scratch = Path(scratch).resolve()
+    home = Path(base.get("HOME") or Path.home())
+    env.update(HOME=str(scratch), TMPDIR=str(scratch), XDG_CACHE_HOME=str(scratch / ".cache"),
+               TRITON_CACHE_DIR=base.get("TRITON_CACHE_DIR") or str(home / ".triton" / "cache"))
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(filter(None, [*env.get("PYTHONPATH", "").split(os.pathsep),
+                                                                    package_root])))
+    env.setdefault("PATH", os.defpath)
+    return env
+
+
+@contextlib.contextmanager
+def reduced_environment(scratch: Path) -> Iterator[dict[str, str]]:
+    """This process's environment reduced to ``variant_environment`` while the block runs, for a library that
+    starts the variant's process itself with the caller's environment (Papermill's notebook kernel); restored
+    after, even on an error."""
+    saved = dict(os.environ)
+    env = variant_environment(scratch, saved)
+    Path(scratch).mkdir(parents=True, exist_ok=True)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield env
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
