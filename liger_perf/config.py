@@ -23,12 +23,18 @@ def _key_lines(text: str) -> dict[str, int]:
     return {k.value: k.start_mark.line + 1 for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
 
 
-def load_yaml_model(path: str | Path, model: type[Model], **overrides) -> Model:
-    """Read ``path`` into ``model``; ``overrides`` that are not None win over the file's values."""
+def read_yaml_mapping(path: str | Path, what: str = "") -> tuple[dict, str]:
+    """The mapping a YAML file holds, and its text; every way it can be wrong is one line (``UserError``)."""
     path = Path(path)
+    name = f"{what} {path}".strip()
     if not path.is_file():
-        raise UserError(f"{path} does not exist: write it (see the README), or pass another file")
-    text = path.read_text()
+        raise UserError(f"{name} does not exist: write it (see the README), or pass another file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{name} is not UTF-8 text (byte {e.start}): save it as UTF-8 YAML") from None
+    except OSError as e:
+        raise UserError(f"{name} cannot be read: {e.strerror}") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -39,6 +45,16 @@ def load_yaml_model(path: str | Path, model: type[Model], **overrides) -> Model:
         data = {}
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping of keys to values, found a {type(data).__name__}")
+    odd = [key for key in data if not isinstance(key, str)]
+    if odd:
+        raise UserError(f"{path}: key {odd[0]!r} is not a name: every key is a word (see the README)")
+    return data, text
+
+
+def load_yaml_model(path: str | Path, model: type[Model], **overrides) -> Model:
+    """Read ``path`` into ``model``; ``overrides`` that are not None win over the file's values."""
+    path = Path(path)
+    data, text = read_yaml_mapping(path)
     lines = _key_lines(text)
     try:
         return model(**{**data, **{k: v for k, v in overrides.items() if v is not None}})

@@ -65,6 +65,11 @@ class Store:
             Path(os.environ.get(NOTEBOOKS_ENV, project_root() / "notebooks"))
         self.reports = Path(reports) if reports is not None else \
             Path(os.environ.get(REPORTS_ENV, project_root() / "reports"))
+        for folder, variable in ((self.notebooks, NOTEBOOKS_ENV), (self.reports, REPORTS_ENV)):
+            if folder.is_symlink() and not folder.exists():
+                raise UserError(f"{folder} ({variable} or the default) is a link to nothing: point it at a folder")
+            if folder.exists() and not folder.is_dir():
+                raise UserError(f"{folder} ({variable} or the default) is a file, not a folder: point it at a folder")
 
     # -- the history ---------------------------------------------------------------------------------------
 

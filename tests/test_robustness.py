@@ -8,6 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -118,3 +119,35 @@ def test_of_many_runs_started_at_once_exactly_one_takes_the_lock(tmp_path):
     assert sum(out.startswith("ran") for out in outputs) == 1, outputs
     assert sum("another optimize run (pid" in out for out in outputs) == 11, outputs
     assert not (tmp_path / ".optimize.lock").exists()  # the one that ran leaves nothing behind
+
+
+def _bad_inputs(tmp: Path) -> list[tuple[list[str], dict, str]]:
+    (tmp / "binary.yaml").write_bytes(b"\xff\xfe\x00binary")
+    (tmp / "int-keys.yaml").write_text("1: 2\n3: [4]\n")
+    (tmp / "not-utf8.py").write_bytes(b"\xff\xfe" + b"x = 1\n")
+    (tmp / "a-file").write_text("")
+    (tmp / "dangling").symlink_to(tmp / "nowhere")
+    return [
+        (["optimize", KERNEL, "--guardrails", str(tmp / "binary.yaml")], {}, "is not UTF-8 text"),
+        (["optimize", KERNEL, "--guardrails", str(tmp / "int-keys.yaml")], {}, "key 1 is not a name"),
+        (["nightly", "--config", str(tmp / "binary.yaml")], {}, "is not UTF-8 text"),
+        (["nightly", "--config", str(tmp / "int-keys.yaml")], {}, "key 1 is not a name"),
+        (["optimize", KERNEL, "--proposer", "llm", "--llm-config", str(tmp / "int-keys.yaml")], {},
+         "key 1 is not a name"),
+        (["check", KERNEL, "--variant", str(tmp / "not-utf8.py")], {}, "is not UTF-8 text"),
+        (["history", KERNEL], {"LIGER_PERF_NOTEBOOKS": str(tmp / "a-file")}, "is a file, not a folder"),
+        (["trial", KERNEL], {"LIGER_PERF_NOTEBOOKS": str(tmp / "dangling")}, "is a link to nothing"),
+    ]
+
+
+@pytest.mark.slow
+def test_bad_files_and_paths_are_one_line_errors_never_tracebacks(tmp_path):
+    for args, env_extra, expected in _bad_inputs(tmp_path):
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1",
+               "LIGER_PERF_NOTEBOOKS": str(tmp_path / "nb"), "LIGER_PERF_REPORTS": str(tmp_path / "reports"),
+               **env_extra}
+        out = subprocess.run([sys.executable, "-m", "liger_perf", *args], env=env, capture_output=True, text=True,
+                             timeout=300)
+        lines = [line for line in out.stderr.splitlines() if line.strip()]
+        assert out.returncode == 2 and len(lines) == 1 and expected in lines[0], (args, out.stdout, out.stderr)
+        assert lines[0].startswith("liger-perf: error:") and "Traceback" not in out.stdout + out.stderr

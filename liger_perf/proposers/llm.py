@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from liger_perf.config import read_yaml_mapping
 from liger_perf.errors import UserError
 from liger_perf.history import geomean
 from liger_perf.proposers import Context, Proposal, Stop, tried_sources
@@ -55,15 +55,7 @@ def load_settings(model: str | None = None, config: str | Path | None = None) ->
     data: dict[str, Any] = {}
     path = config or os.environ.get(CONFIG_ENV)
     if path:
-        path = Path(path)
-        if not path.is_file():
-            raise UserError(f"LLM config {path} does not exist")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise UserError(f"LLM config {path} is not valid YAML: {getattr(e, 'problem', e)}") from None
-        if not isinstance(data, dict):
-            raise UserError(f"LLM config {path}: expected keys base_url, api_key, model, ...")
+        data, _ = read_yaml_mapping(path, "LLM config")
     for key, env in (("base_url", "OPENAI_BASE_URL"), ("api_key", "OPENAI_API_KEY"), ("model", "LIGER_PERF_MODEL")):
         if os.environ.get(env):
             data[key] = os.environ[env]
