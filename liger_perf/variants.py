@@ -55,6 +55,47 @@ def parse_source(source: str, path: str | Path) -> ast.Module:
         raise UserError(f"variant {path} has a syntax error at line {e.lineno}: {e.msg}") from None
 
 
+#: What measures and judges a variant, in the process that imports it: a variant that rebinds anything here at
+#: import (a timer, a CUDA event, a tensor method, the gate or the timing code) could fake its own results.
+WATCHED_MODULES = ("builtins", "time", "math", "torch", "torch.cuda", "torch.autograd", "torch.nn.functional",
+                   "torch.testing", "triton", "triton.language", "triton.testing")
+WATCHED_CLASSES = (("torch", "Tensor"), ("torch.cuda", "Event"), ("torch.autograd", "Function"))
+#: liger-perf's modules that measure, loaded before the variant so that it cannot load and patch one first.
+MEASURING = ("liger_perf.correctness", "liger_perf.timing", "liger_perf.passes", "liger_perf.convergence")
+
+
+def harness_snapshot() -> dict[tuple[str, str], int]:
+    """The identity of every attribute of the watched modules and classes, and of liger-perf's own modules, as
+    loaded now (only liger-perf's measuring modules are imported for it)."""
+    for name in MEASURING:
+        importlib.import_module(name)
+    namespaces = {name: vars(sys.modules[name]) for name in WATCHED_MODULES if name in sys.modules}
+    namespaces.update({name: vars(module) for name, module in list(sys.modules.items())
+                       if (name == "liger_perf" or name.startswith("liger_perf.")) and module is not None})
+    for module_name, cls in WATCHED_CLASSES:
+        owner = sys.modules.get(module_name)
+        if owner is not None and isinstance(getattr(owner, cls, None), type):
+            namespaces[f"{module_name}.{cls}"] = vars(getattr(owner, cls))
+    return {(space, attr): id(value) for space, attrs in namespaces.items() for attr, value in list(attrs.items())}
+
+
+def changed_harness(before: dict[tuple[str, str], int], after: dict[tuple[str, str], int]) -> list[str]:
+    """``space.attr`` of every watched attribute rebound, added or removed between two snapshots; a submodule
+    that an import attached to its package is not a change."""
+    spaces = {space for space, _ in before}
+    changed = []
+    for key in sorted(set(before) | set(after)):
+        space, attr = key
+        if space not in spaces or before.get(key) == after.get(key):
+            continue  # a module first loaded by the variant's imports; or nothing changed
+        if key not in before:
+            value = getattr(sys.modules.get(space), attr, None)
+            if value is not None and type(value).__name__ == "module":
+                continue
+        changed.append(f"{space}.{attr}")
+    return changed
+
+
 def load_variant(path: str | Path, spec: KernelSpec) -> Variant:
     """Import a variant module from its file and check that it offers the spec's interface."""
     path = Path(path)
@@ -64,6 +105,7 @@ def load_variant(path: str | Path, spec: KernelSpec) -> Variant:
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(loader_spec)
     sys.modules[module_name] = module  # Triton looks a jitted function's globals up through its module
+    before = harness_snapshot()
     try:
         loader_spec.loader.exec_module(module)
     except SystemExit as e:  # sys.exit() at import would end the gate with the variant's exit code
@@ -71,6 +113,10 @@ def load_variant(path: str | Path, spec: KernelSpec) -> Variant:
                         "things") from None
     except Exception as e:  # the module's own code failed: report it in one line
         raise UserError(f"variant {path} failed to import: {type(e).__name__}: {e}") from None
+    changed = changed_harness(before, harness_snapshot())
+    if changed:
+        raise UserError(f"variant {path} changed {', '.join(changed[:3])} at import: a variant may not touch torch, "
+                        "triton, the timers or liger-perf, which measure it")
     missing = [name for name in spec.interface if not hasattr(module, name)]
     if missing:
         raise UserError(f"variant {path} does not define {', '.join(missing)}, which the "

@@ -99,3 +99,67 @@ def test_bench_imports_the_variant_in_a_child_without_secrets(tmp_path):
                env_extra={"LIGER_PERF_REPORTS": str(tmp_path / "reports")})
     assert out.returncode == 0, out.stdout + out.stderr
     _assert_no_secret(json.loads(seen_file.read_text()))
+
+
+HARNESS_PATCHES = {
+    "a timer": "import time\ntime.perf_counter = lambda: 0.0\n",
+    "CUDA events": "import torch\ntorch.cuda.Event.elapsed_time = lambda self, other: 0.001\n",
+    "a tensor method": "import torch\ntorch.Tensor.__sub__ = lambda a, b: a * 0\n",
+    "the comparison": "import torch\ntorch.allclose = lambda *a, **k: True\n",
+    "the gate": "import liger_perf.correctness as c\nc.check_case = lambda *a, **k: []\n",
+    "the timing code": "import liger_perf.timing as t\nt.summarize = lambda *a, **k: None\n",
+    "a builtin": "import builtins\nbuiltins.max = min\n",
+    "a new attribute": "import triton\ntriton.cheat = True\n",
+    "a patch by a decorator": "import torch\ndef _d(f):\n    torch.isfinite = lambda x: torch.ones_like(x, dtype=torch.bool)\n"
+                              "    return f\n@_d\ndef _g():\n    pass\n",
+}
+
+
+@pytest.mark.parametrize("what", sorted(HARNESS_PATCHES))
+def test_a_variant_that_patches_what_measures_it_at_import_is_rejected(tmp_path, interpret_device, what):
+    import time
+
+    import torch
+
+    from liger_perf.errors import UserError
+    from liger_perf.registry import get_spec
+    from liger_perf.variants import load_variant
+
+    variant = tmp_path / "patcher.py"
+    variant.write_text(HARNESS_PATCHES[what] + baseline_path("relu_squared").read_text())
+    saved = {"perf_counter": time.perf_counter, "sub": torch.Tensor.__sub__, "allclose": torch.allclose,
+             "elapsed": torch.cuda.Event.elapsed_time, "isfinite": torch.isfinite}
+    import builtins
+
+    import liger_perf.correctness as correctness
+    import liger_perf.timing as timing
+    import triton
+
+    kept = (builtins.max, correctness.check_case, timing.summarize)
+    try:
+        with pytest.raises(UserError, match="at import: a variant may not touch torch"):
+            load_variant(variant, get_spec("relu_squared"))
+    finally:  # undo what the variant did to this test process
+        time.perf_counter, torch.Tensor.__sub__, torch.allclose = saved["perf_counter"], saved["sub"], saved["allclose"]
+        torch.cuda.Event.elapsed_time, torch.isfinite = saved["elapsed"], saved["isfinite"]
+        builtins.max, correctness.check_case, timing.summarize = kept
+        triton.__dict__.pop("cheat", None)
+
+
+def test_every_committed_variant_loads_without_touching_the_harness(interpret_device):
+    from liger_perf.registry import get_spec
+    from liger_perf.variants import load_variant
+
+    for kernel in ("relu_squared", "fused_add_rms_norm"):
+        for path in [baseline_path(kernel), *sorted((ROOT / "notebooks" / kernel / "variants").glob("*.py"))]:
+            load_variant(path, get_spec(kernel))
+
+
+def test_the_measuring_modules_are_watched_even_before_a_trial_imports_them():
+    code = ("import sys\nfrom liger_perf.variants import MEASURING, harness_snapshot\n"
+            "assert 'liger_perf.timing' not in sys.modules\n"
+            "spaces = {space for space, _ in harness_snapshot()}\n"
+            "assert set(MEASURING) <= spaces and {'torch', 'torch.Tensor', 'time', 'builtins'} <= spaces, spaces\n")
+    out = subprocess.run([sys.executable, "-c", "import torch, triton\n" + code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert out.returncode == 0, out.stderr
