@@ -163,3 +163,28 @@ def test_the_measuring_modules_are_watched_even_before_a_trial_imports_them():
     out = subprocess.run([sys.executable, "-c", "import torch, triton\n" + code], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+from hostile_modules import HOSTILE, hostile_source  # noqa: E402
+
+
+def test_there_are_at_least_fifty_hostile_modules_over_every_route():
+    assert len(HOSTILE) >= 50
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_every_hostile_module_is_rejected_by_the_static_check(name):
+    from liger_perf.proposers.safety import check_generated_source
+    from liger_perf.registry import get_spec
+
+    reason = check_generated_source(hostile_source(name), get_spec("relu_squared"))
+    assert reason.startswith("line "), (name, reason)
+
+
+def test_every_committed_variant_passes_the_static_check():
+    from liger_perf.proposers.safety import check_generated_source
+    from liger_perf.registry import get_spec
+
+    for kernel in ("relu_squared", "fused_add_rms_norm"):
+        for path in [baseline_path(kernel), *sorted((ROOT / "notebooks" / kernel / "variants").glob("*.py"))]:
+            assert check_generated_source(path.read_text(), get_spec(kernel)) == "", path

@@ -1,39 +1,226 @@
-"""Static checks on a generated variant before it may run: it parses, offers the interface, and reaches nothing
-outside its own tensors (no file, process, network or environment access; imports from an allow-list).
+"""The static check on a generated variant before it may run: an allow-list, a first filter before the sandbox.
 
-This is a gate on what the code says, not a sandbox: the variant then still runs only in the trial's own
-process, under a time limit, from a file outside the project's sources.
+A variant module may
+- import only ``ALLOWED_IMPORTS`` (``torch``, ``triton``, ``triton.language``, ``math``, ``functools``,
+  ``typing``, ``__future__``);
+- reach into those modules only within their allowed surface (``surface``): tensor creation, dtypes and math of
+  ``torch``; ``torch.autograd.Function``; the device queries of ``torch.cuda``; ``triton.jit`` and its helpers;
+  the public language of ``triton.language``; all of ``math``. A module is never a value (``m = torch``);
+- use no dunder attribute, no frame or code object, no name that reaches the interpreter (``getattr``,
+  ``globals``, ``__builtins__``, ``open``, ``eval`` …), so no name can be built from a string;
+- run nothing at import but definitions: at module level and in class bodies only imports, ``def``/``class``
+  with allowed decorators (``triton.jit`` …) and literal default arguments, literal assignments (and
+  ``tl.constexpr(<literal>)``), and docstrings.
+
+What the code then does when it is called is the sandbox's to contain; what it does at import is refused here.
+Each reason is one line, fed back to the language model for its repair.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 
 from liger_perf.errors import UserError
 from liger_perf.spec import KernelSpec
 from liger_perf.variants import read_knobs
 
-ALLOWED_IMPORTS = {"torch", "triton", "math", "functools", "itertools", "operator", "typing", "dataclasses",
-                   "__future__", "numbers", "enum"}
+ALLOWED_IMPORTS = {"__future__", "math", "functools", "typing", "torch", "triton", "triton.language"}
+_TORCH_DTYPES = {"float16", "bfloat16", "float32", "float64", "half", "float", "double", "int8", "int16", "int32",
+                 "int64", "uint8", "bool", "long", "int", "float8_e4m3fn", "float8_e5m2"}
+_TORCH_FUNCTIONS = {
+    "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
+    "arange", "tensor", "as_tensor", "Tensor", "Size", "device", "dtype", "finfo", "iinfo", "promote_types",
+    "result_type", "is_grad_enabled", "no_grad", "enable_grad", "is_tensor", "is_floating_point",
+    "broadcast_shapes", "sum", "mean", "amax", "amin", "max", "min", "maximum", "minimum", "sqrt", "rsqrt", "exp",
+    "log", "tanh", "sigmoid", "relu", "where", "clamp", "abs", "square", "pow", "mul", "add", "sub", "div",
+    "matmul", "cat", "stack", "reshape", "addcmul", "erf", "cos", "sin", "softmax", "log_softmax",
+}
+_TORCH_MEMBERS = {"autograd.Function", "autograd.function.FunctionCtx", "cuda.get_device_properties",
+                  "cuda.current_device", "cuda.is_available", "cuda.device_count", "nn.functional.relu",
+                  "nn.functional.silu", "nn.functional.gelu"}
+_TRITON_MEMBERS = {"jit", "cdiv", "next_power_of_2", "autotune", "heuristics", "Config", "constexpr"}
+_FUNCTOOLS_MEMBERS = {"partial", "lru_cache", "cache", "wraps", "reduce"}
+#: Types only: typing's functions evaluate strings (``get_type_hints`` runs annotations through eval).
+_TYPING_MEMBERS = {"Any", "Optional", "Union", "Tuple", "List", "Dict", "Callable", "Sequence"}
+#: Decorators allowed on module-level and class-level definitions (they run at import).
+ALLOWED_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics", "staticmethod", "classmethod",
+                      "functools.lru_cache", "functools.cache", "functools.wraps"}
 FORBIDDEN_NAMES = {"open", "exec", "eval", "compile", "__import__", "breakpoint", "input", "globals", "locals",
-                   "vars", "memoryview", "setattr", "delattr"}
-#: Attribute calls that touch files, processes, the network or the environment, whatever the object.
-FORBIDDEN_ATTRIBUTES = {"system", "popen", "environ", "getenv", "putenv", "remove", "unlink",
-                        "rmdir", "rename", "write_text", "write_bytes", "read_text", "read_bytes", "mkdir",
-                        "makedirs", "chmod", "chown", "symlink", "fork", "spawn", "kill", "urlopen", "socket",
-                        "connect", "from_file", "tofile", "fromfile", "cpp_extension", "hub"}
-#: Module functions that read or write files (``tl.load`` and ``ctx.save_for_backward`` are fine).
-FORBIDDEN_DOTTED = {"torch.load", "torch.save", "torch.from_file", "torch.package", "torch.distributed"}
+                   "vars", "memoryview", "setattr", "delattr", "getattr", "__builtins__", "__loader__", "__spec__",
+                   "__file__", "__dict__"}
+#: Attributes that reach the interpreter's internals from any object (frames, code, globals), or touch files,
+#: processes, the network or the environment whatever the object is.
+FORBIDDEN_ATTRIBUTES = {"gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame", "ag_code", "f_globals", "f_locals",
+                        "f_builtins", "f_back", "f_code", "tb_frame", "tb_next", "co_code", "func_globals",
+                        "system", "popen", "environ", "getenv", "putenv", "remove", "unlink", "rmdir", "rename",
+                        "write_text", "write_bytes", "read_text", "read_bytes", "mkdir", "makedirs", "chmod",
+                        "chown", "symlink", "fork", "spawn", "kill", "urlopen", "socket", "connect", "from_file",
+                        "tofile", "fromfile", "cpp_extension", "hub", "load_library", "load_inline"}
 
 
-def _dotted(node: ast.Attribute) -> str:
-    parts = [node.attr]
-    while isinstance(node.value, ast.Attribute):
-        node = node.value
-        parts.append(node.attr)
-    if isinstance(node.value, ast.Name):
-        parts.append(node.value.id)
-    return ".".join(reversed(parts))
+@functools.cache
+def surface() -> frozenset[str]:
+    """Every dotted name a variant may reach in the allowed modules (by their full names)."""
+    import math
+
+    import triton.language as tl
+
+    names = {f"torch.{n}" for n in _TORCH_DTYPES | _TORCH_FUNCTIONS} | {f"torch.{m}" for m in _TORCH_MEMBERS}
+    names |= {f"triton.{n}" for n in _TRITON_MEMBERS} | {f"functools.{n}" for n in _FUNCTOOLS_MEMBERS}
+    names |= {f"math.{n}" for n in dir(math) if not n.startswith("_")}
+    language = {n for n in dir(tl) if not n.startswith("_") and type(getattr(tl, n)).__name__ != "module"}
+    names |= {f"triton.language.{n}" for n in language} | {"triton.language.math", "triton.language.extra"}
+    names |= {f"typing.{n}" for n in _TYPING_MEMBERS}
+    return frozenset(names)
+
+
+def _allowed_chain(dotted: str) -> bool:
+    """``dotted`` (a full module path and its attributes) is allowed when one of its prefixes is on the surface
+    and what follows that prefix is public (``torch.float32.itemsize``, ``tl.math.rsqrt``)."""
+    parts = dotted.split(".")
+    for end in range(len(parts), 1, -1):
+        if ".".join(parts[:end]) in surface():
+            return all(not p.startswith("_") for p in parts[end:])
+    return False
+
+
+class _Checker(ast.NodeVisitor):
+    def __init__(self) -> None:
+        self.modules: dict[str, str] = {}  # local name -> the module it is bound to ("tl" -> "triton.language")
+        self.problem = ""
+
+    def fail(self, node: ast.AST, reason: str) -> None:
+        if not self.problem:
+            self.problem = f"line {getattr(node, 'lineno', '?')} {reason}"
+
+    # -- imports ------------------------------------------------------------------------------------------
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if alias.name not in ALLOWED_IMPORTS:
+                self.fail(node, f"imports {alias.name}: only {', '.join(sorted(ALLOWED_IMPORTS))}")
+            elif alias.asname:
+                self.modules[alias.asname] = alias.name
+            else:
+                self.modules[alias.name.split(".")[0]] = alias.name.split(".")[0]
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        if node.level or module not in ALLOWED_IMPORTS:
+            self.fail(node, f"imports from {module or '.'}: only {', '.join(sorted(ALLOWED_IMPORTS))}")
+            return
+        for alias in node.names:
+            full = f"{module}.{alias.name}"
+            if full in ALLOWED_IMPORTS:
+                self.modules[alias.asname or alias.name] = full
+            elif module != "__future__" and full not in surface():
+                self.fail(node, f"imports {full}: not on the surface a variant may use")
+
+    # -- names and attributes -----------------------------------------------------------------------------
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id in FORBIDDEN_NAMES or (node.id.startswith("__") and node.id.endswith("__")):
+            self.fail(node, f"uses {node.id}(): no file, process or dynamic-code access in a variant")
+        elif node.id in self.modules:
+            self.fail(node, f"uses the module {node.id} as a value: only its allowed members")
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        chain, root = [node.attr], node.value
+        while isinstance(root, ast.Attribute):
+            chain.append(root.attr)
+            root = root.value
+        chain.reverse()
+        for attr in chain:
+            if attr.startswith("__") and attr.endswith("__"):
+                return self.fail(node, f"reaches {attr}: no introspection of the interpreter")
+            if attr in FORBIDDEN_ATTRIBUTES:
+                return self.fail(node, f"uses .{attr}: no file, process, network, environment or frame access")
+        if isinstance(root, ast.Name) and root.id in self.modules:
+            dotted = ".".join([self.modules[root.id], *chain])
+            if not isinstance(node.ctx, ast.Load):
+                return self.fail(node, f"changes {dotted}: a variant may not change torch, triton or math")
+            if not _allowed_chain(dotted):
+                return self.fail(node, f"uses {dotted}: not on the surface a variant may use")
+            return None  # the chain is checked whole: its inner Attribute nodes need no visit
+        if isinstance(root, ast.Constant) and isinstance(root.value, str) and chain[0] in ("format", "format_map"):
+            return self.fail(node, "formats a string with .format: its fields reach attributes by name; use an "
+                                   "f-string")
+        self.visit(root)  # an object's attribute (a tensor's, ctx's): what it is built from is checked
+
+    # -- what runs at import --------------------------------------------------------------------------------
+    def check_module_level(self, body: list[ast.stmt], where: str) -> None:
+        for i, stmt in enumerate(body):
+            if isinstance(stmt, (ast.Import, ast.ImportFrom)) and where == "module":
+                continue
+            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
+                continue  # a docstring
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self._definition(stmt)
+                continue
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                if all(isinstance(t, ast.Name) for t in targets) and self._literal(stmt.value):
+                    continue
+                self.fail(stmt, f"assigns something other than a literal in the {where} body: code there runs at "
+                                "import; compute it inside a function")
+                continue
+            if isinstance(stmt, ast.Pass):
+                continue
+            self.fail(stmt, f"runs a statement ({type(stmt).__name__}) in the {where} body: only definitions and "
+                            "literal assignments there (it would run at import)")
+
+    def _definition(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
+        for decorator in node.decorator_list:
+            target = decorator.func if isinstance(decorator, ast.Call) else decorator
+            name = self._dotted(target)
+            if name not in ALLOWED_DECORATORS:
+                self.fail(decorator, f"decorates {node.name} with {ast.unparse(target)}: only "
+                                     f"{', '.join(sorted(ALLOWED_DECORATORS))}")
+            elif isinstance(decorator, ast.Call) and not all(
+                    self._literal(a) for a in [*decorator.args, *(k.value for k in decorator.keywords)]):
+                self.fail(decorator, f"passes a non-literal argument to the decorator of {node.name}")
+        if isinstance(node, ast.ClassDef):
+            for base in node.bases:
+                if self._dotted(base) not in {"torch.autograd.Function", "object"}:
+                    self.fail(base, f"class {node.name} derives from {ast.unparse(base)}: only "
+                                    "torch.autograd.Function")
+            if node.keywords:
+                self.fail(node, f"class {node.name} passes keywords to its metaclass")
+            self.check_module_level(node.body, "class")
+        else:
+            defaults = [*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)]
+            for default in defaults:
+                if not self._literal(default):
+                    self.fail(default, f"gives {node.name} a default argument that is not a literal (it runs at "
+                                       "import)")
+
+    def _dotted(self, node: ast.AST) -> str:
+        """The full dotted name of a module member, or of a builtin name; '' for anything else."""
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return ""
+        root = self.modules.get(node.id, node.id)
+        return ".".join([root, *reversed(parts)])
+
+    def _literal(self, node: ast.AST) -> bool:
+        """A constant, a container of literals, a signed number, an allowed module member (``torch.float32``),
+        or ``tl.constexpr(<literal>)``."""
+        if isinstance(node, ast.Constant):
+            return True
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return all(self._literal(e) for e in node.elts)
+        if isinstance(node, ast.Dict):
+            return all(k is None or self._literal(k) for k in node.keys) and all(self._literal(v) for v in node.values)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            return self._literal(node.operand)
+        if isinstance(node, ast.Attribute):
+            return _allowed_chain(self._dotted(node)) and self._dotted(node).split(".")[0] in self.modules.values()
+        if isinstance(node, ast.Call):
+            return (self._dotted(node.func) in {"triton.language.constexpr", "triton.constexpr"}
+                    and not node.keywords and all(self._literal(a) for a in node.args))
+        return False
 
 
 def check_generated_source(source: str, spec: KernelSpec) -> str:
@@ -42,26 +229,21 @@ def check_generated_source(source: str, spec: KernelSpec) -> str:
         tree = ast.parse(source)
     except SyntaxError as e:
         return f"syntax error at line {e.lineno}: {e.msg}"
+    checker = _Checker()
+    for node in tree.body:  # the imports first: they bind the module names the rest is checked against
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            checker.visit(node)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.split(".")[0] not in ALLOWED_IMPORTS:
-                    return f"line {node.lineno} imports {alias.name}: only {', '.join(sorted(ALLOWED_IMPORTS))}"
-        elif isinstance(node, ast.ImportFrom):
-            module = (node.module or "").split(".")[0]
-            if node.level or module not in ALLOWED_IMPORTS:
-                return (f"line {node.lineno} imports from {node.module or '.'}: only "
-                        f"{', '.join(sorted(ALLOWED_IMPORTS))}")
-        elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
-            return f"line {node.lineno} uses {node.id}(): no file, process or dynamic-code access in a variant"
-        elif isinstance(node, ast.Attribute):
-            dotted = _dotted(node)
-            if any(dotted == f or dotted.startswith(f + ".") for f in FORBIDDEN_DOTTED):
-                return f"line {node.lineno} uses {dotted}: no file access in a variant"
-            if node.attr in FORBIDDEN_ATTRIBUTES:
-                return f"line {node.lineno} uses .{node.attr}: no file, process, network or environment access"
-            if node.attr.startswith("__") and node.attr.endswith("__") and node.attr not in ("__name__", "__doc__"):
-                return f"line {node.lineno} reaches {node.attr}: no introspection of the interpreter"
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and node not in tree.body:
+            checker.fail(node, "imports inside a function or class: imports belong at the top of the module")
+    if checker.problem:
+        return checker.problem
+    for node in tree.body:  # what the code reaches, then what of it runs at import
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            checker.visit(node)
+    checker.check_module_level(tree.body, "module")
+    if checker.problem:
+        return checker.problem
     defined = set()
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

@@ -1,0 +1,96 @@
+"""Hostile variant modules: the relu_squared baseline plus one line that escapes, cheats or leaks, over every
+route issue 13 names. ``module`` lines run at import; ``inside`` lines run when the forward is called."""
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BASELINE = (ROOT / "kernels" / "relu_squared" / "baseline.py").read_text()
+FORWARD = "    return ReluSquaredFunction.apply(X)"
+
+# name -> (where, code)
+HOSTILE = {
+    # imports of what reaches files, processes, the network or the interpreter
+    "import os": ("module", "import os"),
+    "import sys": ("module", "import sys"),
+    "import subprocess": ("module", "import subprocess"),
+    "import socket": ("module", "import socket"),
+    "import ctypes": ("module", "import ctypes"),
+    "import importlib": ("module", "import importlib"),
+    "import dataclasses": ("module", "import dataclasses"),
+    "import operator": ("module", "import operator"),
+    "from os import system": ("module", "from os import system"),
+    "import torch.utils.cpp_extension": ("module", "import torch.utils.cpp_extension"),
+    "from torch.utils import cpp_extension": ("module", "from torch.utils import cpp_extension"),
+    "from torch import hub": ("module", "from torch import hub"),
+    "from triton.runtime import jit": ("module", "from triton.runtime import jit"),
+    "relative import": ("module", "from . import x"),
+    "import in a function": ("inside", "    import os"),
+    # builtins reached by name or through other modules
+    "__import__": ("inside", "    __import__('os').system('true')"),
+    "open": ("inside", "    open('/tmp/liger-perf-hostile', 'w').write('x')"),
+    "eval": ("inside", "    eval('1')"),
+    "exec": ("inside", "    exec('x = 1')"),
+    "compile": ("inside", "    compile('1', 'x', 'eval')"),
+    "globals": ("inside", "    globals()['X'] = 1"),
+    "vars": ("inside", "    vars()"),
+    "locals": ("inside", "    locals()"),
+    "getattr string-built": ("inside", "    getattr(torch, 'o' + 's')"),
+    "setattr": ("inside", "    setattr(torch, 'x', 1)"),
+    "__builtins__ subscript": ("inside", "    __builtins__['open']('/tmp/x', 'w')"),
+    "breakpoint": ("inside", "    breakpoint()"),
+    "typing.sys.modules": ("inside", "    typing.sys.modules['os'].system('true')"),
+    "torch.os": ("inside", "    torch.os.system('true')"),
+    "triton.runtime os": ("inside", "    triton.runtime.jit.os.system('true')"),
+    "tl.core": ("inside", "    tl.core.builtins"),
+    "torch.importlib": ("inside", "    torch.importlib.import_module('os')"),
+    "torch.ctypes": ("inside", "    torch.ctypes.CDLL(None)"),
+    "torch.utils.cpp_extension.load_inline": ("inside", "    torch.utils.cpp_extension.load_inline('x', '')"),
+    "torch.hub": ("inside", "    torch.hub.load('x', 'y')"),
+    "torch.load": ("inside", "    torch.load('/tmp/x.pt')"),
+    "torch.save": ("inside", "    torch.save(X, '/tmp/x.pt')"),
+    "torch.from_file": ("inside", "    torch.from_file('/etc/passwd')"),
+    "torch.ops.load_library": ("inside", "    torch.ops.load_library('/tmp/x.so')"),
+    "torch.multiprocessing": ("inside", "    torch.multiprocessing.Process(target=print).start()"),
+    "torch.cuda.Event": ("inside", "    torch.cuda.Event(enable_timing=True)"),
+    "typing.get_type_hints": ("inside", "    typing.get_type_hints(relu_squared)"),
+    "a module as a value": ("inside", "    m = torch\n    m.os.system('true')"),
+    "a module in a container": ("inside", "    ms = [torch]\n    ms[0].os.system('true')"),
+    # the interpreter's internals
+    "subclasses walk": ("inside", "    ().__class__.__bases__[0].__subclasses__()"),
+    "function globals": ("inside", "    relu_squared.__globals__['torch']"),
+    "generator frame": ("inside", "    (x for x in ()).gi_frame.f_globals"),
+    "traceback frame": ("inside", "    e = None\n    e.__traceback__.tb_frame.f_globals"),
+    "tensor class dict": ("inside", "    X.__class__.__dict__"),
+    "str.format fields": ("inside", "    '{0.__globals__}'.format(relu_squared)"),
+    "tofile": ("inside", "    X.numpy().tofile('/tmp/x')"),
+    "environ": ("inside", "    X.environ"),
+    # changing what measures the variant
+    "assign a torch attribute": ("inside", "    torch.allclose = None"),
+    "assign a tensor method": ("inside", "    torch.Tensor.__sub__ = None"),
+    "assign math": ("inside", "    math.sqrt = None"),
+    "delete a torch attribute": ("inside", "    del torch.isfinite"),
+    # code that runs at import
+    "a call at import": ("module", "_X = torch.empty(1)"),
+    "a decorator that runs code": ("module", "@(lambda f: f)\ndef _g():\n    pass"),
+    "a decorator from torch": ("module", "@torch.no_grad()\ndef _g():\n    pass"),
+    "a default argument": ("module", "def _g(x=torch.empty(1)):\n    pass"),
+    "a lambda called at import": ("module", "_X = (lambda: 1)()"),
+    "a class body": ("module", "class _A:\n    x = torch.empty(1)"),
+    "a metaclass": ("module", "class _A(type):\n    pass"),
+    "an if at import": ("module", "if True:\n    _X = 1"),
+    "a loop at import": ("module", "for _i in range(1):\n    pass"),
+    "a try at import": ("module", "try:\n    pass\nfinally:\n    pass"),
+    "an expression at import": ("module", "print('x')"),
+    "with at import": ("module", "with torch.no_grad():\n    pass"),
+}
+
+
+def hostile_source(name: str) -> str:
+    """The module: every allowed import bound (so a route is refused for what it does, not for a missing
+    import), then the hostile line where it runs."""
+    where, code = HOSTILE[name]
+    source = "import math\nimport typing\nimport functools\n" + BASELINE
+    if where == "module":
+        return source + "\n\n" + code + "\n"
+    assert FORWARD in source
+    return source.replace(FORWARD, code + "\n" + FORWARD, 1)
