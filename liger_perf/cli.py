@@ -214,6 +214,8 @@ def optimize_command(
                                                "cluster of this many workers, worker i on GPU i"),
     scheduler: Optional[str] = typer.Option(None, help="tcp://HOST:8786: run the trials on this running Dask "
                                                        "cluster (one worker per GPU) instead"),
+    unsandboxed: bool = typer.Option(False, help="let --proposer llm|auto run generated code where no sandbox "
+                                                 "(bubblewrap) is available, with your permissions"),
 ) -> None:
     """The loop: propose a variant, run its trial against the current best, judge it, record the verdict."""
     from liger_perf.device import select_device
@@ -229,6 +231,9 @@ def optimize_command(
     if target is not None and target not in TARGETS:
         raise UserError(f"--target {target!r}: use one of {', '.join(TARGETS)}")
     rules = load_guardrails(guardrails or project_root() / "guardrails.yaml", target=target)
+    from liger_perf.sandbox import require_sandbox
+
+    require_sandbox(proposer, unsandboxed)
     chosen = get_proposer(proposer, model=model, llm_config=str(llm_config) if llm_config else None)
     runner = None
     if workers > 1 or scheduler:

@@ -75,6 +75,7 @@ class NightlyConfig(BaseModel):
     guardrails: str = "guardrails.yaml"
     repetitions: int = Field(0, ge=0)  # 0: the trial's default for the device
     convergence: bool = True
+    unsandboxed: bool = False  # proposer llm|auto where no sandbox is available: run its code anyway
 
 
 def load_config(path: str | Path) -> NightlyConfig:
@@ -116,6 +117,9 @@ class Nightly:
 
     def run(self) -> tuple[int, Path]:
         """(exit code, summary path)."""
+        from liger_perf.sandbox import require_sandbox
+
+        require_sandbox(self.config.proposer, self.config.unsandboxed)
         self.root.mkdir(parents=True, exist_ok=True)
         with self.store.lock("nightly"):
             self.results: list[dict] = []

@@ -57,15 +57,15 @@ def test_the_reduced_environment_is_restored_after_the_block_even_on_an_error(tm
 def test_a_trial_s_variant_sees_no_secret_and_runs_in_the_trial_s_own_folder(tmp_path, monkeypatch):
     for name, value in SECRETS.items():
         monkeypatch.setenv(name, value)
-    seen_file = tmp_path / "seen.json"
     variant = tmp_path / "spy.py"
-    variant.write_text(_spy(seen_file))
+    variant.write_text(_spy(Path("seen.json")))  # in its working folder: in a sandbox, the one it may write
     run = run_trial("relu_squared", variant, root=tmp_path / "nb", device="interpret", repetitions=2,
                     convergence=False, ncu=False, peers=False)
     assert run.result.status == "complete", run.result.reason
-    seen = json.loads(seen_file.read_text())
+    scratch = tmp_path / "nb" / "relu_squared" / "artifacts" / "0000-spy"
+    seen = json.loads((scratch / "seen.json").read_text())
     _assert_no_secret(seen)
-    assert Path(seen["cwd"]) == (tmp_path / "nb" / "relu_squared" / "artifacts" / "0000-spy").resolve()
+    assert Path(seen["cwd"]) == scratch.resolve()
     assert os.environ["OPENAI_API_KEY"] == SECRETS["OPENAI_API_KEY"]  # the caller keeps its own
 
 

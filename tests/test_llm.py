@@ -110,8 +110,28 @@ def test_static_checks():
 
 
 def _cli(args, env, timeout=900):
+    from liger_perf import sandbox
+
+    if args[0] == "optimize" and not sandbox.available():  # a machine without bubblewrap: said explicitly
+        args = [*args, "--unsandboxed"]
     return subprocess.run([sys.executable, "-m", "liger_perf", *args], env=env, cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout)
+
+
+def test_generated_code_is_refused_where_there_is_no_sandbox_unless_the_user_says_so(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from liger_perf import cli, sandbox
+    from liger_perf.errors import UserError
+
+    monkeypatch.setattr(sandbox, "unavailable_reason", lambda: "bubblewrap (bwrap) is not installed")
+    monkeypatch.setenv("LIGER_PERF_NOTEBOOKS", str(tmp_path))
+    for proposer in ("llm", "auto"):
+        refused = CliRunner().invoke(cli.app, ["optimize", "relu_squared", "--proposer", proposer])
+        assert isinstance(refused.exception, UserError) and "--unsandboxed" in str(refused.exception)
+    allowed = CliRunner().invoke(cli.app, ["optimize", "relu_squared", "--proposer", "llm", "--unsandboxed"])
+    assert isinstance(allowed.exception, UserError) and "OPENAI_BASE_URL" in str(allowed.exception)  # next check
+    assert not list(tmp_path.iterdir())
 
 
 def test_without_an_endpoint_the_command_says_how_to_configure_one(tmp_path):

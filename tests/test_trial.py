@@ -137,8 +137,11 @@ def test_a_runner_that_fails_before_the_notebook_starts_records_a_harness_error(
     def refuse(*args, **kwargs):  # as the notebook client did with a fractional timeout
         raise TraitError("injected: the notebook client refused its settings")
 
-    monkeypatch.setattr(papermill, "execute_notebook", refuse)
-    run = run_trial("relu_squared", baseline_path("relu_squared"), root=tmp_path, **FAST)
+    from liger_perf.runners.papermill import PapermillRunner
+
+    monkeypatch.setattr(papermill, "execute_notebook", refuse)  # in this process: the runner outside a sandbox
+    run = run_trial("relu_squared", baseline_path("relu_squared"), root=tmp_path, **FAST,
+                    runner=PapermillRunner(sandboxed=False))
     assert run.result.status == "harness-error" and "injected" in run.result.reason
     assert "before the variant was imported" in run.result.reason
     (trial,) = load_trials("relu_squared", tmp_path)  # the history stays readable

@@ -24,10 +24,14 @@ VARIANT_TAG = "variant"  # the template's cell that imports the variant: the fir
 
 
 class PapermillRunner(OneAtATime):
-    """Runs each trial here, in a notebook kernel process of its own."""
+    """Runs each trial here, in a notebook kernel process of its own: inside the sandbox (``liger_perf.sandbox``)
+    where it is available, else with the allow-listed environment only."""
 
-    def __init__(self, progress_bar: bool = False):
+    def __init__(self, progress_bar: bool = False, sandboxed: bool | None = None):
+        from liger_perf import sandbox
+
         self.progress_bar = progress_bar
+        self.sandboxed = sandbox.available() if sandboxed is None else sandboxed
 
     def mode(self, device: str) -> str:
         from liger_perf.device import select_device
@@ -49,7 +53,6 @@ class PapermillRunner(OneAtATime):
 
     def run(self, request: TrialRequest, store: Store) -> TrialRun:
         import nbformat
-        import papermill
 
         from liger_perf import record
         from liger_perf.contained import reduced_environment
@@ -58,23 +61,13 @@ class PapermillRunner(OneAtATime):
         paths.partial.parent.mkdir(parents=True, exist_ok=True)
         scratch = Path(request.artifacts) if request.artifacts else paths.artifacts
         started = time.time()
-        failure = None
-        try:
+        if self.sandboxed:
+            failure = _execute_in_sandbox(request, paths.partial, scratch)
+        else:
             # The kernel process imports the variant: it starts with the allow-listed environment (no secret of
             # this process) in the trial's own folder.
             with reduced_environment(scratch):
-                papermill.execute_notebook(str(template_path()), str(paths.partial),
-                                           parameters={"request": request.model_dump(mode="json")},
-                                           kernel_name="python3", cwd=str(scratch),
-                                           execution_timeout=whole_seconds(request.timeout_s),
-                                           progress_bar=self.progress_bar, report_mode=False,
-                                           # The kernel's own log: only its errors. Below that it warns, on
-                                           # every trial, that its loopback TCP traffic is unencrypted.
-                                           extra_arguments=["--IPKernelApp.log_level=ERROR"])
-        except papermill.PapermillExecutionError as e:
-            failure = f"the trial raised {e.ename}: {e.evalue}"[:1000]
-        except Exception as e:  # the kernel died (a crashing variant), timed out, or could not start at all
-            failure = f"the trial's process failed: {type(e).__name__}: {e}"[:1000]
+                failure = execute(request, paths.partial, scratch, self.progress_bar)
         try:
             nb = nbformat.read(paths.partial, as_version=4)
         except (OSError, ValueError) as e:  # Papermill failed before it wrote the notebook: keep the template's
@@ -96,6 +89,72 @@ class PapermillRunner(OneAtATime):
         record.write_atomic(nb, paths.notebook)
         paths.partial.unlink(missing_ok=True)
         return TrialRun(paths.notebook, result)
+
+
+def execute(request: TrialRequest, partial: Path, scratch: Path, progress_bar: bool = False) -> str | None:
+    """Execute the trial notebook into ``partial`` with Papermill, in ``scratch``; why it failed, or None."""
+    import papermill
+
+    try:
+        papermill.execute_notebook(str(template_path()), str(partial),
+                                   parameters={"request": request.model_dump(mode="json")},
+                                   kernel_name="python3", cwd=str(scratch),
+                                   execution_timeout=whole_seconds(request.timeout_s),
+                                   progress_bar=progress_bar, report_mode=False,
+                                   # The kernel's own log: only its errors. Below that it warns, on every trial,
+                                   # that its loopback TCP traffic is unencrypted.
+                                   extra_arguments=["--IPKernelApp.log_level=ERROR"])
+    except papermill.PapermillExecutionError as e:
+        return f"the trial raised {e.ename}: {e.evalue}"[:1000]
+    except Exception as e:  # the kernel died (a crashing variant), timed out, or could not start at all
+        return f"the trial's process failed: {type(e).__name__}: {e}"[:1000]
+    return None
+
+
+FAILURE_FILE = ".papermill-failure.txt"  # in the scratch folder: what ``execute`` said, from inside the sandbox
+
+
+def _execute_in_sandbox(request: TrialRequest, partial: Path, scratch: Path) -> str | None:
+    """``execute`` in a child process inside the sandbox: Papermill's client and the notebook kernel both run
+    there (they talk over the sandbox's own loopback); the child may write the partial notebook and the scratch
+    folder only. Its failure comes back through ``FAILURE_FILE``."""
+    import subprocess
+    import sys
+
+    from liger_perf import sandbox
+    from liger_perf.contained import variant_environment
+
+    scratch.mkdir(parents=True, exist_ok=True)
+    (scratch / FAILURE_FILE).unlink(missing_ok=True)
+    partial.touch()  # bound into the sandbox as the one file it may write outside its scratch folder
+    env = variant_environment(scratch)
+    env["TRITON_CACHE_DIR"] = str(scratch / "triton-cache")  # its own: no kernel planted for later trials
+    (scratch / "request.json").write_text(request.model_dump_json())
+    argv = [sys.executable, "-m", "liger_perf.runners.papermill", str(scratch / "request.json"), str(partial),
+            str(scratch)]
+    # Papermill enforces each cell's limit inside; this is the limit of the whole, should the inside hang.
+    limit = whole_seconds(request.timeout_s) * 12 + 600
+    try:
+        done = subprocess.run(sandbox.wrap(argv, scratch, [partial], env), capture_output=True, text=True,
+                              timeout=limit, preexec_fn=sandbox.limit_resources)
+    except subprocess.TimeoutExpired:
+        return f"the trial's sandboxed process ran past {limit} s and was stopped"
+    failure_file = scratch / FAILURE_FILE
+    if failure_file.is_file():
+        return failure_file.read_text()[:1000] or None
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
+        return f"the trial's sandboxed process failed: {tail[0]}"[:1000]
+    return None
+
+
+def _main(argv: list[str]) -> None:
+    """Inside the sandbox: ``execute`` the request, and leave its failure (if any) in the scratch folder."""
+    request_file, partial, scratch = (Path(a) for a in argv)
+    request = TrialRequest.model_validate_json(request_file.read_text())
+    failure = execute(request, partial, scratch)
+    if failure:
+        (scratch / FAILURE_FILE).write_text(failure)
 
 
 def record_harness_error(request: TrialRequest, store: Store, reason: str, mode: str) -> TrialRun:
@@ -135,3 +194,9 @@ def bare_result(request: TrialRequest, mode: str) -> TrialResult:
         variant=VariantRecord(path=request.variant, sha256=source_hash(source), source=source),
         against=VariantRecord(path=request.against, sha256=against) if request.against else None,
         proposer_audit=request.proposer_audit, kind=request.kind, passes=request.passes, device=mode)
+
+
+if __name__ == "__main__":
+    import sys
+
+    _main(sys.argv[1:])

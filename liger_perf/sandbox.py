@@ -1,0 +1,71 @@
+"""The operating-system sandbox for the processes that run a variant: bubblewrap (``bwrap``).
+
+Inside: the whole file system read-only, except the trial's scratch folder, the files it is allowed to write
+(its notebook) and nothing else; no network (a network namespace of its own: loopback only, which the notebook
+kernel and its client share inside); a PID namespace of its own (it sees and signals no other process); the GPU
+device nodes; the allow-listed environment (``liger_perf.contained``); a file-size limit. Triton's kernel cache is
+the scratch folder's own, so a variant cannot plant a compiled kernel that a later trial would load.
+
+Where ``bwrap`` is missing or cannot create namespaces, ``available()`` says why; ``optimize`` then refuses to run
+generated code (``--proposer llm|auto``) unless told ``--unsandboxed``.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+from pathlib import Path
+
+FILE_SIZE_LIMIT = 8 * 2**30  # bytes: an NCU report of the full suite is a few hundred MB
+
+
+@functools.cache
+def unavailable_reason() -> str:
+    """'' when the sandbox can run here; otherwise why not, in one line."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+    try:
+        probe = subprocess.run([bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net",
+                                "--unshare-pid", "true"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"bwrap could not be started: {e}"
+    if probe.returncode != 0:
+        return f"bwrap cannot create namespaces here: {probe.stderr.strip().splitlines()[-1:] or ['?']}"[:300]
+    return ""
+
+
+def available() -> bool:
+    return unavailable_reason() == ""
+
+
+def require_sandbox(proposer: str, unsandboxed: bool) -> None:
+    """Generated code runs only inside the sandbox, unless the user said otherwise (``--unsandboxed``)."""
+    from liger_perf.errors import UserError
+
+    if proposer in ("llm", "auto") and not unsandboxed and not available():
+        raise UserError(f"--proposer {proposer} runs code a model wrote, and there is no sandbox here "
+                        f"({unavailable_reason()}); install bubblewrap, or pass --unsandboxed to run it with your "
+                        "own permissions")
+
+
+def wrap(argv: list[str], scratch: Path, writable: list[Path], env: dict[str, str]) -> list[str]:
+    """``argv`` run inside the sandbox, in ``scratch`` with ``env``; ``writable``: files or folders (they must
+    exist) it may write besides ``scratch``."""
+    command = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev",
+               "--proc", "/proc", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+               "--die-with-parent", "--new-session"]
+    for path in [Path(scratch), *writable]:
+        command += ["--bind", str(path), str(path)]
+    command += ["--chdir", str(scratch), "--clearenv"]
+    for name, value in sorted(env.items()):
+        command += ["--setenv", name, value]
+    return [*command, "--", *argv]
+
+
+def limit_resources() -> None:
+    """``preexec_fn`` of the sandboxed process: the file-size limit (inherited by everything it starts)."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
