@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from liger_perf.contained import variant_environment
 from liger_perf.errors import UserError
+from liger_perf.sandbox import contained_command
 from liger_perf.history import geomean
 from liger_perf.report import markdown_table
 from liger_perf.store import Store
@@ -66,23 +66,22 @@ def measure(kernel: str, variant: str, device_arg: str, repetitions: int) -> dic
 def run_bench(kernel: str, variant: Path, device: str = "auto", repetitions: int = 0,
               timeout_s: float = 1800) -> dict:
     """Run ``measure`` in a child process under ``timeout_s``; its JSON result."""
-    out = Store().kernel_reports(kernel) / ".bench.partial.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "liger_perf.bench", kernel, str(Path(variant).resolve()), device,
-               str(repetitions), str(out.resolve())]
-    try:
-        # The child imports the variant: the allow-listed environment (no secret of this process), a scratch folder.
-        with tempfile.TemporaryDirectory(prefix="liger-perf-bench-") as scratch:
-            done = subprocess.run(command, timeout=timeout_s, capture_output=True, text=True, cwd=scratch,
-                                  env=variant_environment(Path(scratch)))
-    except subprocess.TimeoutExpired:
-        raise UserError(f"bench of {kernel} ran past {timeout_s:.0f} s and was stopped; pass a larger --timeout")
-    if done.returncode != 0 or not out.is_file():
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise UserError(f"bench of {kernel} failed in its child process: {tail[0]}")
-    data = json.loads(out.read_text())
-    out.unlink()
-    return data
+    # The child imports the variant: in the sandbox where there is one, with the allow-listed environment (no
+    # secret of this process), in a scratch folder, where it also writes its result.
+    with tempfile.TemporaryDirectory(prefix="liger-perf-bench-") as scratch:
+        out = Path(scratch) / "bench.json"
+        argv = [sys.executable, "-m", "liger_perf.bench", kernel, str(Path(variant).resolve()), device,
+                str(repetitions), str(out)]
+        command, env, limits = contained_command(argv, Path(scratch))
+        try:
+            done = subprocess.run(command, timeout=timeout_s, capture_output=True, text=True, cwd=scratch, env=env,
+                                  preexec_fn=limits)
+        except subprocess.TimeoutExpired:
+            raise UserError(f"bench of {kernel} ran past {timeout_s:.0f} s and was stopped; pass a larger --timeout")
+        if done.returncode != 0 or not out.is_file():
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise UserError(f"bench of {kernel} failed in its child process: {tail[0]}")
+        return json.loads(out.read_text())
 
 
 def speedups(data: dict) -> pd.DataFrame:

@@ -88,20 +88,20 @@ def _contained_check(kernel: str, variant: Optional[Path], device: str, converge
     import subprocess
     import tempfile
 
-    from liger_perf.contained import variant_environment
     from liger_perf.registry import get_spec
+    from liger_perf.sandbox import contained_command
 
     get_spec(kernel)  # bad input is this process's one line, before a child starts
     if variant is not None and not variant.is_file():
         raise UserError(f"variant file {variant} does not exist: give the path of a variant module (.py)")
     with tempfile.TemporaryDirectory(prefix="liger-perf-check-") as scratch:
         done = Path(scratch) / "gate-passed"
-        env = {**variant_environment(Path(scratch)), GATE_DONE: str(done)}
         args = [sys.executable, "-m", "liger_perf", "check", kernel, "--device", device,
                 "--convergence" if convergence else "--no-convergence"]
         if variant is not None:
             args += ["--variant", str(variant.resolve())]
-        code = subprocess.run(args, env=env, cwd=scratch).returncode
+        command, env, limits = contained_command(args, Path(scratch), {GATE_DONE: str(done)})
+        code = subprocess.run(command, env=env, cwd=scratch, preexec_fn=limits).returncode
         if code == 0 and not done.is_file():
             err_console.print("liger-perf: error: the gate did not finish: the variant's process ended with exit "
                               "code 0 before the gate completed (a variant that exits?)", highlight=False,

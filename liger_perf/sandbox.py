@@ -64,6 +64,19 @@ def wrap(argv: list[str], scratch: Path, writable: list[Path], env: dict[str, st
     return [*command, "--", *argv]
 
 
+def contained_command(argv: list[str], scratch: Path, extra_env: dict[str, str] | None = None):
+    """``(command, env, preexec_fn)`` to run ``argv`` as a process that imports a variant, in ``scratch``: inside
+    the sandbox with the allow-listed environment (plus ``extra_env``) where the sandbox is available, else with
+    that environment only."""
+    from liger_perf.contained import variant_environment
+
+    env = {**variant_environment(scratch), **(extra_env or {})}
+    if not available():
+        return argv, env, None
+    env["TRITON_CACHE_DIR"] = str(Path(scratch) / "triton-cache")  # its own: no kernel planted for later runs
+    return wrap(argv, scratch, [], env), env, limit_resources
+
+
 def limit_resources() -> None:
     """``preexec_fn`` of the sandboxed process: the file-size limit (inherited by everything it starts)."""
     import resource
