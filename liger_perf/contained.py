@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +25,7 @@ ALLOWED = frozenset({
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
     "TRITON_INTERPRET", "TRITON_CACHE_DIR", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH",
     "TORCHINDUCTOR_CACHE_DIR", "TORCH_CUDA_ARCH_LIST",
-    "LIGER_PERF_KERNELS", "LIGER_PERF_GIT_COMMIT", "JUPYTER_PATH", "JUPYTER_RUNTIME_DIR",
+    "LIGER_PERF_KERNELS", "LIGER_PERF_GIT_COMMIT", "JUPYTER_PATH",  # the runtime folder: under HOME, writable
 })
 ALLOWED_PREFIXES = ("LC_",)  # locale categories
 #: Never passed, whatever the lists above say: a name that looks like a credential is one.
@@ -70,3 +71,30 @@ def reduced_environment(scratch: Path) -> Iterator[dict[str, str]]:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+def read_untrusted(path: Path, limit: int = 1 << 20) -> str | None:
+    """A file a variant's process could have replaced, read safely by its parent: never through a link (it
+    could point at a secret), only a regular file (not a FIFO that blocks, not /dev/zero), at most ``limit``
+    bytes from its end. None when there is no such file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        os.lseek(fd, max(0, info.st_size - limit), os.SEEK_SET)
+        return os.read(fd, limit).decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)
+
+
+def write_fresh(path: Path, text: str) -> None:
+    """Write ``path`` in a folder a variant's process may have written: whatever it left there (a link to
+    somewhere else) is removed first, and the file is created anew."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)

@@ -158,9 +158,9 @@ def geomean(values: list[float]) -> float:
 
 def measured_ratios(result: TrialResult) -> tuple[dict[Key, tuple[float, float, float]], dict[Key, float]]:
     """``(times, memory)``: candidate / current best per (pass, shape, dtype) with the interval, and per
-    ("memory", shape, dtype). A ratio without its interval has no bound: it is judged as such (never accepted
-    on a bound that was not measured)."""
-    times = {r.key: (r.ratio, _or(r.ci_low, 0.0), _or(r.ci_high, math.inf)) for r in result.candidate_ratios()}
+    ("memory", shape, dtype). A ratio without its interval (fewer than two repetitions) has NaN bounds: the
+    judge finds it neither better nor worse, so inconclusive, never accepted on a bound that was not measured."""
+    times = {r.key: (r.ratio, _or(r.ci_low, math.nan), _or(r.ci_high, math.nan)) for r in result.candidate_ratios()}
     peaks: dict[tuple[str, str], dict[str, float]] = {}
     for r in result.memory_rows():
         if r.peak_bytes is not None:

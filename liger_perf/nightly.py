@@ -230,11 +230,13 @@ class Nightly:
             best_file.parent.mkdir(parents=True, exist_ok=True)
             best_file.write_text(best.variant.source)
         self.echo(f"{job.name}: re-validating trial {best.trial_id:04d} {best.name} against the baseline")
-        run = run_trial(job.name, best_file, baseline_path(job.name), name=f"revalidate-{best.name}"[:60],
-                        hypothesis="nightly re-validation of the current best against the baseline on today's stack",
-                        device=self.config.device, repetitions=self.config.repetitions,
-                        convergence=self.config.convergence, confidence=rules.confidence, root=self.root,
-                        timeout_s=rules.trial_timeout_s, kind="revalidation", peers=False, runner=self.runner)
+        with self.store.lock("optimize", job.name, label="nightly"):  # one writer of the kernel's history
+            run = run_trial(job.name, best_file, baseline_path(job.name), name=f"revalidate-{best.name}"[:60],
+                            hypothesis="nightly re-validation of the current best against the baseline on "
+                                       "today's stack",
+                            device=self.config.device, repetitions=self.config.repetitions,
+                            convergence=self.config.convergence, confidence=rules.confidence, root=self.root,
+                            timeout_s=rules.trial_timeout_s, kind="revalidation", peers=False, runner=self.runner)
         result = run.result
         notebook = self._relative(run.notebook)
         if result.status == HARNESS_ERROR:  # the best never ran: nothing is known about it tonight

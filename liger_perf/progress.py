@@ -42,10 +42,13 @@ def latest(folder: str | Path | None) -> dict | None:
     """The last step a trial reported (None before its first, or when unreadable)."""
     if not folder:
         return None
+    from liger_perf.contained import read_untrusted
+
+    text = read_untrusted(Path(folder) / FILE_NAME, limit=64 * 1024)  # the trial's process writes it
     try:
-        lines = (Path(folder) / FILE_NAME).read_text(encoding="utf-8").splitlines()
+        lines = (text or "").splitlines()
         return json.loads(lines[-1]) if lines else None
-    except (OSError, ValueError, IndexError):
+    except (ValueError, IndexError):
         return None
 
 

@@ -27,12 +27,14 @@ def unavailable_reason() -> str:
     if bwrap is None:
         return "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
     try:
-        probe = subprocess.run([bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-net",
-                                "--unshare-pid", "true"], capture_output=True, text=True, timeout=30)
+        inside = wrap(["grep", "^CapEff:", "/proc/self/status"], Path("/"), [], {"PATH": "/usr/bin:/bin"})
+        probe = subprocess.run(inside, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"bwrap could not be started: {e}"
     if probe.returncode != 0:
         return f"bwrap cannot create namespaces here: {probe.stderr.strip().splitlines()[-1:] or ['?']}"[:300]
+    if probe.stdout.split()[-1:] != ["0000000000000000"]:  # a sandbox with capabilities is no sandbox
+        return f"bwrap leaves the sandbox capabilities here ({probe.stdout.strip()})"
     return ""
 
 
@@ -53,9 +55,11 @@ def require_sandbox(proposer: str, unsandboxed: bool) -> None:
 def wrap(argv: list[str], scratch: Path, writable: list[Path], env: dict[str, str]) -> list[str]:
     """``argv`` run inside the sandbox, in ``scratch`` with ``env``; ``writable``: files or folders (they must
     exist) it may write besides ``scratch``."""
+    # --cap-drop ALL: run as root, bwrap would keep every capability, and CAP_SYS_ADMIN remounts / writable.
+    # /dev/shm and /run get empty tmpfs: the host's shared memory and its daemons' sockets stay out of reach.
     command = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev",
-               "--proc", "/proc", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-               "--die-with-parent", "--new-session"]
+               "--tmpfs", "/dev/shm", "--tmpfs", "/run", "--proc", "/proc", "--unshare-net", "--unshare-pid",
+               "--unshare-ipc", "--unshare-uts", "--cap-drop", "ALL", "--die-with-parent", "--new-session"]
     for path in [Path(scratch), *writable]:
         command += ["--bind", str(path), str(path)]
     command += ["--chdir", str(scratch), "--clearenv"]

@@ -69,6 +69,16 @@ HOSTILE = {
     "assign a tensor method": ("inside", "    torch.Tensor.__sub__ = None"),
     "assign math": ("inside", "    math.sqrt = None"),
     "delete a torch attribute": ("inside", "    del torch.isfinite"),
+    # found by review: routes through members that are modules, aliases, patterns, decorator arguments
+    "tl.math.core knobs": ("inside", "    tl.math.core.knobs.subprocess.run(['true'])"),
+    "tl.extra modules": ("inside", "    tl.extra.modules['os'].system('true')"),
+    "tl.math builtins exec": ("inside", "    tl.math.core.builtins.exec('1')"),
+    "an alias of a torch class patched": ("inside", "    T = torch.Tensor\n    T.allclose = None"),
+    "a match class pattern": ("inside", "    match relu_squared:\n        case object(__globals__=g):\n"
+                                        "            pass"),
+    "format on a name": ("inside", "    s = '{0.__globals__}'\n    s.format(relu_squared)"),
+    "type() of a tensor": ("inside", "    type(X).mro()"),
+    "a callable decorator argument": ("module", "@functools.lru_cache(math.floor)\ndef _g():\n    pass"),
     # code that runs at import
     "a call at import": ("module", "_X = torch.empty(1)"),
     "a decorator that runs code": ("module", "@(lambda f: f)\ndef _g():\n    pass"),

@@ -117,8 +117,8 @@ HARNESS_PATCHES = {
     "the timing code": "import liger_perf.timing as t\nt.summarize = lambda *a, **k: None\n",
     "a builtin": "import builtins\nbuiltins.max = min\n",
     "a new attribute": "import triton\ntriton.cheat = True\n",
-    "a patch by a decorator": "import torch\ndef _d(f):\n    torch.isfinite = lambda x: torch.ones_like(x, dtype=torch.bool)\n"
-                              "    return f\n@_d\ndef _g():\n    pass\n",
+    "a patch by a decorator": ("import torch\ndef _d(f):\n    torch.isfinite = lambda x: torch.ones_like(x, "
+                               "dtype=torch.bool)\n    return f\n@_d\ndef _g():\n    pass\n"),
 }
 
 

@@ -115,3 +115,12 @@ def test_the_chain_counts_an_accepted_trial_only_when_it_was_measured_against_th
               trial(4, "d", "b")]
     baseline, chain = accepted_chain(trials, "base")
     assert baseline.trial_id == 0 and [t.trial_id for t in chain] == [1, 3]
+
+
+def test_a_ratio_without_its_interval_is_inconclusive_never_a_crash():
+    """One repetition measures no interval (stored as null): the judge neither accepts nor crashes."""
+    result = _result(target_ratio=0.5)
+    for row in result.timing_rows("candidate"):
+        row.ci_low = row.ci_high = None
+    verdict = judge(result, RULES)
+    assert verdict.verdict == "inconclusive" and abs(verdict.target_ratio - 0.5) < 1e-9

@@ -55,7 +55,8 @@ def _read_everything(root: Path) -> list:
     return trials
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(content=CONTENTS)
 def test_any_file_content_is_read_or_skipped_with_a_warning_never_a_crash(content, capsys):
     capsys.readouterr()  # the fixture is shared by the examples: start from an empty capture
@@ -74,7 +75,8 @@ def test_the_commands_skip_a_folder_of_hostile_notebooks_and_exit_cleanly(tmp_pa
     folder.mkdir(parents=True)
     hostile = [b"[]", b"\xff\xfe\x00", b'{"cells": [1, "x", null], "nbformat": 4}', b"{" * 10,
                ("[" * 100000 + "]" * 100000).encode(), _notebook([1, 2], None).encode(),
-               _notebook({"format": record.FORMAT, "kernel": KERNEL, "status": "complete", "variant": {}}, [1]).encode(),
+               _notebook({"format": record.FORMAT, "kernel": KERNEL, "status": "complete", "variant": {}},
+                         [1]).encode(),
                _notebook({"format": record.FORMAT, "kernel": "fused_add_rms_norm", "status": "complete",
                           "variant": {}}, None).encode()]
     for i, content in enumerate(hostile):

@@ -47,8 +47,11 @@ _TYPING_MEMBERS = {"Any", "Optional", "Union", "Tuple", "List", "Dict", "Callabl
 ALLOWED_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics", "staticmethod", "classmethod",
                       "functools.lru_cache", "functools.cache", "functools.wraps"}
 FORBIDDEN_NAMES = {"open", "exec", "eval", "compile", "__import__", "breakpoint", "input", "globals", "locals",
-                   "vars", "memoryview", "setattr", "delattr", "getattr", "__builtins__", "__loader__", "__spec__",
-                   "__file__", "__dict__"}
+                   "vars", "memoryview", "setattr", "delattr", "getattr", "hasattr", "dir", "type", "object",
+                   "super", "property", "__builtins__", "__loader__", "__spec__", "__file__",
+                   "__dict__"}
+#: Objects whose attributes a variant may set (an autograd context keeps what the backward needs).
+ASSIGNABLE = {"ctx"}
 #: Attributes that reach the interpreter's internals from any object (frames, code, globals), or touch files,
 #: processes, the network or the environment whatever the object is.
 FORBIDDEN_ATTRIBUTES = {"gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame", "ag_code", "f_globals", "f_locals",
@@ -69,20 +72,24 @@ def surface() -> frozenset[str]:
     names = {f"torch.{n}" for n in _TORCH_DTYPES | _TORCH_FUNCTIONS} | {f"torch.{m}" for m in _TORCH_MEMBERS}
     names |= {f"triton.{n}" for n in _TRITON_MEMBERS} | {f"functools.{n}" for n in _FUNCTOOLS_MEMBERS}
     names |= {f"math.{n}" for n in dir(math) if not n.startswith("_")}
-    language = {n for n in dir(tl) if not n.startswith("_") and type(getattr(tl, n)).__name__ != "module"}
-    names |= {f"triton.language.{n}" for n in language} | {"triton.language.math", "triton.language.extra"}
+    # The language's own names and its math functions; never one of its modules (tl.math.core reaches knobs, os,
+    # builtins: a surface of whole modules is no surface).
+    names |= {f"triton.language.{n}" for n in _public_members(tl)}
+    names |= {f"triton.language.math.{n}" for n in _public_members(tl.math)}
     names |= {f"typing.{n}" for n in _TYPING_MEMBERS}
     return frozenset(names)
 
 
+def _public_members(module) -> set[str]:
+    import types
+
+    return {n for n in dir(module) if not n.startswith("_") and not isinstance(getattr(module, n), types.ModuleType)}
+
+
 def _allowed_chain(dotted: str) -> bool:
-    """``dotted`` (a full module path and its attributes) is allowed when one of its prefixes is on the surface
-    and what follows that prefix is public (``torch.float32.itemsize``, ``tl.math.rsqrt``)."""
-    parts = dotted.split(".")
-    for end in range(len(parts), 1, -1):
-        if ".".join(parts[:end]) in surface():
-            return all(not p.startswith("_") for p in parts[end:])
-    return False
+    """``dotted`` (a full module path and its attributes) is exactly a name on the surface: nothing reached
+    through one (an attribute of a surface member may be a module, and that module's attributes anything)."""
+    return dotted in surface()
 
 
 class _Checker(ast.NodeVisitor):
@@ -116,6 +123,9 @@ class _Checker(ast.NodeVisitor):
             elif module != "__future__" and full not in surface():
                 self.fail(node, f"imports {full}: not on the surface a variant may use")
 
+    def visit_Match(self, node: ast.AST) -> None:
+        self.fail(node, "uses a match statement: its class patterns read attributes by name")
+
     # -- names and attributes -----------------------------------------------------------------------------
     def visit_Name(self, node: ast.Name) -> None:
         if node.id in FORBIDDEN_NAMES or (node.id.startswith("__") and node.id.endswith("__")):
@@ -129,6 +139,11 @@ class _Checker(ast.NodeVisitor):
             chain.append(root.attr)
             root = root.value
         chain.reverse()
+        if not isinstance(node.ctx, ast.Load) and not (isinstance(root, ast.Name) and root.id in ASSIGNABLE
+                                                       and len(chain) == 1):
+            return self.fail(node, f"changes .{'.'.join(chain)}: a variant sets attributes of ctx only")
+        if chain[-1] in ("format", "format_map"):
+            return self.fail(node, "formats with .format: its fields reach attributes by name; use an f-string")
         for attr in chain:
             if attr.startswith("__") and attr.endswith("__"):
                 return self.fail(node, f"reaches {attr}: no introspection of the interpreter")
@@ -141,9 +156,6 @@ class _Checker(ast.NodeVisitor):
             if not _allowed_chain(dotted):
                 return self.fail(node, f"uses {dotted}: not on the surface a variant may use")
             return None  # the chain is checked whole: its inner Attribute nodes need no visit
-        if isinstance(root, ast.Constant) and isinstance(root.value, str) and chain[0] in ("format", "format_map"):
-            return self.fail(node, "formats a string with .format: its fields reach attributes by name; use an "
-                                   "f-string")
         self.visit(root)  # an object's attribute (a tensor's, ctx's): what it is built from is checked
 
     # -- what runs at import --------------------------------------------------------------------------------
@@ -151,7 +163,8 @@ class _Checker(ast.NodeVisitor):
         for i, stmt in enumerate(body):
             if isinstance(stmt, (ast.Import, ast.ImportFrom)) and where == "module":
                 continue
-            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
+            value = stmt.value if isinstance(stmt, ast.Expr) else None
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
                 continue  # a docstring
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 self._definition(stmt)
@@ -176,8 +189,8 @@ class _Checker(ast.NodeVisitor):
                 self.fail(decorator, f"decorates {node.name} with {ast.unparse(target)}: only "
                                      f"{', '.join(sorted(ALLOWED_DECORATORS))}")
             elif isinstance(decorator, ast.Call) and not all(
-                    self._literal(a) for a in [*decorator.args, *(k.value for k in decorator.keywords)]):
-                self.fail(decorator, f"passes a non-literal argument to the decorator of {node.name}")
+                    isinstance(a, ast.Constant) for a in [*decorator.args, *(k.value for k in decorator.keywords)]):
+                self.fail(decorator, f"passes a non-constant argument to the decorator of {node.name}")
         if isinstance(node, ast.ClassDef):
             for base in node.bases:
                 if self._dotted(base) not in {"torch.autograd.Function", "object"}:

@@ -122,14 +122,14 @@ def _execute_in_sandbox(request: TrialRequest, partial: Path, scratch: Path) -> 
     import sys
 
     from liger_perf import sandbox
-    from liger_perf.contained import variant_environment
+    from liger_perf.contained import read_untrusted, variant_environment, write_fresh
 
     scratch.mkdir(parents=True, exist_ok=True)
     (scratch / FAILURE_FILE).unlink(missing_ok=True)
     partial.touch()  # bound into the sandbox as the one file it may write outside its scratch folder
     env = variant_environment(scratch)
     env["TRITON_CACHE_DIR"] = str(scratch / "triton-cache")  # its own: no kernel planted for later trials
-    (scratch / "request.json").write_text(request.model_dump_json())
+    write_fresh(scratch / "request.json", request.model_dump_json())
     argv = [sys.executable, "-m", "liger_perf.runners.papermill", str(scratch / "request.json"), str(partial),
             str(scratch)]
     # Papermill enforces each cell's limit inside; this is the limit of the whole, should the inside hang.
@@ -139,9 +139,9 @@ def _execute_in_sandbox(request: TrialRequest, partial: Path, scratch: Path) -> 
                               timeout=limit, preexec_fn=sandbox.limit_resources)
     except subprocess.TimeoutExpired:
         return f"the trial's sandboxed process ran past {limit} s and was stopped"
-    failure_file = scratch / FAILURE_FILE
-    if failure_file.is_file():
-        return failure_file.read_text()[:1000] or None
+    failure = read_untrusted(scratch / FAILURE_FILE, limit=1000)  # written inside: never followed if a link
+    if failure:
+        return failure
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
         return f"the trial's sandboxed process failed: {tail[0]}"[:1000]
