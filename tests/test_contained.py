@@ -54,6 +54,7 @@ def test_the_reduced_environment_is_restored_after_the_block_even_on_an_error(tm
     assert os.environ["OPENAI_API_KEY"] == "sk-kept"
 
 
+@pytest.mark.slow
 def test_a_trial_s_variant_sees_no_secret_and_runs_in_the_trial_s_own_folder(tmp_path, monkeypatch):
     for name, value in SECRETS.items():
         monkeypatch.setenv(name, value)
@@ -84,6 +85,7 @@ def _telling_spy() -> str:
             + baseline_path("relu_squared").read_text())
 
 
+@pytest.mark.slow
 def test_check_imports_the_variant_in_a_process_without_secrets(tmp_path):
     variant = tmp_path / "spy.py"
     variant.write_text(_telling_spy())
@@ -92,6 +94,7 @@ def test_check_imports_the_variant_in_a_process_without_secrets(tmp_path):
     assert "never-seen" not in out.stdout + out.stderr and str(ROOT) not in out.stderr.split("; cwd ")[-1]
 
 
+@pytest.mark.slow
 def test_a_variant_that_ends_its_process_at_import_fails_check(tmp_path):
     variant = tmp_path / "quits.py"
     variant.write_text("import os\nos._exit(0)\n" + baseline_path("relu_squared").read_text())
@@ -99,6 +102,7 @@ def test_a_variant_that_ends_its_process_at_import_fails_check(tmp_path):
     assert out.returncode == 1 and "the gate did not finish" in out.stderr, out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_bench_imports_the_variant_in_a_child_without_secrets(tmp_path):
     variant = tmp_path / "spy.py"
     variant.write_text(_telling_spy())

@@ -57,6 +57,7 @@ def _read_everything(root: Path) -> list:
 
 @settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@pytest.mark.slow
 @given(content=CONTENTS)
 def test_any_file_content_is_read_or_skipped_with_a_warning_never_a_crash(content, capsys):
     capsys.readouterr()  # the fixture is shared by the examples: start from an empty capture
@@ -70,6 +71,7 @@ def test_any_file_content_is_read_or_skipped_with_a_warning_never_a_crash(conten
         assert len(warnings) <= 1
 
 
+@pytest.mark.slow
 def test_the_commands_skip_a_folder_of_hostile_notebooks_and_exit_cleanly(tmp_path):
     folder = tmp_path / "nb" / KERNEL
     folder.mkdir(parents=True)
@@ -110,6 +112,7 @@ except UserError as e:
 """
 
 
+@pytest.mark.slow
 def test_of_many_runs_started_at_once_exactly_one_takes_the_lock(tmp_path):
     import time
 

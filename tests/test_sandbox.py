@@ -43,6 +43,7 @@ _json.dump(_found, open("probe.json", "w"))
 '''
 
 
+@pytest.mark.slow
 def test_a_variant_in_the_sandbox_reaches_nothing_outside_its_scratch_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-never-seen")
     listener = socket.socket()
@@ -76,6 +77,7 @@ def _accept(listener):
         return None
 
 
+@pytest.mark.slow
 def test_a_crashing_variant_in_the_sandbox_is_recorded_as_crashed(tmp_path):
     variant = tmp_path / "crasher.py"
     variant.write_text(baseline_path("relu_squared").read_text().replace(
