@@ -90,10 +90,11 @@ def _contained_check(kernel: str, variant: Optional[Path], device: str, converge
 
     from liger_perf.registry import get_spec
     from liger_perf.sandbox import contained_command
+    from liger_perf.variants import read_source
 
     get_spec(kernel)  # bad input is this process's one line, before a child starts
-    if variant is not None and not variant.is_file():
-        raise UserError(f"variant file {variant} does not exist: give the path of a variant module (.py)")
+    if variant is not None:
+        read_source(variant)
     with tempfile.TemporaryDirectory(prefix="liger-perf-check-") as scratch:
         done = Path(scratch) / "gate-passed"
         args = [sys.executable, "-m", "liger_perf", "check", kernel, "--device", device,

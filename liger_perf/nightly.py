@@ -33,7 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from liger_perf.config import load_yaml_model
 from liger_perf.errors import EXIT_FAILED, EXIT_JOB_ERROR, UserError
 from liger_perf.guardrails import load_guardrails
-from liger_perf.history import accepted_chain, chain_ratios, geomean, load_trials, measured_ratios
+from liger_perf.history import (accepted_chain, chain_ratios, geomean, load_trials, measured_ratios,
+                                trial_variant_file)
 from liger_perf.loop import OptimizeLoop
 from liger_perf.proposers import get_proposer
 from liger_perf.record import jsonable
@@ -224,11 +225,7 @@ class Nightly:
         if last is not None and stack_of(last.fingerprint) == self.stack:
             entry["revalidation"] = f"skipped: the software stack is unchanged since trial {last.trial_id:04d}"
             return
-        best_file = Path(best.variant.path)
-        if not best_file.is_file() or source_hash(best_file.read_text()) != best.variant_sha:
-            best_file = self.store.trial_paths(job.name, best.trial_id, best.name).variant
-            best_file.parent.mkdir(parents=True, exist_ok=True)
-            best_file.write_text(best.variant.source)
+        best_file = trial_variant_file(job.name, best, self.root)  # rebuilt from the notebook when gone or changed
         self.echo(f"{job.name}: re-validating trial {best.trial_id:04d} {best.name} against the baseline")
         with self.store.lock("optimize", job.name, label="nightly"):  # one writer of the kernel's history
             run = run_trial(job.name, best_file, baseline_path(job.name), name=f"revalidate-{best.name}"[:60],

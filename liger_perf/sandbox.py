@@ -68,16 +68,23 @@ def wrap(argv: list[str], scratch: Path, writable: list[Path], env: dict[str, st
     return [*command, "--", *argv]
 
 
-def contained_command(argv: list[str], scratch: Path, extra_env: dict[str, str] | None = None):
-    """``(command, env, preexec_fn)`` to run ``argv`` as a process that imports a variant, in ``scratch``: inside
-    the sandbox with the allow-listed environment (plus ``extra_env``) where the sandbox is available, else with
-    that environment only."""
+def sandboxed_environment(scratch: Path, extra_env: dict[str, str] | None = None) -> dict[str, str]:
+    """The allow-listed environment (plus ``extra_env``) of a process inside the sandbox: Triton's cache is its
+    scratch folder's own, so no kernel can be planted for a later run."""
     from liger_perf.contained import variant_environment
 
-    env = {**variant_environment(scratch), **(extra_env or {})}
+    return {**variant_environment(scratch), **(extra_env or {}),
+            "TRITON_CACHE_DIR": str(Path(scratch) / "triton-cache")}
+
+
+def contained_command(argv: list[str], scratch: Path, extra_env: dict[str, str] | None = None):
+    """``(command, env, preexec_fn)`` to run ``argv`` as a process that imports a variant, in ``scratch``: inside
+    the sandbox where it is available, else with the allow-listed environment only."""
+    from liger_perf.contained import variant_environment
+
     if not available():
-        return argv, env, None
-    env["TRITON_CACHE_DIR"] = str(Path(scratch) / "triton-cache")  # its own: no kernel planted for later runs
+        return argv, {**variant_environment(scratch), **(extra_env or {})}, None
+    env = sandboxed_environment(scratch, extra_env)
     return wrap(argv, scratch, [], env), env, limit_resources
 
 

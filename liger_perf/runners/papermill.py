@@ -122,13 +122,12 @@ def _execute_in_sandbox(request: TrialRequest, partial: Path, scratch: Path) -> 
     import sys
 
     from liger_perf import sandbox
-    from liger_perf.contained import read_untrusted, variant_environment, write_fresh
+    from liger_perf.contained import read_untrusted, write_fresh
 
     scratch.mkdir(parents=True, exist_ok=True)
     (scratch / FAILURE_FILE).unlink(missing_ok=True)
     partial.touch()  # bound into the sandbox as the one file it may write outside its scratch folder
-    env = variant_environment(scratch)
-    env["TRITON_CACHE_DIR"] = str(scratch / "triton-cache")  # its own: no kernel planted for later trials
+    env = sandbox.sandboxed_environment(scratch)
     write_fresh(scratch / "request.json", request.model_dump_json())
     argv = [sys.executable, "-m", "liger_perf.runners.papermill", str(scratch / "request.json"), str(partial),
             str(scratch)]
