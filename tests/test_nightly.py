@@ -56,6 +56,8 @@ def test_a_nightly_run_over_both_kernels_writes_the_summary_and_a_quiet_night_en
     assert [k["kernel"] for k in summary["kernels"]] == ["fused_add_rms_norm", "relu_squared"]
     assert summary["regressions"] == 0 and all(k["trials_run"] >= 1 and not k["errors"] for k in summary["kernels"])
     assert all(t.status == "complete" for t in load_trials("relu_squared", tmp_path / "nb"))
+    # The suite's one run of the fused kernel's whole interpreter gate (test_gate runs its pairwise cover).
+    assert load_trials("fused_add_rms_norm", tmp_path / "nb")[0].status == "complete"
     assert "## fused_add_rms_norm (backward)" in text and "0000-baseline.ipynb" in text
     assert summary["stack"]["torch"] and summary["errors"] == 0
     assert {"kind": "experiment", "status": "complete"}.items() <= summary["kernels"][1]["trials"][-1].items()

@@ -4,6 +4,8 @@ from liger_perf.errors import UserError
 from liger_perf.registry import baseline_path, get_spec
 from liger_perf.variants import load_variant, read_knobs, with_knobs
 
+from gate_cover import pairwise_cases
+
 
 def test_knobs_are_readable_without_import():
     knobs, choices = read_knobs(baseline_path("fused_add_rms_norm").read_text())
@@ -31,36 +33,23 @@ def test_with_knobs_rejects_values_outside_choices():
         with_knobs(source, {"warps": 4})
 
 
-# Each of the backward's algorithms, at shapes where it is really taken (the interpreter suite's rows are at
-# most 100 columns wide, so chunks of 32 columns): (knobs, the launch settings that prove the path is taken).
+# Each of the backward's algorithms, at shapes where it is really taken (the interpreter gate's rows are 37 to
+# 100 columns wide, so chunks of 64 columns: a 100-column row is a full chunk and a masked one, a narrower row
+# one masked chunk): (knobs, the launch settings that prove the path is taken).
 ALGORITHMS = {
-    "per_row_chunks": ({"bwd_column_chunked": "per_row", "fwd_column_chunked": True, "BLOCK_SIZE": 32},
-                       {"bwd_chunk_mode": 1, "fwd_chunked": True, "bwd_BLOCK_SIZE": 32}),
-    "rows_outer_chunks": ({"bwd_column_chunked": "rows_outer", "BLOCK_SIZE": 32, "bwd_rows_per_program": 8},
-                          {"bwd_chunk_mode": 2, "fwd_chunked": False, "bwd_BLOCK_SIZE": 32}),
+    "per_row_chunks": ({"bwd_column_chunked": "per_row", "fwd_column_chunked": True, "BLOCK_SIZE": 64},
+                       {"bwd_chunk_mode": 1, "fwd_chunked": True, "bwd_BLOCK_SIZE": 64}),
+    "rows_outer_chunks": ({"bwd_column_chunked": "rows_outer", "BLOCK_SIZE": 64, "bwd_rows_per_program": 8},
+                          {"bwd_chunk_mode": 2, "fwd_chunked": False, "bwd_BLOCK_SIZE": 64}),
     "row_tiles": ({"bwd_tile_elements": 512, "bwd_num_warps": "auto", "dw_reduction": "triton", "num_stages": 2,
                    "fwd_rows_per_program": 2},
                   {"bwd_chunk_mode": 0, "bwd_tile_rows": 4, "bwd_BLOCK_SIZE": 128}),
 }
 
 
-def _pairwise_cases(spec, suite):
-    """Each check shape in each casting config once, the dtype alternating: every pair of a shape, a dtype and a
-    config meets in some case, at half the cases of the whole gate (whose widest shape, 1021 rows, is most of
-    the interpreter's time). The row and column paths an algorithm adds are met in every casting mode and dtype."""
-    shapes, dtypes = list(spec.check_shapes[suite]), list(spec.dtypes[suite])
-    chosen = []
-    for i, shape in enumerate(shapes):
-        for j, config in enumerate(spec.check_configs):
-            dtype = dtypes[(i + j) % len(dtypes)]
-            chosen.append(next(c for c in spec.cases(suite, "check")
-                               if c.shape == tuple(shape) and c.dtype == dtype and c.config == dict(config)))
-    return chosen
-
-
 def test_the_pairwise_cases_meet_every_pair():
     spec = get_spec("fused_add_rms_norm")
-    cases = _pairwise_cases(spec, "interpret")
+    cases = pairwise_cases(spec, "interpret")
     keys = [(c.shape, c.dtype, tuple(sorted(c.config.items()))) for c in cases]
     assert len(set(keys)) == len(cases) == len(spec.check_shapes["interpret"]) * len(spec.check_configs)
     for a, b in ((0, 1), (0, 2), (1, 2)):
@@ -83,7 +72,7 @@ def test_each_backward_algorithm_passes_the_gate(tmp_path, interpret_device, alg
     settings = variant.module._launch_settings(100, torch.device("cpu"))
     assert {k: settings[k] for k in expected} == expected
     result = check_variant(spec, variant, interpret_device, convergence=False, fail_fast=True,
-                           cases=_pairwise_cases(spec, interpret_device.suite))
+                           cases=pairwise_cases(spec, interpret_device.suite))
     assert result.failures().empty, result.failures()[["case", "output", "reason"]].to_string()
 
 
