@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from liger_perf.errors import UserError
-from liger_perf.sandbox import contained_command
+from liger_perf.sandbox import run_contained
 from liger_perf.history import geomean
 from liger_perf.report import markdown_table
 from liger_perf.store import Store
@@ -72,10 +72,9 @@ def run_bench(kernel: str, variant: Path, device: str = "auto", repetitions: int
         out = Path(scratch) / "bench.json"
         argv = [sys.executable, "-m", "liger_perf.bench", kernel, str(Path(variant).resolve()), device,
                 str(repetitions), str(out)]
-        command, env, limits = contained_command(argv, Path(scratch))
         try:
-            done = subprocess.run(command, timeout=timeout_s, capture_output=True, text=True, cwd=scratch, env=env,
-                                  preexec_fn=limits)
+            done = run_contained(argv, Path(scratch), readable=[Path(variant).resolve()], timeout=timeout_s,
+                                 capture_output=True, text=True)
         except subprocess.TimeoutExpired:
             raise UserError(f"bench of {kernel} ran past {timeout_s:.0f} s and was stopped; pass a larger --timeout")
         if done.returncode != 0 or not out.is_file():

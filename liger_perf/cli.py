@@ -85,11 +85,10 @@ def _contained_check(kernel: str, variant: Optional[Path], device: str, converge
     """Run ``check`` again in a child process with the allow-listed environment (no secret of this process
     reaches the variant) in a scratch folder; its exit code. A child that exits 0 without having written its
     "passed" file did not finish the gate (a variant that exits at import or in the middle): that is a failure."""
-    import subprocess
     import tempfile
 
     from liger_perf.registry import get_spec
-    from liger_perf.sandbox import contained_command
+    from liger_perf.sandbox import run_contained
     from liger_perf.variants import read_source
 
     get_spec(kernel)  # bad input is this process's one line, before a child starts
@@ -101,8 +100,8 @@ def _contained_check(kernel: str, variant: Optional[Path], device: str, converge
                 "--convergence" if convergence else "--no-convergence"]
         if variant is not None:
             args += ["--variant", str(variant.resolve())]
-        command, env, limits = contained_command(args, Path(scratch), {GATE_DONE: str(done)})
-        code = subprocess.run(command, env=env, cwd=scratch, preexec_fn=limits).returncode
+        code = run_contained(args, Path(scratch), {GATE_DONE: str(done)},
+                             readable=[variant.resolve()] if variant is not None else []).returncode
         if code == 0 and not done.is_file():
             err_console.print("liger-perf: error: the gate did not finish: the variant's process ended with exit "
                               "code 0 before the gate completed (a variant that exits?)", highlight=False,

@@ -1,23 +1,53 @@
 """The operating-system sandbox for the processes that run a variant: bubblewrap (``bwrap``).
 
-Inside: the whole file system read-only, except the trial's scratch folder, the files it is allowed to write
-(its notebook) and nothing else; no network (a network namespace of its own: loopback only, which the notebook
-kernel and its client share inside); a PID namespace of its own (it sees and signals no other process); the GPU
-device nodes; the allow-listed environment (``liger_perf.contained``); a file-size limit. Triton's kernel cache is
-the scratch folder's own, so a variant cannot plant a compiled kernel that a later trial would load.
+Inside:
+- the file system read-only, and the places where a machine keeps its users' files and sockets (``/home``,
+  ``/root``, the user's home, ``/tmp``, ``/var/tmp``, ``/run``, ``/dev/shm``) replaced by empty ones of the
+  sandbox's own (what is written there vanishes with it), except what the process needs to read there (the
+  Python installation, the package, the kernels, the variants under trial: ``readable``), bound back read-only;
+- writable: the trial's scratch folder and the files it is allowed to write (its notebook), nothing else;
+- ``/dev`` holds the GPU device nodes and the usual pseudo-devices only (no disk, no terminal of the host);
+- no network (a network namespace of its own: loopback only, which the notebook kernel and its client share);
+- a PID namespace of its own (it sees and signals no other process, and dies with its first process);
+- no capability; the allow-listed environment (``liger_perf.contained``);
+- limits on file size, memory (``RLIMIT_DATA``: heap and private writable mappings, not the address space CUDA
+  reserves) and processes (a pids cgroup where this machine lets liger-perf make one, else ``RLIMIT_NPROC``,
+  which the kernel does not apply to root): ``limits()`` says which hold here.
 
-Where ``bwrap`` is missing or cannot create namespaces, ``available()`` says why; ``optimize`` then refuses to run
-generated code (``--proposer llm|auto``) unless told ``--unsandboxed``.
+Triton's kernel cache is the scratch folder's own, so a variant cannot plant a compiled kernel that a later
+trial would load. Where ``bwrap`` is missing or cannot create namespaces, ``available()`` says why; ``optimize``
+then refuses to run generated code (``--proposer llm|auto``) unless told ``--unsandboxed``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import itertools
+import os
+import resource
 import shutil
 import subprocess
+import sys
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 FILE_SIZE_LIMIT = 8 * 2**30  # bytes: an NCU report of the full suite is a few hundred MB
+PROCESS_LIMIT = 512  # a notebook kernel, its client, NCU, the compiler's workers: a few dozen at most
+#: Emptied inside: where users' files, secrets and the sockets of their daemons live.
+HIDDEN = ("/home", "/root", "/tmp", "/var/tmp", "/run", "/dev/shm")
+_cgroup_names = itertools.count()
+
+
+def memory_limit() -> int:
+    """Bytes of heap and private writable memory a sandboxed process may hold: half the machine's memory, at
+    least 8 GiB (a gate at the GPU suite's widest shape holds float64 references of a few GiB)."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        physical = 16 * 2**30
+    return max(8 * 2**30, physical // 2)
 
 
 @functools.cache
@@ -52,14 +82,45 @@ def require_sandbox(proposer: str, unsandboxed: bool) -> None:
                         "own permissions")
 
 
-def wrap(argv: list[str], scratch: Path, writable: list[Path], env: dict[str, str]) -> list[str]:
+def _hidden_roots() -> list[str]:
+    home = os.environ.get("HOME")
+    roots = [*HIDDEN, *([home] if home and home != "/" else [])]
+    return sorted({os.path.realpath(r) for r in roots if os.path.isdir(r)})
+
+
+def _within(path: str, roots: Iterable[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def needed_paths(extra: Iterable[Path | str] = ()) -> list[str]:
+    """What a process that runs a variant reads: the Python installation and every folder on its import path,
+    the package, the kernels, the CUDA toolkit (``CUDA_HOME``), NCU, and ``extra`` (the variants)."""
+    from liger_perf.registry import kernels_dir
+
+    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path,
+             *os.environ.get("PYTHONPATH", "").split(os.pathsep), os.environ.get("CUDA_HOME", ""),
+             str(Path(__file__).resolve().parent.parent), str(kernels_dir()),
+             *(os.path.dirname(os.path.realpath(p)) for p in filter(None, [shutil.which("ncu")])), *map(str, extra)]
+    return sorted({os.path.realpath(p) for p in paths if p and os.path.exists(p)})
+
+
+def wrap(argv: list[str], scratch: Path, writable: list[Path], env: dict[str, str],
+         readable: Iterable[Path | str] = ()) -> list[str]:
     """``argv`` run inside the sandbox, in ``scratch`` with ``env``; ``writable``: files or folders (they must
-    exist) it may write besides ``scratch``."""
+    exist) it may write besides ``scratch``; ``readable``: what it reads besides ``needed_paths()``."""
     # --cap-drop ALL: run as root, bwrap would keep every capability, and CAP_SYS_ADMIN remounts / writable.
-    # /dev/shm and /run get empty tmpfs: the host's shared memory and its daemons' sockets stay out of reach.
-    command = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev",
-               "--tmpfs", "/dev/shm", "--tmpfs", "/run", "--proc", "/proc", "--unshare-net", "--unshare-pid",
-               "--unshare-ipc", "--unshare-uts", "--cap-drop", "ALL", "--die-with-parent", "--new-session"]
+    command = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev",
+               "--proc", "/proc", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+               "--cap-drop", "ALL", "--die-with-parent", "--new-session"]
+    for node in sorted(Path("/dev").glob("nvidia*")):  # the GPUs, their control and UVM nodes, nvidia-caps/
+        command += ["--dev-bind", str(node), str(node)]
+    hidden = _hidden_roots()
+    for root in hidden:
+        command += ["--tmpfs", root]
+    # Back into the emptied places, read-only, only what is needed there (a parent before its children).
+    for path in needed_paths(readable):
+        if _within(path, hidden):
+            command += ["--ro-bind", path, path]
     for path in [Path(scratch), *writable]:
         command += ["--bind", str(path), str(path)]
     command += ["--chdir", str(scratch), "--clearenv"]
@@ -77,19 +138,109 @@ def sandboxed_environment(scratch: Path, extra_env: dict[str, str] | None = None
             "TRITON_CACHE_DIR": str(Path(scratch) / "triton-cache")}
 
 
-def contained_command(argv: list[str], scratch: Path, extra_env: dict[str, str] | None = None):
-    """``(command, env, preexec_fn)`` to run ``argv`` as a process that imports a variant, in ``scratch``: inside
-    the sandbox where it is available, else with the allow-listed environment only."""
+# -- limits ---------------------------------------------------------------------------------------------------
+
+def _pids_controllers() -> Iterator[Path]:
+    """Folders where a child pids cgroup of this process's own could be made: cgroup v1's pids hierarchy, then
+    the v2 hierarchy (where the parent must have delegated the pids controller)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        number, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if "pids" in controllers.split(","):
+            yield Path("/sys/fs/cgroup/pids") / path.lstrip("/")
+    for line in lines:
+        if line.startswith("0::"):
+            for mount in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+                own = mount / line[3:].lstrip("/")
+                with contextlib.suppress(OSError):
+                    if "pids" in (own / "cgroup.subtree_control").read_text().split():
+                        yield own
+
+
+@contextlib.contextmanager
+def process_group(limit: int = PROCESS_LIMIT) -> Iterator[Path | None]:
+    """A pids cgroup of at most ``limit`` processes for one sandboxed process tree to join (``limiter``); None
+    where this machine lets liger-perf make none. Removed when the block ends."""
+    made = None
+    for parent in _pids_controllers():
+        group = parent / f"liger-perf-{os.getpid()}-{next(_cgroup_names)}"
+        try:
+            group.mkdir()
+        except OSError:
+            continue
+        try:
+            (group / "pids.max").write_text(str(limit))
+            made = group
+            break
+        except OSError:
+            with contextlib.suppress(OSError):
+                group.rmdir()
+    try:
+        yield made
+    finally:
+        if made is not None:
+            for _ in range(50):  # the namespace's processes are being killed: the group empties in a moment
+                try:
+                    made.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+
+
+def _processes_of(uid: int) -> int:
+    count = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                count += entry.stat().st_uid == uid
+    return count
+
+
+def limiter(group: Path | None):
+    """``preexec_fn`` of a sandboxed process: the file-size and memory limits, and the process limit (joining
+    ``group``; else ``RLIMIT_NPROC`` on top of the user's processes now), inherited by all it starts."""
+    processes = None if group is not None or os.getuid() == 0 else _processes_of(os.getuid()) + PROCESS_LIMIT
+    memory = memory_limit()
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
+        resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
+        if group is not None:
+            (group / "cgroup.procs").write_text(str(os.getpid()))
+        elif processes is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
+
+    return limit
+
+
+def limits() -> dict[str, str]:
+    """The limits a sandboxed process gets on this machine, in words (for the README's claims and the tests)."""
+    with process_group() as group:
+        processes = (f"at most {PROCESS_LIMIT} (pids cgroup)" if group is not None else
+                     f"at most {PROCESS_LIMIT} more than the user has (RLIMIT_NPROC)" if os.getuid() != 0 else
+                     "none: no pids cgroup can be made here, and RLIMIT_NPROC does not apply to root")
+    return {"file_size": f"{FILE_SIZE_LIMIT} bytes", "memory": f"{memory_limit()} bytes (RLIMIT_DATA)",
+            "processes": processes}
+
+
+def run(argv: list[str], scratch: Path, env: dict[str, str], writable: list[Path] = (),
+        readable: Iterable[Path | str] = (), **popen) -> subprocess.CompletedProcess:
+    """``subprocess.run`` of ``argv`` inside the sandbox with its limits (``popen``: run's own arguments)."""
+    with process_group() as group:
+        return subprocess.run(wrap(argv, scratch, list(writable), env, readable), preexec_fn=limiter(group),
+                              **popen)
+
+
+def run_contained(argv: list[str], scratch: Path, extra_env: dict[str, str] | None = None,
+                  readable: Iterable[Path | str] = (), **popen) -> subprocess.CompletedProcess:
+    """Run ``argv``, a process that imports a variant, in ``scratch``: inside the sandbox where it is available,
+    else with the allow-listed environment only."""
     from liger_perf.contained import variant_environment
 
     if not available():
-        return argv, {**variant_environment(scratch), **(extra_env or {})}, None
-    env = sandboxed_environment(scratch, extra_env)
-    return wrap(argv, scratch, [], env), env, limit_resources
-
-
-def limit_resources() -> None:
-    """``preexec_fn`` of the sandboxed process: the file-size limit (inherited by everything it starts)."""
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
+        return subprocess.run(argv, env={**variant_environment(scratch), **(extra_env or {})}, cwd=scratch,
+                              **popen)
+    return run(argv, scratch, sandboxed_environment(scratch, extra_env), readable=readable, cwd=scratch, **popen)

@@ -4,6 +4,7 @@ network, no file to write outside its scratch folder, no other process and no se
 import json
 import os
 import socket
+import sys
 import threading
 
 import pytest
@@ -39,6 +40,11 @@ try:
 except OSError:
     _found["parent_visible"] = False
 _found["pids"] = sorted(int(p) for p in _os.listdir("/proc") if p.isdigit())
+_found["tmp"] = _os.listdir("/tmp")
+try:
+    _found["secret_file"] = open(SECRET_FILE).read()
+except OSError:
+    _found["secret_file"] = None
 _json.dump(_found, open("probe.json", "w"))
 '''
 
@@ -54,16 +60,21 @@ def test_a_variant_in_the_sandbox_reaches_nothing_outside_its_scratch_folder(tmp
     threading.Thread(target=lambda: accepted.append(_accept(listener)), daemon=True).start()
     targets = [str(tmp_path / "outside.txt"), str(ROOT / "kernels" / "escaped.txt"),
                str(tmp_path / "nb" / "relu_squared" / "0000-baseline.ipynb")]
+    (tmp_path / "secret.txt").write_text("a file of the user's")
     variant = tmp_path / "probe.py"
-    probe = PROBE.replace("TARGETS", repr(targets)).replace("PORT", str(listener.getsockname()[1]))
+    probe = PROBE.replace("SECRET_FILE", repr(str(tmp_path / "secret.txt"))).replace("TARGETS", repr(targets)).replace("PORT", str(listener.getsockname()[1]))
     variant.write_text(probe.replace("PARENT", str(os.getpid())) + baseline_path("relu_squared").read_text())
     run = run_trial("relu_squared", variant, root=tmp_path / "nb", device="interpret", repetitions=2,
                     convergence=False, ncu=False, peers=False, runner=PapermillRunner(sandboxed=True))
     assert run.result.status == "complete", run.result.reason
     scratch = tmp_path / "nb" / "relu_squared" / "artifacts" / "0000-probe"
     found = json.loads((scratch / "probe.json").read_text())
-    assert found["wrote"] == [] and not (tmp_path / "outside.txt").exists()
-    assert not (ROOT / "kernels" / "escaped.txt").exists()
+    # Under /tmp, the sandbox's own empty /tmp takes a write, and it vanishes with the sandbox; the repository
+    # (bound back read-only where it is under /tmp) takes none.
+    assert not (tmp_path / "outside.txt").exists() and not (tmp_path / "nb" / "relu_squared" /
+                                                           "0000-baseline.ipynb").exists()
+    assert not (ROOT / "kernels" / "escaped.txt").exists() and targets[1] not in found["wrote"]
+    assert found["tmp"] == [scratch.resolve().parts[2]] and found["secret_file"] is None  # nothing of the host's
     assert found["connected"] is False and accepted in ([], [None])
     assert found["parent_visible"] is False and max(found["pids"]) < 100  # a PID namespace of its own
     assert found["secret"] is None and found["cwd"] == str(scratch.resolve())
@@ -85,3 +96,99 @@ def test_a_crashing_variant_in_the_sandbox_is_recorded_as_crashed(tmp_path):
     run = run_trial("relu_squared", variant, root=tmp_path / "nb", device="interpret", repetitions=2,
                     convergence=False, ncu=False, peers=False, runner=PapermillRunner(sandboxed=True))
     assert run.result.status == "crashed" and run.result.reason
+
+
+LIMITS_PROBE = """
+import os, subprocess
+print("dev", sorted(os.listdir("/dev")))
+started = []
+try:
+    for _ in range(PROCESSES + 50):
+        started.append(subprocess.Popen(["sleep", "60"]))
+except OSError:
+    pass
+print("started", len(started))
+try:
+    hoard = bytearray(MEMORY + 2**30)
+    print("allocated")
+except MemoryError:
+    print("refused")
+"""
+
+
+def test_the_sandbox_limits_processes_and_memory_and_shows_no_disk(tmp_path):
+    probe = LIMITS_PROBE.replace("PROCESSES", str(sandbox.PROCESS_LIMIT)).replace(
+        "MEMORY", str(sandbox.memory_limit()))
+    done = sandbox.run([sys.executable, "-c", probe], tmp_path, sandbox.sandboxed_environment(tmp_path),
+                       capture_output=True, text=True, timeout=120)
+    lines = dict((line + " ").split(" ", 1) for line in done.stdout.splitlines())
+    assert done.returncode == 0 and "started" in lines, done.stderr
+    devices = set(json.loads(lines["dev"].replace("'", '"')))
+    assert {"null", "zero", "urandom"} <= devices and not devices & {"sda", "vda", "nvme0n1", "mem", "kmsg"}
+    assert devices - {"null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts", "shm", "fd", "stdin",
+                      "stdout", "stderr", "core"} <= {d for d in devices if d.startswith("nvidia")}
+    assert "allocated" not in done.stdout and "refused" in done.stdout
+    if "none" not in sandbox.limits()["processes"]:
+        assert int(lines["started"]) < sandbox.PROCESS_LIMIT
+
+
+# Every hostile module, with the static check switched off: each imported and called inside one sandboxed
+# process, its harmless payloads armed first ('true' becomes a command that leaks the environment to a file
+# outside, leaves a process behind and connects to the test; the files it names lie outside the scratch folder).
+RUN_ALL = """
+import importlib.util, json, pathlib, signal, sys, traceback
+import torch
+signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(TimeoutError()))
+ran = {}
+for path in sorted(pathlib.Path("modules").glob("*.py")):
+    signal.alarm(30)
+    try:
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.relu_squared(torch.randn(4, 8))
+        ran[path.stem] = "ran"
+    except BaseException as e:
+        ran[path.stem] = type(e).__name__
+    finally:
+        signal.alarm(0)
+json.dump(ran, open("ran.json", "w"))
+"""
+
+
+@pytest.mark.slow
+def test_every_hostile_module_without_the_static_check_has_no_effect_outside_the_sandbox(tmp_path, monkeypatch):
+    import subprocess
+
+    from hostile_modules import HOSTILE, hostile_source
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-never-seen")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(1)
+    outside, scratch = tmp_path / "outside", tmp_path / "scratch"
+    outside.mkdir()
+    (scratch / "modules").mkdir(parents=True)
+    marker = "317.25"  # the left-behind process: sleep 317.25
+    escape = (f"env > {outside}/env-$$; (sleep {marker} &); echo escaped > {ROOT}/kernels/escaped-$$; "
+              f"{sys.executable} -c 'import socket; socket.create_connection((\"127.0.0.1\", "
+              f"{listener.getsockname()[1]}), 3)'")
+    for i, name in enumerate(sorted(HOSTILE)):
+        source = (hostile_source(name).replace("'true'", repr(escape)).replace("['true']", repr(["sh", "-c", escape]))
+                  .replace("'/tmp/", repr(str(outside) + "/")[:-1]).replace("print('x')", f"open({str(outside / 'p')!r}, 'w')"))
+        (scratch / "modules" / f"m{i:03d}.py").write_text(source)
+    env = sandbox.sandboxed_environment(scratch, {"TRITON_INTERPRET": "1"})
+    done = sandbox.run([sys.executable, "-c", RUN_ALL], scratch, env, capture_output=True, text=True, timeout=600,
+                       stdin=subprocess.DEVNULL)
+    ran = json.loads((scratch / "ran.json").read_text())
+    assert done.returncode == 0 and len(ran) == len(HOSTILE), done.stderr[-2000:]
+    assert sum(outcome == "ran" for outcome in ran.values()) >= len(HOSTILE) // 2  # most really ran
+    assert list(outside.iterdir()) == [] and not list((ROOT / "kernels").glob("escaped-*"))  # no file
+    with pytest.raises(OSError):
+        listener.accept()  # no connection
+    leftover = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True)
+    assert leftover.stdout.strip() == ""  # no process
+    written = " ".join(p.read_text(errors="replace") for p in scratch.rglob("*") if p.is_file()
+                       and p.stat().st_size < 2**20)
+    assert "sk-never-seen" not in written + done.stdout + done.stderr  # no secret

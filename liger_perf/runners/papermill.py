@@ -133,9 +133,10 @@ def _execute_in_sandbox(request: TrialRequest, partial: Path, scratch: Path) -> 
             str(scratch)]
     # Papermill enforces each cell's limit inside; this is the limit of the whole, should the inside hang.
     limit = whole_seconds(request.timeout_s) * 12 + 600
+    variants = [Path(p) for p in (request.variant, request.against) if p]
     try:
-        done = subprocess.run(sandbox.wrap(argv, scratch, [partial], env), capture_output=True, text=True,
-                              timeout=limit, preexec_fn=sandbox.limit_resources)
+        done = sandbox.run(argv, scratch, env, writable=[partial], readable=variants, capture_output=True,
+                           text=True, timeout=limit)
     except subprocess.TimeoutExpired:
         return f"the trial's sandboxed process ran past {limit} s and was stopped"
     failure = read_untrusted(scratch / FAILURE_FILE, limit=1000)  # written inside: never followed if a link
