@@ -15,6 +15,34 @@ from liger_perf.history import geomean, measured_ratios
 from liger_perf.schema import JudgedRatio, Key, TrialResult, Verdict, VerdictName
 
 
+#: A contender's median CUDA-event time over the sum of its kernels' NCU durations in the same case: at least
+#: the kernels' own time (less a margin for clocks and noise), at most twice it (launch gaps). Over the H200
+#: trials in notebooks/fused_add_rms_norm/ (0002-0014) it lies between 0.95 and 1.54. Outside, the trial's
+#: timings are not to be trusted: a timer patched at run time, or the current best slowed by the candidate.
+NCU_AGREEMENT = (0.8, 2.0)
+
+
+def suspicions(result: TrialResult) -> list[str]:
+    """Why a complete trial's measurements are not to be trusted: a timed call whose outputs were wrong, or a
+    contender whose CUDA-event times disagree with its kernels' NCU durations. Empty when none."""
+    found = [f"spot check of a timed call: {c.contender} {c.pass_name} {c.shape} {c.dtype}: {c.reason}"
+             for c in (result.timing.spot_checks if result.timing else []) if not c.passed]
+    for contender in ("candidate", "against"):
+        kernels: dict[Key, float] = {}
+        for launch in result.launches(contender=contender):
+            duration = launch.metrics.get("gpu__time_duration.sum")
+            if duration is not None:
+                kernels[launch.key] = kernels.get(launch.key, 0.0) + duration / 1e6  # ns -> ms
+        for row in result.timing_rows(contender):
+            if row.key in kernels and row.median_ms is not None and kernels[row.key] > 0:
+                ratio = row.median_ms / kernels[row.key]
+                if not NCU_AGREEMENT[0] <= ratio <= NCU_AGREEMENT[1]:
+                    found.append(f"{contender} {row.pass_name} {row.shape} {row.dtype}: CUDA events "
+                                 f"{row.median_ms:.4g} ms, NCU kernels {kernels[row.key]:.4g} ms (ratio "
+                                 f"{ratio:.2f}, outside {NCU_AGREEMENT[0]}-{NCU_AGREEMENT[1]})")
+    return found
+
+
 @dataclass
 class Judgement:
     verdict: VerdictName
@@ -22,6 +50,7 @@ class Judgement:
     target_ratio: float = math.nan  # geomean candidate / current best on the target (< 1 is better)
     target_interval: tuple[float, float] = (math.nan, math.nan)
     ratios: dict[Key, float] = field(default_factory=dict)  # every judged metric, candidate / current best
+    suspicious: list[str] = field(default_factory=list)
 
     @property
     def gain(self) -> float:
@@ -33,7 +62,7 @@ class Judgement:
                        target_ratio=_finite(self.target_ratio),
                        target_interval=[_finite(x) for x in self.target_interval], gain=self.gain,
                        ratios=[JudgedRatio(pass_name=k[0], shape=k[1], dtype=k[2], ratio=v)
-                               for k, v in self.ratios.items()])
+                               for k, v in self.ratios.items()], suspicious=self.suspicious)
 
 
 def _finite(x: float) -> float | None:
@@ -57,6 +86,11 @@ def judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[Ke
     if result.against_sha == result.variant_sha:
         return Judgement("rejected", ["the variant is identical to the current best"])
 
+    suspicious = suspicions(result)
+    if suspicious:
+        return Judgement("rejected", [f"suspicious measurements, never accepted: {suspicious[0]}"
+                                      + (f" (and {len(suspicious) - 1} more)" if len(suspicious) > 1 else "")],
+                         suspicious=suspicious)
     times, memory = measured_ratios(result)
     reasons = []
     limit, cumulative = 1 + guardrails.max_regression, 1 + guardrails.max_cumulative_regression

@@ -69,11 +69,19 @@ def find_ncu() -> str | None:
     return None
 
 
+DURATION = "gpu__time_duration.sum"
+
+
 def ncu_command(ncu: str, kernel: str, variant: Path, passes: list[str], report: Path,
-                kernel_filter: str = "regex:.*", driver_args: tuple[str, ...] = ()) -> list[str]:
+                kernel_filter: str = "regex:.*", driver_args: tuple[str, ...] = (),
+                durations_only: bool = False) -> list[str]:
+    """``durations_only``: each kernel's duration and nothing else (one replay pass: a few seconds)."""
     cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--nvtx", "--target-processes", "all",
            "--kernel-name-base", "function", "--kernel-name", kernel_filter, "--force-overwrite",
            "--export", str(report)]
+    if durations_only:
+        return cmd + ["--metrics", DURATION, sys.executable, "-m", "liger_perf.ncu_driver", kernel, str(variant),
+                      "--passes", ",".join(passes), *driver_args]
     for section in SECTIONS:
         cmd += ["--section", section]
     cmd += ["--metrics", ",".join(EXTRA_METRICS)]
@@ -82,9 +90,10 @@ def ncu_command(ncu: str, kernel: str, variant: Path, passes: list[str], report:
 
 
 def profile(kernel: str, variant: Path, passes: list[str], interpreted: bool, report: Path,
-            timeout_s: float = 900, kernel_filter: str = "regex:.*", driver_args: tuple[str, ...] = ()) -> NcuResult:
+            timeout_s: float = 900, kernel_filter: str = "regex:.*", driver_args: tuple[str, ...] = (),
+            durations_only: bool = False) -> NcuResult:
     """Profile every pass of ``variant`` over the GPU suite (or the driver's ``--shapes``/``--dtypes``
-    subset); the report is written to ``report``."""
+    subset); the report is written to ``report``. ``durations_only``: kernel durations only."""
     if interpreted:
         return NcuResult("unavailable", "the Triton interpreter runs on the CPU; NCU profiles GPU kernels only")
     ncu = find_ncu()
@@ -92,7 +101,8 @@ def profile(kernel: str, variant: Path, passes: list[str], interpreted: bool, re
         return NcuResult("unavailable", "ncu (Nsight Compute) is not on PATH nor in /usr/local/cuda/bin")
     report = report.with_suffix(".ncu-rep") if report.suffix != ".ncu-rep" else report
     report.parent.mkdir(parents=True, exist_ok=True)
-    cmd = ncu_command(ncu, kernel, Path(variant).resolve(), passes, report, kernel_filter, driver_args)
+    cmd = ncu_command(ncu, kernel, Path(variant).resolve(), passes, report, kernel_filter, driver_args,
+                      durations_only)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
                                                                       os.environ.get("PYTHONPATH")]))}
     try:

@@ -88,6 +88,14 @@ class TimingRow(_Case):
     reps: int | None = None
 
 
+class SpotCheck(_Case):
+    """One timed call's outputs, on inputs drawn afresh for it, compared with the float64 reference."""
+
+    contender: str
+    passed: bool
+    reason: str = ""
+
+
 class Timing(_Record):
     repetitions: int = 0
     warmup: int = 0
@@ -97,6 +105,7 @@ class Timing(_Record):
     reference_contender: str = ""
     contenders: list[str] = []
     rows: list[TimingRow] = []
+    spot_checks: list[SpotCheck] = []
 
 
 class MemoryRow(_Record):
@@ -112,9 +121,10 @@ class Memory(_Record):
 
 
 class NcuLaunch(_Case):
-    """One profiled kernel launch: its case, kernel name and ``{metric: value}``."""
+    """One profiled kernel launch: its contender, case, kernel name and ``{metric: value}``."""
 
     kernel: str
+    contender: str = "candidate"  # "against": the current best's durations, profiled to cross-check its timing
     launch: int = 0
     metrics: dict[str, float | None] = {}
 
@@ -200,6 +210,7 @@ class Verdict(_Record):
     gain: float = 0.0  # 1 - target_ratio
     proposer: str | None = None
     superseded_by: int | None = None  # another candidate of the same round gained more
+    suspicious: list[str] = []  # why the measurements themselves are not to be trusted (never accepted)
 
 
 class TrialResult(_Record):
@@ -269,9 +280,10 @@ class TrialResult(_Record):
     def memory_rows(self) -> list[MemoryRow]:
         return self.memory.rows if self.memory else []
 
-    def launches(self, pass_name: str | None = None) -> list[NcuLaunch]:
+    def launches(self, pass_name: str | None = None, contender: str = "candidate") -> list[NcuLaunch]:
         launches = self.ncu.launches if self.ncu else []
-        return [launch for launch in launches if pass_name is None or launch.pass_name == pass_name]
+        return [launch for launch in launches if (pass_name is None or launch.pass_name == pass_name)
+                and launch.contender == contender]
 
     def payload(self) -> dict[str, Any]:
         """The JSON object the ``result`` cell holds (its keys as written: ``pass``, not ``pass_name``)."""

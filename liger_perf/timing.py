@@ -126,18 +126,29 @@ def peer_contenders(spec: KernelSpec, device: Device) -> tuple[dict[str, Forward
 
 def time_case(spec: KernelSpec, contenders: Mapping[str, ForwardFn], case: Case, pass_name: str, device: Device,
               plan: TimingPlan, rng: np.random.Generator, judged: tuple[str, ...] = ("candidate", "against"),
-              ) -> dict[str, np.ndarray]:
+              spot_checks: list[dict] | None = None) -> dict[str, np.ndarray]:
     """Milliseconds per repetition for each contender, on the same inputs, interleaved in random order.
 
     The two ``judged`` contenders (the candidate and the current best) each get two copies of the inputs and
     swap them every repetition: where a buffer sits in memory can move a memory-bound kernel's time by a
-    percent or two, and that must not pass for a difference between the kernels."""
+    percent or two, and that must not pass for a difference between the kernels.
+
+    ``spot_checks``: where to add, for each judged contender, the check of one timed call, at a repetition drawn
+    at random, run on inputs drawn afresh for it and compared with the float64 reference: what is timed is what
+    computes the right result (not a call patched, or one that returns what it returned before)."""
     inputs, cotangents = case_inputs(spec, case, device)
     pair = [name for name in judged if name in contenders]
     swap = len(pair) == 2
     prepared = {name: [prepare_pass(spec, fwd, inputs, case.config, pass_name, cotangents)
                        for _ in range(2 if swap and name in pair else 1)]
                 for name, fwd in contenders.items()}
+    spot_rep = int(rng.integers(plan.repetitions)) if spot_checks is not None and plan.repetitions else -1
+    spot: dict[str, Any] = {}
+    if spot_rep >= 0:
+        spot_inputs, spot_cotangents = case_inputs(spec, case, device)
+        spot = {name: prepare_pass(spec, contenders[name], spot_inputs, case.config, pass_name, spot_cotangents)
+                for name in pair}
+        spot_outputs: dict[str, Any] = {}
     timer = _Timer(device)
     names = list(prepared)
     for _ in range(plan.warmup):  # JIT compilation, autotuning and allocator growth stay out of the numbers
@@ -150,22 +161,58 @@ def time_case(spec: KernelSpec, contenders: Mapping[str, ForwardFn], case: Case,
         for i in rng.permutation(len(names)):
             copies = prepared[names[i]]
             offset = pair.index(names[i]) if names[i] in pair else 0
-            thunk = copies[(rep + offset) % len(copies)].arm()
+            if rep == spot_rep and names[i] in spot:
+                call = spot[names[i]].arm()
+
+                def thunk(call=call, name=names[i]):
+                    spot_outputs[name] = call()
+            else:
+                thunk = copies[(rep + offset) % len(copies)].arm()
             measured[names[i]].append(timer.measure(thunk))
     timer.synchronize()
+    if spot_rep >= 0:
+        spot_checks.extend(_spot_check(spec, case, pass_name, spot_inputs, spot_cotangents, spot_outputs))
     return {name: np.array([timer.read(m) for m in ms]) for name, ms in measured.items()}
 
 
+def _spot_check(spec: KernelSpec, case: Case, pass_name: str, inputs, cotangents, outputs: dict[str, Any],
+                ) -> list[dict]:
+    """Each contender's timed outputs against the float64 reference, with the gate's float64 tolerances."""
+    from liger_perf.correctness import compare
+
+    wide = {k: v.double() if v.is_floating_point() else v for k, v in inputs.items()}
+    reference = prepare_pass(spec, spec.reference_forward(), wide, case.config, pass_name,
+                             tuple(c.double() for c in cotangents)).arm()()
+    names = spec.outputs if pass_name == "forward" else spec.gradient_names()
+    tolerances = spec.tolerance(case.dtype, case.config)
+    rows = []
+    for contender, got in outputs.items():
+        got = got if isinstance(got, (tuple, list)) else (got,)
+        reasons = []
+        for name, value, expected in zip(names, got, reference if isinstance(reference, (tuple, list))
+                                         else (reference,)):
+            verdict = compare(value.detach(), expected.detach(), tolerances.for_output(name, spec.row_reductions)[1])
+            if verdict["verdict"] != "pass":
+                reasons.append(f"{name}: {verdict['reason']}")
+        if len(got) != len(names):
+            reasons.append(f"{len(got)} outputs where {len(names)} were expected")
+        rows.append({"pass": pass_name, "shape": shape_label(case.shape), "dtype": dtype_name(case.dtype),
+                     "contender": contender, "passed": not reasons, "reason": "; ".join(reasons)[:500]})
+    return rows
+
+
 def time_suite(spec: KernelSpec, contenders: Mapping[str, ForwardFn], cases: list[Case], passes: list[str],
-               device: Device, plan: TimingPlan, progress: Callable[[str], None] | None = None) -> pd.DataFrame:
-    """Every repetition of every contender, one row each (``SAMPLE_COLUMNS``)."""
+               device: Device, plan: TimingPlan, progress: Callable[[str], None] | None = None,
+               spot_checks: list[dict] | None = None) -> pd.DataFrame:
+    """Every repetition of every contender, one row each (``SAMPLE_COLUMNS``); each case's spot checks of the
+    judged contenders' timed calls are added to ``spot_checks`` (see ``time_case``)."""
     rng = np.random.default_rng(plan.seed)
     rows = []
     for pass_name in passes:
         for case in cases:
             if progress is not None:
                 progress(f"{pass_name} {case.label()}")
-            times = time_case(spec, contenders, case, pass_name, device, plan, rng)
+            times = time_case(spec, contenders, case, pass_name, device, plan, rng, spot_checks=spot_checks)
             for name, ms in times.items():
                 rows.extend({"pass": pass_name, "shape": shape_label(case.shape), "dtype": dtype_name(case.dtype),
                              "contender": name, "rep": i, "ms": float(t)} for i, t in enumerate(ms))

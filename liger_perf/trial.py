@@ -210,14 +210,17 @@ class Trial:
         cases = self.spec.cases(self.device.suite, "bench")
         bandwidth = copy_bandwidth(self.device)
         steps, done = len(cases) * len(self.passes), iter(range(1, len(cases) * len(self.passes) + 1))
+        spot_checks: list[dict] = []
         samples = time_suite(self.spec, contenders, cases, self.passes, self.device, plan,
-                             progress=lambda what: self.progress.report("timing", next(done, steps), steps, what))
+                             progress=lambda what: self.progress.report("timing", next(done, steps), steps, what),
+                             spot_checks=spot_checks)
         summary = summarize(samples, reference, self.spec, bandwidth, plan)
         memory = peak_memory(self.spec, contenders, cases, self.device)
         self.data["timing"] = {"repetitions": plan.repetitions, "warmup": plan.warmup, "confidence": plan.confidence,
                                "intervals": "simultaneous (Bonferroni over the trial's ratios), paired bootstrap",
                                "copy_bandwidth_bytes_per_s": bandwidth, "reference_contender": reference,
-                               "contenders": list(contenders), "rows": summary.to_dict("records")}
+                               "contenders": list(contenders), "rows": summary.to_dict("records"),
+                               "spot_checks": spot_checks}
         self.data["memory"] = {"rows": memory.to_dict("records"),
                                "note": "" if not self.device.interpreted else
                                "peak memory is read from the CUDA allocator; none under the interpreter"}
@@ -229,6 +232,10 @@ class Trial:
                           f"time with {plan.confidence:.0%} simultaneous intervals. Copy bandwidth in this run: "
                           f"{bandwidth / 1e9:.0f} GB/s (bytes read + written).")
         _display(timing_table(summary, unit))
+        failed = [c for c in spot_checks if not c["passed"]]
+        _display(markdown=f"Spot checks of timed calls (fresh inputs, against float64): {len(spot_checks)}, "
+                          f"{len(failed)} failed" + "".join(f"\n- {c['contender']} {c['pass']} {c['shape']} "
+                                                           f"{c['dtype']}: {c['reason']}" for c in failed))
         _display(markdown="## Peak memory (forward + backward, above the inputs)")
         if self.device.interpreted:
             _display(markdown=self.data["memory"]["note"])
@@ -255,9 +262,10 @@ class Trial:
             return
         widest = _widest_cases(advice)
         kept_advice = advice.merge(widest, on=["pass", "shape", "dtype"]) if len(advice) else advice
+        launches = _launch_records(metrics, "candidate") + self._against_durations(passes)
         self.data["ncu"] = {"status": "ok", "reason": "", "report": report, "passes": passes,
                             "units": dict(zip(metrics["metric"], metrics["unit"])),
-                            "launches": _launch_records(metrics),
+                            "launches": launches,
                             "advice": kept_advice.drop(columns=["launch"]).to_dict("records")}
         _display(markdown=f"## NCU ({len(self.data['ncu']['launches'])} kernel launches profiled; report "
                           f"`{report}`)")
@@ -268,6 +276,18 @@ class Trial:
             speedup = f" (estimated speedup {speedup:.0f}%)" if speedup is not None and speedup == speedup else ""
             _display(markdown=f"- **{row['pass']} {row['shape']} {row['dtype']} `{row['kernel']}` / {row['rule']}**"
                               f"{speedup}: {row['message']}")
+
+    def _against_durations(self, passes: list[str]) -> list[dict]:
+        """The current best's kernel durations under NCU: the judge holds each contender's CUDA-event times to
+        its own kernels' durations, so a candidate that slowed the best's timing at run time shows."""
+        from liger_perf.ncu import profile
+
+        if self.against is None:
+            return []
+        self.progress.report("NCU profile", detail="the current best's kernel durations")
+        res = profile(self.spec.name, self.against.path, passes, self.device.interpreted,
+                      (self.artifacts or Path(".")) / "against-durations.ncu-rep", durations_only=True)
+        return _launch_records(res.metrics, "against") if res.status == "ok" else []
 
     def result(self) -> dict:
         """Emit the structured result; the notebook's ``result`` cell calls this last. It is validated into a
@@ -311,11 +331,11 @@ def _numel(shape: str) -> int:
         return 0
 
 
-def _launch_records(metrics: pd.DataFrame) -> list[dict]:
-    """One record per profiled launch: its case, kernel name and ``{metric: value}``."""
+def _launch_records(metrics: pd.DataFrame, contender: str) -> list[dict]:
+    """One record per profiled launch: its contender, case, kernel name and ``{metric: value}``."""
     records = []
     for (launch, pass_name, shape, dtype, kernel), group in metrics.groupby(
             ["launch", "pass", "shape", "dtype", "kernel"], sort=True):
         records.append({"pass": pass_name, "shape": shape, "dtype": dtype, "kernel": kernel, "launch": int(launch),
-                        "metrics": dict(zip(group["metric"], group["value"]))})
+                        "contender": contender, "metrics": dict(zip(group["metric"], group["value"]))})
     return records

@@ -124,3 +124,44 @@ def test_a_ratio_without_its_interval_is_inconclusive_never_a_crash():
         row.ci_low = row.ci_high = None
     verdict = judge(result, RULES)
     assert verdict.verdict == "inconclusive" and abs(verdict.target_ratio - 0.5) < 1e-9
+
+
+def _recorded_accepted_trial() -> TrialResult:
+    """A real H200 trial that the loop accepted: candidate and current best, timed and profiled."""
+    from pathlib import Path
+
+    trials = load_trials("fused_add_rms_norm", Path(__file__).resolve().parent.parent / "notebooks")
+    return next(t for t in trials if t.verdict == "accepted" and t.ncu and t.ncu.status == "ok")
+
+
+def test_timings_that_disagree_with_the_ncu_kernel_durations_are_suspicious_and_never_accepted():
+    from liger_perf.judge import suspicions
+    from liger_perf.schema import NcuLaunch
+
+    trial = _recorded_accepted_trial()
+    rails = Guardrails(target="backward")
+    assert suspicions(trial) == [] and judge(trial, rails).verdict == "accepted"
+    # A timer patched at run time: the candidate's times a tenth of what its kernels took.
+    fast = trial.model_copy(deep=True)
+    for row in fast.timing_rows("candidate"):
+        row.median_ms /= 10
+    verdict = judge(fast, rails)
+    assert verdict.verdict == "rejected" and "suspicious" in verdict.reasons[0] and verdict.suspicious
+    assert verdict.record("backward", "rules").suspicious == verdict.suspicious
+    # The current best slowed by the candidate: its times three times its own kernels' durations.
+    slowed = trial.model_copy(deep=True)
+    for row in slowed.timing_rows("against"):
+        row.median_ms *= 3
+    slowed.ncu.launches += [NcuLaunch(**{**launch.model_dump(by_alias=True), "contender": "against"},
+                                      ) for launch in trial.launches()]
+    assert any(s.startswith("against ") for s in suspicions(slowed)) and judge(slowed, rails).verdict == "rejected"
+
+
+def test_a_timed_call_whose_outputs_were_wrong_is_suspicious_and_never_accepted():
+    from liger_perf.schema import SpotCheck
+
+    trial = _recorded_accepted_trial().model_copy(deep=True)
+    trial.timing.spot_checks = [SpotCheck(pass_name="backward", shape="2048x1024", dtype="float32",
+                                          contender="candidate", passed=False, reason="dX: 12 elements beyond")]
+    verdict = judge(trial, Guardrails(target="backward"))
+    assert verdict.verdict == "rejected" and "spot check of a timed call" in verdict.reasons[0]

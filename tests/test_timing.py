@@ -64,3 +64,27 @@ def test_timed_backward_takes_gradients_as_training_does_without_accumulate_grad
     for pass_name in ("backward", "full"):
         dX, dR, dW = prepare_pass(spec, forward, inputs, case.config, pass_name, cotangents).arm()()
         assert dX.data_ptr() == dR.data_ptr() and dW.shape == (40,)
+
+
+def test_a_contender_that_replays_earlier_outputs_fails_the_spot_check_of_its_timed_calls(interpret_device):
+    from liger_perf.registry import baseline_path
+    from liger_perf.timing import time_suite
+    from liger_perf.variants import load_variant
+
+    spec = get_spec("relu_squared")
+    honest = spec.variant_forward(load_variant(baseline_path(spec.name), spec).module)
+    remembered = {}
+
+    def replaying(inputs, config):  # computes once per shape, then returns what it returned before
+        key = tuple(inputs["X"].shape)
+        if key not in remembered:
+            remembered[key] = honest(inputs, config)
+        return remembered[key]
+
+    checks = []
+    cases = spec.cases(interpret_device.suite, "bench")
+    time_suite(spec, {"candidate": replaying, "against": honest, "eager": spec.reference_forward()}, cases,
+               ["forward"], interpret_device, TimingPlan(3, 1), spot_checks=checks)
+    assert len(checks) == 2 * len(cases)  # the judged pair, in every case; not the peers
+    assert all(c["passed"] for c in checks if c["contender"] == "against")
+    assert not any(c["passed"] for c in checks if c["contender"] == "candidate")

@@ -116,7 +116,7 @@ def _ncu_lines(trial: TrialResult, limit: int = 12) -> list[str]:
             "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum",
             "launch__waves_per_multiprocessor")
     lines = []
-    for launch in ncu.launches[-limit:]:
+    for launch in trial.launches()[-limit:]:
         metrics = ", ".join(f"{k.split('__')[1].split('.')[0]}={launch.metrics[k]:.4g}"
                             for k in keep if launch.metrics.get(k) is not None)
         lines.append(f"  NCU {launch.pass_name} {launch.shape} {launch.dtype} {launch.kernel}: {metrics}")
