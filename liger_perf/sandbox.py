@@ -29,6 +29,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -57,8 +58,11 @@ def unavailable_reason() -> str:
     if bwrap is None:
         return "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
     try:
-        inside = wrap(["grep", "^CapEff:", "/proc/self/status"], Path("/"), [], {"PATH": "/usr/bin:/bin"})
-        probe = subprocess.run(inside, capture_output=True, text=True, timeout=30)
+        # This Python, as a trial starts it: what it needs is bound back where the user's files are hidden.
+        code = "print(open('/proc/self/status').read().split('CapEff:')[1].split()[0])"
+        with tempfile.TemporaryDirectory(prefix="liger-perf-probe-") as scratch:
+            inside = wrap([sys.executable, "-c", code], Path(scratch), [], {"PATH": os.defpath})
+            probe = subprocess.run(inside, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"bwrap could not be started: {e}"
     if probe.returncode != 0:
@@ -92,16 +96,30 @@ def _within(path: str, roots: Iterable[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
-def needed_paths(extra: Iterable[Path | str] = ()) -> list[str]:
-    """What a process that runs a variant reads: the Python installation and every folder on its import path,
-    the package, the kernels, the CUDA toolkit (``CUDA_HOME``), NCU, and ``extra`` (the variants)."""
+def needed_paths(extra: Iterable[Path | str] = ()) -> list[tuple[str, str]]:
+    """What a process that runs a variant reads, as (real path, path as named) pairs: the Python installation
+    and its import path, the package, the kernels, the CUDA toolkit, NCU, the folders the allow-listed
+    environment names (libraries, ptxas, Jupyter), and ``extra`` (the variants). Never the working folder of the
+    caller nor a whole emptied place (``python -m`` from ``$HOME`` puts it on ``sys.path``)."""
     from liger_perf.registry import kernels_dir
 
-    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path,
-             *os.environ.get("PYTHONPATH", "").split(os.pathsep), os.environ.get("CUDA_HOME", ""),
+    listed = lambda name: os.environ.get(name, "").split(os.pathsep)  # noqa: E731
+    here = os.path.realpath(os.getcwd())
+    imports = [p for p in [*sys.path[1:], *listed("PYTHONPATH")] if p and os.path.realpath(p) != here]
+    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, *imports, *listed("LD_LIBRARY_PATH"), *listed("JUPYTER_PATH"), os.environ.get("CUDA_HOME", ""),
+             os.environ.get("CONDA_PREFIX", ""), os.environ.get("TRITON_PTXAS_PATH", ""),
+             os.environ.get("TRITON_LIBCUDA_PATH", ""), os.path.dirname(sys.executable),
              str(Path(__file__).resolve().parent.parent), str(kernels_dir()),
-             *(os.path.dirname(os.path.realpath(p)) for p in filter(None, [shutil.which("ncu")])), *map(str, extra)]
-    return sorted({os.path.realpath(p) for p in paths if p and os.path.exists(p)})
+             *(os.path.dirname(p) for p in filter(None, [shutil.which("ncu")])), *map(str, extra)]
+    refused = {os.path.realpath(p) for p in ["/", *_hidden_roots()]}
+    pairs = set()
+    for path in filter(None, paths):
+        named, real = os.path.abspath(path), os.path.realpath(path)
+        if not os.path.exists(real) or real in refused or named in refused:
+            continue
+        pairs.add((real, real))
+        pairs.add((real, named))  # a path through a link (a home on another disk) works as written
+    return sorted(pairs, key=lambda pair: (pair[1].count("/"), pair[1]))
 
 
 def wrap(argv: list[str], scratch: Path, writable: list[Path], env: dict[str, str],
@@ -118,9 +136,9 @@ def wrap(argv: list[str], scratch: Path, writable: list[Path], env: dict[str, st
     for root in hidden:
         command += ["--tmpfs", root]
     # Back into the emptied places, read-only, only what is needed there (a parent before its children).
-    for path in needed_paths(readable):
-        if _within(path, hidden):
-            command += ["--ro-bind", path, path]
+    for real, named in needed_paths(readable):
+        if _within(named, hidden):
+            command += ["--ro-bind", real, named]
     for path in [Path(scratch), *writable]:
         command += ["--bind", str(path), str(path)]
     command += ["--chdir", str(scratch), "--clearenv"]
@@ -190,19 +208,21 @@ def process_group(limit: int = PROCESS_LIMIT) -> Iterator[Path | None]:
                     time.sleep(0.1)
 
 
-def _processes_of(uid: int) -> int:
+def _threads_of(uid: int) -> int:
+    """The user's tasks (``RLIMIT_NPROC`` counts threads, and torch starts one per core)."""
     count = 0
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             with contextlib.suppress(OSError):
-                count += entry.stat().st_uid == uid
+                if entry.stat().st_uid == uid:
+                    count += len(os.listdir(f"/proc/{entry.name}/task"))
     return count
 
 
 def limiter(group: Path | None):
     """``preexec_fn`` of a sandboxed process: the file-size and memory limits, and the process limit (joining
     ``group``; else ``RLIMIT_NPROC`` on top of the user's processes now), inherited by all it starts."""
-    processes = None if group is not None or os.getuid() == 0 else _processes_of(os.getuid()) + PROCESS_LIMIT
+    processes = None if group is not None or os.getuid() == 0 else _threads_of(os.getuid()) + PROCESS_LIMIT + 8 * (os.cpu_count() or 1)
     memory = memory_limit()
 
     def limit() -> None:

@@ -192,3 +192,22 @@ def test_every_hostile_module_without_the_static_check_has_no_effect_outside_the
     written = " ".join(p.read_text(errors="replace") for p in scratch.rglob("*") if p.is_file()
                        and p.stat().st_size < 2**20)
     assert "sk-never-seen" not in written + done.stdout + done.stderr  # no secret
+
+
+def test_a_variant_named_through_a_link_is_readable_and_the_caller_s_folder_stays_hidden(tmp_path, monkeypatch):
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "v.py").write_text("print('read')\n")
+    (tmp_path / "link").symlink_to(real)
+    (tmp_path / "private.txt").write_text("the caller's")
+    monkeypatch.chdir(tmp_path)  # as `python -m liger_perf` started in a home folder puts it on the import path
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([".", os.environ.get("PYTHONPATH", "")]))
+    pairs = sandbox.needed_paths([tmp_path / "link" / "v.py"])
+    assert (str(real / "v.py"), str(tmp_path / "link" / "v.py")) in pairs
+    assert all(named != str(tmp_path) for _, named in pairs)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    code = f"exec(open({str(tmp_path / 'link' / 'v.py')!r}).read()); open({str(tmp_path / 'private.txt')!r})"
+    done = sandbox.run([sys.executable, "-c", code], scratch, sandbox.sandboxed_environment(scratch),
+                       readable=[tmp_path / "link" / "v.py"], capture_output=True, text=True, timeout=120)
+    assert done.stdout == "read\n" and "FileNotFoundError" in done.stderr, done.stderr[-500:]
