@@ -27,6 +27,9 @@ def suspicions(result: TrialResult) -> list[str]:
     contender whose CUDA-event times disagree with its kernels' NCU durations. Empty when none."""
     found = [f"spot check of a timed call: {c.contender} {c.pass_name} {c.shape} {c.dtype}: {c.reason}"
              for c in (result.timing.spot_checks if result.timing else []) if not c.passed]
+    if result.ncu is not None and result.ncu.against_durations not in (None, "ok"):
+        found.append(f"the current best's kernel durations could not be profiled ({result.ncu.against_durations}):"
+                     " its times are held to nothing")
     for contender in ("candidate", "against"):
         kernels: dict[Key, float] = {}
         for launch in result.launches(contender=contender):

@@ -156,6 +156,9 @@ class Ncu(_Record):
     units: dict[str, str] = {}
     launches: list[NcuLaunch] = []
     advice: list[NcuAdvice] = []
+    #: The current best's durations-only profile: "ok", or why it failed (a trial that has nothing to hold the
+    #: best's times to is not trusted); None in trials recorded before it was taken.
+    against_durations: str | None = None
 
 
 class Correctness(_Record):

@@ -262,8 +262,10 @@ class Trial:
             return
         widest = _widest_cases(advice)
         kept_advice = advice.merge(widest, on=["pass", "shape", "dtype"]) if len(advice) else advice
-        launches = _launch_records(metrics, "candidate") + self._against_durations(passes)
+        against, against_status = self._against_durations(passes)
+        launches = _launch_records(metrics, "candidate") + against
         self.data["ncu"] = {"status": "ok", "reason": "", "report": report, "passes": passes,
+                            "against_durations": against_status,
                             "units": dict(zip(metrics["metric"], metrics["unit"])),
                             "launches": launches,
                             "advice": kept_advice.drop(columns=["launch"]).to_dict("records")}
@@ -277,17 +279,20 @@ class Trial:
             _display(markdown=f"- **{row['pass']} {row['shape']} {row['dtype']} `{row['kernel']}` / {row['rule']}**"
                               f"{speedup}: {row['message']}")
 
-    def _against_durations(self, passes: list[str]) -> list[dict]:
-        """The current best's kernel durations under NCU: the judge holds each contender's CUDA-event times to
-        its own kernels' durations, so a candidate that slowed the best's timing at run time shows."""
+    def _against_durations(self, passes: list[str]) -> tuple[list[dict], str | None]:
+        """The current best's kernel durations under NCU, and "ok" or why not (None: no current best). The
+        judge holds each contender's CUDA-event times to its own kernels' durations, so a candidate that slowed
+        the best's timing at run time shows."""
         from liger_perf.ncu import profile
 
         if self.against is None:
-            return []
+            return [], None
         self.progress.report("NCU profile", detail="the current best's kernel durations")
         res = profile(self.spec.name, self.against.path, passes, self.device.interpreted,
                       (self.artifacts or Path(".")) / "against-durations.ncu-rep", durations_only=True)
-        return _launch_records(res.metrics, "against") if res.status == "ok" else []
+        if res.status != "ok":
+            return [], res.reason or "unavailable"
+        return _launch_records(res.metrics, "against"), "ok"
 
     def result(self) -> dict:
         """Emit the structured result; the notebook's ``result`` cell calls this last. It is validated into a

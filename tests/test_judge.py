@@ -155,6 +155,11 @@ def test_timings_that_disagree_with_the_ncu_kernel_durations_are_suspicious_and_
     slowed.ncu.launches += [NcuLaunch(**{**launch.model_dump(by_alias=True), "contender": "against"},
                                       ) for launch in trial.launches()]
     assert any(s.startswith("against ") for s in suspicions(slowed)) and judge(slowed, rails).verdict == "rejected"
+    # The current best's durations could not be profiled: nothing holds its times, so nothing is accepted.
+    unprofiled = trial.model_copy(deep=True)
+    unprofiled.ncu.against_durations = "ncu exited with 1"
+    assert judge(unprofiled, rails).verdict == "rejected"
+    assert "could not be profiled (ncu exited with 1)" in judge(unprofiled, rails).reasons[0]
 
 
 def test_a_timed_call_whose_outputs_were_wrong_is_suspicious_and_never_accepted():
