@@ -106,9 +106,10 @@ def needed_paths(extra: Iterable[Path | str] = ()) -> list[tuple[str, str]]:
     listed = lambda name: os.environ.get(name, "").split(os.pathsep)  # noqa: E731
     here = os.path.realpath(os.getcwd())
     imports = [p for p in [*sys.path[1:], *listed("PYTHONPATH")] if p and os.path.realpath(p) != here]
-    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, *imports, *listed("LD_LIBRARY_PATH"), *listed("JUPYTER_PATH"), os.environ.get("CUDA_HOME", ""),
-             os.environ.get("CONDA_PREFIX", ""), os.environ.get("TRITON_PTXAS_PATH", ""),
-             os.environ.get("TRITON_LIBCUDA_PATH", ""), os.path.dirname(sys.executable),
+    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, *imports, *listed("LD_LIBRARY_PATH"),
+             *listed("JUPYTER_PATH"), os.environ.get("CUDA_HOME", ""), os.environ.get("CONDA_PREFIX", ""),
+             os.environ.get("TRITON_PTXAS_PATH", ""), os.environ.get("TRITON_LIBCUDA_PATH", ""),
+             os.path.dirname(sys.executable),
              str(Path(__file__).resolve().parent.parent), str(kernels_dir()),
              *(os.path.dirname(p) for p in filter(None, [shutil.which("ncu")])), *map(str, extra)]
     refused = {os.path.realpath(p) for p in ["/", *_hidden_roots()]}
@@ -222,7 +223,8 @@ def _threads_of(uid: int) -> int:
 def limiter(group: Path | None):
     """``preexec_fn`` of a sandboxed process: the file-size and memory limits, and the process limit (joining
     ``group``; else ``RLIMIT_NPROC`` on top of the user's processes now), inherited by all it starts."""
-    processes = None if group is not None or os.getuid() == 0 else _threads_of(os.getuid()) + PROCESS_LIMIT + 8 * (os.cpu_count() or 1)
+    processes = (None if group is not None or os.getuid() == 0 else
+                 _threads_of(os.getuid()) + PROCESS_LIMIT + 8 * (os.cpu_count() or 1))
     memory = memory_limit()
 
     def limit() -> None:

@@ -63,7 +63,8 @@ def test_a_variant_in_the_sandbox_reaches_nothing_outside_its_scratch_folder(tmp
                str(tmp_path / "nb" / "relu_squared" / "0000-baseline.ipynb")]
     (tmp_path / "secret.txt").write_text("a file of the user's")
     variant = tmp_path / "probe.py"
-    probe = PROBE.replace("SECRET_FILE", repr(str(tmp_path / "secret.txt"))).replace("TARGETS", repr(targets)).replace("PORT", str(listener.getsockname()[1]))
+    probe = (PROBE.replace("SECRET_FILE", repr(str(tmp_path / "secret.txt"))).replace("TARGETS", repr(targets))
+             .replace("PORT", str(listener.getsockname()[1])))
     variant.write_text(probe.replace("PARENT", str(os.getpid())) + baseline_path("relu_squared").read_text())
     run = run_trial("relu_squared", variant, root=tmp_path / "nb", device="interpret", repetitions=2,
                     convergence=False, ncu=False, peers=False, runner=PapermillRunner(sandboxed=True))
@@ -178,8 +179,9 @@ def test_every_hostile_module_without_the_static_check_has_no_effect_outside_the
               f"{sys.executable} -c 'import socket; socket.create_connection((\"127.0.0.1\", "
               f"{listener.getsockname()[1]}), 3)'")
     for i, name in enumerate(sorted(HOSTILE)):
-        source = (hostile_source(name).replace("'true'", repr(escape)).replace("['true']", repr(["sh", "-c", escape]))
-                  .replace("'/tmp/", repr(str(outside) + "/")[:-1]).replace("print('x')", f"open({str(outside / 'p')!r}, 'w')"))
+        source = (hostile_source(name).replace("'true'", repr(escape))
+                  .replace("['true']", repr(["sh", "-c", escape])).replace("'/tmp/", repr(str(outside) + "/")[:-1])
+                  .replace("print('x')", f"open({str(outside / 'p')!r}, 'w')"))
         (scratch / "modules" / f"m{i:03d}.py").write_text(source)
     env = sandbox.sandboxed_environment(scratch, {"TRITON_INTERPRET": "1"})
     done = sandbox.run([sys.executable, "-c", RUN_ALL], scratch, env, capture_output=True, text=True, timeout=600,
