@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from liger_perf.guardrails import Guardrails
 from liger_perf.history import geomean, measured_ratios
-from liger_perf.schema import JudgedRatio, Key, TrialResult, Verdict, VerdictName
+from liger_perf.schema import NCU_DURATION, JudgedRatio, Key, TrialResult, Verdict, VerdictName
 
 
 #: A contender's median CUDA-event time over the sum of its kernels' NCU durations in the same case: at least
@@ -33,7 +33,7 @@ def suspicions(result: TrialResult) -> list[str]:
     for contender in ("candidate", "against"):
         kernels: dict[Key, float] = {}
         for launch in result.launches(contender=contender):
-            duration = launch.metrics.get("gpu__time_duration.sum")
+            duration = launch.metrics.get(NCU_DURATION)
             if duration is not None:
                 kernels[launch.key] = kernels.get(launch.key, 0.0) + duration / 1e6  # ns -> ms
         for row in result.timing_rows(contender):

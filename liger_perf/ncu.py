@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from liger_perf.ncu_driver import parse_range_name
-from liger_perf.schema import STALL_PREFIX, STALL_SUFFIX
+from liger_perf.schema import NCU_DURATION, STALL_PREFIX, STALL_SUFFIX
 
 SECTIONS = ("SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats", "WarpStateStats")
 EXTRA_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum",
@@ -31,7 +31,7 @@ EXTRA_METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum",
                  "lts__t_sector_hit_rate.pct")
 #: What a trial keeps of each profiled kernel (the full report stays in the ``.ncu-rep`` artifact).
 KEPT_METRICS = (
-    "gpu__time_duration.sum",
+    NCU_DURATION,
     "dram__bytes_read.sum", "dram__bytes_write.sum", "dram__bytes.sum.per_second",
     "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
     "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
@@ -69,9 +69,6 @@ def find_ncu() -> str | None:
     return None
 
 
-DURATION = "gpu__time_duration.sum"
-
-
 def ncu_command(ncu: str, kernel: str, variant: Path, passes: list[str], report: Path,
                 kernel_filter: str = "regex:.*", driver_args: tuple[str, ...] = (),
                 durations_only: bool = False) -> list[str]:
@@ -80,11 +77,11 @@ def ncu_command(ncu: str, kernel: str, variant: Path, passes: list[str], report:
            "--kernel-name-base", "function", "--kernel-name", kernel_filter, "--force-overwrite",
            "--export", str(report)]
     if durations_only:
-        return cmd + ["--metrics", DURATION, sys.executable, "-m", "liger_perf.ncu_driver", kernel, str(variant),
-                      "--passes", ",".join(passes), *driver_args]
-    for section in SECTIONS:
-        cmd += ["--section", section]
-    cmd += ["--metrics", ",".join(EXTRA_METRICS)]
+        cmd += ["--metrics", NCU_DURATION]
+    else:
+        for section in SECTIONS:
+            cmd += ["--section", section]
+        cmd += ["--metrics", ",".join(EXTRA_METRICS)]
     return cmd + [sys.executable, "-m", "liger_perf.ncu_driver", kernel, str(variant), "--passes", ",".join(passes),
                   *driver_args]
 
@@ -196,7 +193,7 @@ def summary_table(metrics: pd.DataFrame) -> pd.DataFrame:
     if metrics.empty:
         return pd.DataFrame()
     short = {
-        "gpu__time_duration.sum": "time",
+        NCU_DURATION: "time",
         "launch__registers_per_thread": "regs/thread",
         "sm__maximum_warps_per_active_cycle_pct": "theoretical occ %",
         "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved occ %",

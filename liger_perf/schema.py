@@ -30,6 +30,8 @@ Kind = Literal["experiment", "revalidation"]  # revalidation: a nightly check of
 #: NCU's warp-stall metrics (WarpStateStats: cycles stalled per issued instruction, by reason) are named
 #: ``<STALL_PREFIX><reason><STALL_SUFFIX>``.
 STALL_PREFIX, STALL_SUFFIX = "smsp__average_warps_issue_stalled_", "_per_issue_active.ratio"
+#: NCU's duration of one kernel launch, in nanoseconds.
+NCU_DURATION = "gpu__time_duration.sum"
 
 
 class TrialRequest(BaseModel):

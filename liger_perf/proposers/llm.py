@@ -27,7 +27,7 @@ from liger_perf.history import geomean
 from liger_perf.proposers import Context, Proposal, Stop, tried_sources
 from liger_perf.proposers.rules import RulesProposer, diagnose
 from liger_perf.proposers.safety import check_generated_source
-from liger_perf.schema import TrialResult
+from liger_perf.schema import NCU_DURATION, TrialResult
 from liger_perf.spec import dtype_name, shape_label
 from liger_perf.variants import read_knobs, source_hash
 
@@ -111,7 +111,7 @@ def _ncu_lines(trial: TrialResult, limit: int = 12) -> list[str]:
     ncu = trial.ncu
     if ncu is None or ncu.status != "ok":
         return [f"  NCU: unavailable ({ncu.reason if ncu else 'not recorded'})"]
-    keep = ("gpu__time_duration.sum", "launch__registers_per_thread",
+    keep = (NCU_DURATION, "launch__registers_per_thread",
             "sm__warps_active.avg.pct_of_peak_sustained_active", "sm__maximum_warps_per_active_cycle_pct",
             "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum",
             "launch__waves_per_multiprocessor")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from liger_perf.proposers import Context, Proposal, Stop, tried_sources
-from liger_perf.schema import NcuLaunch, TrialResult
+from liger_perf.schema import NCU_DURATION, NcuLaunch, TrialResult
 from liger_perf.spec import Remedy
 from liger_perf.variants import read_knobs, source_hash, with_knobs
 
@@ -40,8 +40,8 @@ def diagnose(trial: TrialResult, pass_name: str) -> list[Diagnosis]:
     dominant: dict[tuple[str, str], NcuLaunch] = {}
     for launch in trial.launches(pass_name):
         key = (launch.shape, launch.dtype)
-        time = launch.metric("gpu__time_duration.sum")
-        if key not in dominant or time > dominant[key].metric("gpu__time_duration.sum"):
+        time = launch.metric(NCU_DURATION)
+        if key not in dominant or time > dominant[key].metric(NCU_DURATION):
             dominant[key] = launch
     found: dict[str, Diagnosis] = {}
 
