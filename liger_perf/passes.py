@@ -53,7 +53,7 @@ def prepare_pass(spec: KernelSpec, forward: ForwardFn, inputs: Inputs, config: M
         def arm():
             return lambda: forward(leaves, config)
     elif pass_name == "backward":
-        outputs = _as_tuple(forward(leaves, config))
+        outputs = as_tuple(forward(leaves, config))
 
         def arm():
             cots = fresh_cotangents()
@@ -61,11 +61,11 @@ def prepare_pass(spec: KernelSpec, forward: ForwardFn, inputs: Inputs, config: M
     elif pass_name == "full":
         def arm():
             cots = fresh_cotangents()
-            return lambda: torch.autograd.grad(_as_tuple(forward(leaves, config)), grad_leaves, cots)
+            return lambda: torch.autograd.grad(as_tuple(forward(leaves, config)), grad_leaves, cots)
     else:
         raise ValueError(f"unknown pass {pass_name!r}")
     return PreparedPass(pass_name, arm)
 
 
-def _as_tuple(outputs):
+def as_tuple(outputs):
     return tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)

@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 
 from liger_perf.device import Device
-from liger_perf.passes import case_inputs, prepare_pass
+from liger_perf.passes import as_tuple, case_inputs, prepare_pass
 from liger_perf.spec import Case, ForwardFn, KernelSpec, dtype_name, shape_label
 
 SAMPLE_COLUMNS = ["pass", "shape", "dtype", "contender", "rep", "ms"]
@@ -187,10 +187,9 @@ def _spot_check(spec: KernelSpec, case: Case, pass_name: str, inputs, cotangents
     tolerances = spec.tolerance(case.dtype, case.config)
     rows = []
     for contender, got in outputs.items():
-        got = got if isinstance(got, (tuple, list)) else (got,)
+        got = as_tuple(got)
         reasons = []
-        for name, value, expected in zip(names, got, reference if isinstance(reference, (tuple, list))
-                                         else (reference,)):
+        for name, value, expected in zip(names, got, as_tuple(reference)):
             verdict = compare(value.detach(), expected.detach(), tolerances.for_output(name, spec.row_reductions)[1])
             if verdict["verdict"] != "pass":
                 reasons.append(f"{name}: {verdict['reason']}")

@@ -50,13 +50,19 @@ _json.dump(_found, open("probe.json", "w"))
 '''
 
 
-@pytest.mark.slow
-def test_a_variant_in_the_sandbox_reaches_nothing_outside_its_scratch_folder(tmp_path, monkeypatch):
+def _listener_and_a_secret(monkeypatch, timeout: float) -> socket.socket:
+    """A secret in this process's environment, and a loopback listener a sandboxed variant must not reach."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-never-seen")
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
-    listener.settimeout(60)
+    listener.settimeout(timeout)
+    return listener
+
+
+@pytest.mark.slow
+def test_a_variant_in_the_sandbox_reaches_nothing_outside_its_scratch_folder(tmp_path, monkeypatch):
+    listener = _listener_and_a_secret(monkeypatch, timeout=60)
     accepted = []
     threading.Thread(target=lambda: accepted.append(_accept(listener)), daemon=True).start()
     targets = [str(tmp_path / "outside.txt"), str(ROOT / "kernels" / "escaped.txt"),
@@ -166,11 +172,7 @@ def test_every_hostile_module_without_the_static_check_has_no_effect_outside_the
 
     from hostile_modules import HOSTILE, hostile_source
 
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-never-seen")
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    listener.settimeout(1)
+    listener = _listener_and_a_secret(monkeypatch, timeout=1)
     outside, scratch = tmp_path / "outside", tmp_path / "scratch"
     outside.mkdir()
     (scratch / "modules").mkdir(parents=True)
