@@ -231,7 +231,7 @@ def optimize_command(
     if target is not None and target not in TARGETS:
         raise UserError(f"--target {target!r}: use one of {', '.join(TARGETS)}")
     rules = load_guardrails(guardrails or project_root() / "guardrails.yaml", target=target)
-    from liger_perf.sandbox import require_sandbox
+    from liger_perf.sandbox import require_sandbox, sandbox_required
 
     require_sandbox(proposer, unsandboxed)
     chosen = get_proposer(proposer, model=model, llm_config=str(llm_config) if llm_config else None)
@@ -245,7 +245,8 @@ def optimize_command(
             if workers > torch.cuda.device_count():
                 raise UserError(f"--workers {workers}: this host has {torch.cuda.device_count()} GPU(s), one per "
                                 "worker; ask for fewer workers, or start a cluster across hosts (--scheduler)")
-        runner = DaskRunner(workers=workers, scheduler=scheduler)
+        runner = DaskRunner(workers=workers, scheduler=scheduler,
+                            sandbox_required=sandbox_required(proposer, unsandboxed))
         console.print(f"Dask: {runner.workers} workers at {runner.client.scheduler.address}: rounds of "
                       f"{runner.workers} trials against the same best (dashboard: {runner.client.dashboard_link})",
                       markup=False)

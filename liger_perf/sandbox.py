@@ -76,11 +76,17 @@ def available() -> bool:
     return unavailable_reason() == ""
 
 
+def sandbox_required(proposer: str, unsandboxed: bool) -> bool:
+    """Whether the trials of this proposer may run only inside the sandbox: code a model wrote, unless the user
+    said otherwise (``--unsandboxed``)."""
+    return proposer in ("llm", "auto") and not unsandboxed
+
+
 def require_sandbox(proposer: str, unsandboxed: bool) -> None:
     """Generated code runs only inside the sandbox, unless the user said otherwise (``--unsandboxed``)."""
     from liger_perf.errors import UserError
 
-    if proposer in ("llm", "auto") and not unsandboxed and not available():
+    if sandbox_required(proposer, unsandboxed) and not available():
         raise UserError(f"--proposer {proposer} runs code a model wrote, and there is no sandbox here "
                         f"({unavailable_reason()}); install bubblewrap, or pass --unsandboxed to run it with your "
                         "own permissions")

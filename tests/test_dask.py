@@ -71,3 +71,48 @@ def test_a_worker_killed_mid_trial_loses_nothing_and_doubles_nothing(runner, tmp
     assert [r.result.status for r in runs] == ["complete", "complete"], [r.result.reason for r in runs]
     assert [p.name for p in store.trial_notebooks("relu_squared")] == ["0000-t0.ipynb", "0001-t1.ipynb"]
     assert not store.partial_notebooks("relu_squared")
+
+
+def test_generated_code_never_reaches_a_worker_without_a_sandbox(monkeypatch, tmp_path):
+    """Each worker decides by itself whether it sandboxes: a cluster with a worker that has no bwrap is refused
+    when the trials run generated code, and a task that reaches such a worker anyway is recorded as the
+    harness's failure without its variant being written or run."""
+    from distributed import LocalCluster
+
+    from liger_perf import sandbox
+    from liger_perf.errors import UserError
+    from liger_perf.runners import dask as dask_runner
+    from liger_perf.runners.dask import DaskRunner, NoSandboxOnWorker
+
+    # In-process workers: they see this test's stand-in for a host without bubblewrap.
+    monkeypatch.setattr(sandbox, "unavailable_reason", lambda: "bubblewrap (bwrap) is not installed")
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster:
+        with pytest.raises(UserError, match="1 of the Dask cluster's workers have no sandbox.*--unsandboxed"):
+            DaskRunner(scheduler=cluster.scheduler_address, sandbox_required=True)
+        allowed = DaskRunner(scheduler=cluster.scheduler_address)  # --unsandboxed, or the rules proposer
+        allowed.client.close()
+
+    written = []
+    monkeypatch.setattr(dask_runner.tempfile, "TemporaryDirectory", lambda **_: written.append(1))
+    store = Store(tmp_path / "notebooks", tmp_path / "reports")
+    request = trial_request("relu_squared", baseline_path("relu_squared"), store=store, **FAST)
+    request = request.model_dump(mode="json")
+    with pytest.raises(NoSandboxOnWorker, match="no sandbox"):
+        dask_runner._trial_on_worker(request, "raise SystemExit", None, False, sandbox_required=True)
+    assert written == []
+
+
+def test_a_task_refused_for_want_of_a_sandbox_is_the_harness_failure(monkeypatch, tmp_path):
+    from liger_perf.runners.dask import DaskRunner
+
+    class Refused:
+        def result(self):
+            raise RuntimeError("this worker has no sandbox (bwrap missing), and the trial runs generated code")
+
+    runner = DaskRunner.__new__(DaskRunner)
+    runner._modes = {}
+    store = Store(tmp_path / "notebooks", tmp_path / "reports")
+    request = trial_request("relu_squared", baseline_path("relu_squared"), store=store, **FAST)
+    run = runner._record(request, Refused(), store)
+    assert run.result.status == "harness-error"
+    assert "no sandbox" in run.result.reason

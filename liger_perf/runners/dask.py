@@ -38,10 +38,25 @@ def _fingerprint_on_worker(device: str) -> dict:
     return PapermillRunner().fingerprint(device)
 
 
-def _trial_on_worker(request: dict, variant_source: str, against_source: str | None, pin_gpu: bool) -> str:
-    """Run one trial on this worker; its notebook as text."""
+def _sandbox_missing_on_worker() -> str:
+    from liger_perf import sandbox
+
+    return sandbox.unavailable_reason()
+
+
+class NoSandboxOnWorker(RuntimeError):
+    """A trial that may run only inside the sandbox reached a worker that has none."""
+
+
+def _trial_on_worker(request: dict, variant_source: str, against_source: str | None, pin_gpu: bool,
+                     sandbox_required: bool = False) -> str:
+    """Run one trial on this worker; its notebook as text. A trial that needs the sandbox is refused by a worker
+    without one (one that joined after the runner checked them all), before its variant is written."""
     from liger_perf.runners.papermill import PapermillRunner
 
+    missing = _sandbox_missing_on_worker()
+    if sandbox_required and missing:
+        raise NoSandboxOnWorker(f"this worker has no sandbox ({missing}), and the trial runs generated code")
     if pin_gpu:  # a worker of a cluster this runner started: worker i owns GPU i
         from distributed import get_worker
 
@@ -60,7 +75,11 @@ def _trial_on_worker(request: dict, variant_source: str, against_source: str | N
 
 
 class DaskRunner:
-    def __init__(self, workers: int | None = None, scheduler: str | None = None):
+    """``sandbox_required``: the trials run code a model wrote, so every worker must have the sandbox of its own
+    host (each worker decides by itself whether it sandboxes; a remote one may lack ``bwrap``). Checked on every
+    worker when the runner starts, and again by each task on the worker that runs it."""
+
+    def __init__(self, workers: int | None = None, scheduler: str | None = None, sandbox_required: bool = False):
         from distributed import Client, LocalCluster
 
         if scheduler:
@@ -73,6 +92,21 @@ class DaskRunner:
             self.client, self.pin_gpus = Client(cluster), True
         self.workers = max(1, len(self.client.scheduler_info()["workers"]))
         self._modes: dict[str, str] = {}
+        self.sandbox_required = sandbox_required
+        if sandbox_required:
+            self._check_sandboxes()
+
+    def _check_sandboxes(self) -> None:
+        from liger_perf.errors import UserError
+
+        missing = {worker: reason for worker, reason in self.client.run(_sandbox_missing_on_worker).items()
+                   if reason}
+        if missing:
+            worker, reason = next(iter(missing.items()))
+            self.close()
+            raise UserError(f"{len(missing)} of the Dask cluster's workers have no sandbox (worker {worker}: "
+                            f"{reason}), and the trials run generated code: install bubblewrap on their hosts, "
+                            "or pass --unsandboxed to run it there with the workers' permissions")
 
     def close(self) -> None:
         cluster = getattr(self.client, "cluster", None)
@@ -97,7 +131,8 @@ class DaskRunner:
         from liger_perf.variants import read_source
 
         futures = [self.client.submit(_trial_on_worker, r.model_dump(mode="json"), read_source(r.variant),
-                                      read_source(r.against) if r.against else None, self.pin_gpus, pure=False,
+                                      read_source(r.against) if r.against else None, self.pin_gpus,
+                                      self.sandbox_required, pure=False,
                                       key=f"trial-{r.kernel}-{r.trial_id:04d}-{os.urandom(4).hex()}")
                    for r in requests]
         return [self._record(request, future, store) for request, future in zip(requests, futures)]
