@@ -20,6 +20,11 @@ KERNEL = "fused_add_rms_norm"
 RECORDED = ROOT / "notebooks"
 
 
+@pytest.fixture(autouse=True)
+def _recorded_baseline(recorded_baselines):
+    """Replays walk the recorded history, measured on the baseline as it was then."""
+
+
 def _history_up_to_the_baseline(tmp_path):
     """The recorded fused history up to its baseline trial (0002), as the loop found it on the H200."""
     root = tmp_path / "nb"

@@ -365,6 +365,7 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
             raise ValueError(f"casting_mode must be one of {sorted(CASTING_MODES)}, got {casting_mode!r}")
         shape = X.shape
         X2, R2 = _rows(X), _rows(R)
+        W = W.contiguous()  # the kernels index W by column alone (a strided W is copied: H elements)
         n_rows, n_cols = X2.shape
         settings = _launch_settings(n_cols, X.device)
         mode = CASTING_MODES[casting_mode]

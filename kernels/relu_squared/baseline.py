@@ -5,6 +5,8 @@ Math, elementwise:
     Y  = relu(X)^2
     dX = 2 * relu(X) * dY
 
+Special values as PyTorch: NaN propagates (relu(NaN) = NaN), relu(+inf)^2 = +inf.
+
 Casting: each element is computed in float32 and rounded once to X's dtype, which is what PyTorch's
 ``torch.relu(x).pow(2)`` and its autograd do in bfloat16 and float16 too. The forward saves X (not Y)
 for the backward. Both passes are one flat elementwise kernel over the contiguous tensor.
@@ -29,11 +31,17 @@ KNOB_CHOICES = {
 
 
 @triton.jit
+def _relu(x):
+    # As torch.relu: NaN stays NaN (tl.maximum(x, 0.0) would return 0 for it, on the GPU and the interpreter).
+    return tl.where(x < 0.0, 0.0, x)
+
+
+@triton.jit
 def _forward_kernel(Y, X, n_elements, BLOCK_SIZE: tl.constexpr):
     offsets = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < n_elements
     x = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32)
-    r = tl.maximum(x, 0.0)
+    r = _relu(x)
     tl.store(Y + offsets, (r * r).to(Y.dtype.element_ty), mask=mask)
 
 
@@ -43,7 +51,7 @@ def _backward_kernel(DX, DY, X, n_elements, BLOCK_SIZE: tl.constexpr):
     mask = offsets < n_elements
     x = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32)
     dy = tl.load(DY + offsets, mask=mask, other=0.0).to(tl.float32)
-    dx = 2.0 * tl.maximum(x, 0.0) * dy
+    dx = 2.0 * _relu(x) * dy
     tl.store(DX + offsets, dx.to(DX.dtype.element_ty), mask=mask)
 
 
