@@ -12,6 +12,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from liger_perf.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_JOB_ERROR, UserError
@@ -52,7 +53,7 @@ def check_command(
     from liger_perf.device import select_device
 
     dev = select_device(device)  # before any variant is imported: it decides compiled or interpreted Triton
-    from liger_perf.correctness import check_variant
+    from liger_perf.correctness import check_variant, gate_cases
     from liger_perf.registry import baseline_path, get_spec
     from liger_perf.variants import load_variant
 
@@ -61,11 +62,12 @@ def check_command(
     console.print(f"[bold]check {kernel}[/bold] variant {loaded.path} on {dev.describe()}")
     if dev.interpreted:
         console.print("No CUDA device: running the small interpreter suite under the Triton interpreter.")
-    n_cases = len(spec.cases(dev.suite, "check"))
+    n_cases = len(gate_cases(spec, loaded, dev))
     with console.status(f"checking {n_cases} cases...") as status:
         done = iter(range(1, n_cases + 1))
         result = check_variant(spec, loaded, dev, convergence=convergence,
-                               progress=lambda case: status.update(f"case {next(done)}/{n_cases}: {case.label()}"))
+                               progress=lambda case: status.update(f"case {next(done, n_cases)}/{n_cases}: "
+                                                                  f"{case.label()}"))
     console.print(_gate_table(result.rows))
     if not result.convergence.empty:
         console.print(_convergence_table(result.convergence))
@@ -278,6 +280,8 @@ def optimize_command(
         elif event.kind in ("trial-end", "judged-pending") and event.trial is not None:
             running.pop(event.trial.trial_id, None)
             console.print(f"  {event.trial.notebook or ''}: {event.message}", markup=False)
+        elif event.kind == "carry-over":
+            console.print(event.message, markup=False)
         elif event.kind == "stop":
             best = event.trial
             console.print(f"stopped: {event.message}" + (f"\ncurrent best: trial {best.trial_id:04d} {best.name}"
@@ -415,24 +419,27 @@ def _live_status(text):
 
 
 def _gate_table(rows) -> Table:
-    table = Table("shape", "dtype", "config", "layout", "output", "against", "max abs err", "max rel err",
-                  "‖err‖/‖ref‖", "verdict", title="correctness gate")
+    table = Table("shape", "dtype", "config", "layout", "seed", "output", "against", "max abs err", "max rel err",
+                  "‖err‖/‖ref‖", "tolerance used", "verdict", title="correctness gate")
     for r in rows.itertuples():
-        verdict = "[green]pass[/green]" if r.verdict == "pass" else f"[red]FAIL[/red] {r.reason}"
-        table.add_row(r.shape, r.dtype, r.config, r.layout, r.output, r.against, f"{r.max_abs_err:.3g}",
-                      f"{r.max_rel_err:.3g}", f"{r.norm_rel_err:.3g}", verdict)
+        verdict = "[green]pass[/green]" if r.verdict == "pass" else f"[red]FAIL[/red] {escape(r.reason)}"
+        table.add_row(r.shape, r.dtype, r.config, r.layout, str(r.seed), r.output, r.against,
+                      f"{r.max_abs_err:.3g}", f"{r.max_rel_err:.3g}", f"{r.norm_rel_err:.3g}",
+                      f"{r.tolerance_used:.2f}", verdict)
     return table
 
 
 def _convergence_table(conv) -> Table:
-    table = Table("dtype", "steps", "max rel diff (loss)", "final weights rel diff", "verdict",
+    table = Table("options", "dtype", "steps", "max rel diff (loss)", "final weights rel diff", "verdict",
                   title="convergence: variant vs reference, same init and data")
-    for dtype, group in conv.groupby("dtype", sort=False):
+    for (config, dtype), group in conv.groupby(["config", "dtype"], sort=False):
         steps = group[group["step"] != "final weights"]
         final = group[group["step"] == "final weights"]
-        ok = (group["verdict"] == "pass").all()
-        table.add_row(dtype, str(len(steps)), f"{steps['rel_diff'].max():.3g}", f"{final['rel_diff'].iloc[0]:.3g}",
-                      "[green]pass[/green]" if ok else "[red]FAIL[/red]")
+        failed = group[group["verdict"] != "pass"]
+        table.add_row(config, dtype, str(len(steps)), f"{steps['rel_diff'].max():.3g}",
+                      f"{final['rel_diff'].iloc[0]:.3g}" if len(final) else "-",
+                      "[green]pass[/green]" if failed.empty else
+                      f"[red]FAIL[/red] step {failed['step'].iloc[0]}: {escape(str(failed['reason'].iloc[0]))}")
     return table
 
 

@@ -1,25 +1,52 @@
 """The correctness gate: a variant must compute the spec's function, on any valid input, before it is timed.
 
-For each case (shape x dtype x kernel options) it draws fresh random inputs, runs the forward and every
-gradient of the variant with freshly allocated memory poisoned (NaN-filled, so an unwritten element fails),
-and compares each output against
+Every case (a shape, a dtype and the kernel's options, with a *probe*: how its inputs and gradients are laid out
+and valued) runs the forward and every gradient of the variant, freshly allocated memory poisoned (NaN-filled,
+so an unwritten element fails), and compares each output against
 
 * the spec's PyTorch reference in the same dtype, which follows the casting mode step by step (tight
   tolerances: this is what catches a cast in the wrong place), and
 * the same math in float64 (tolerances scaled to the dtype: this catches gross errors).
 
-Every other case feeds inputs whose rows are padded (a row stride larger than the row, different for each
-input, padding filled with NaN), so a kernel that mixes up strides or reads past a row fails. NaN or Inf in an
-output never passes, and neither does a variant that writes into its inputs.
+What a case checks besides the values, each derived from the spec so that a new kernel gets all of it:
+
+* the contract: every output has the reference's dtype and shape (every gradient its input's), in every casting
+  mode; inputs of N-D shape (``spec.batched_shape``: batch, sequence, hidden) come back in their shape;
+* layouts: inputs whose rows are padded (a row stride longer than the row, the padding NaN) and 1-D parameters
+  with a stride of 2; incoming gradients as autograd hands them over in models: contiguous, a slice of a wider
+  tensor (a ``torch.cat`` of outputs), transposed storage, or expanded with a row stride of 0 (the gradient of
+  a sum);
+* nothing written where it must not be: neither the inputs nor, unless the spec allows it for the options
+  (``spec.may_overwrite_cotangents``), the incoming gradients;
+* reuse: the backward run a second time on the same graph gives the same gradients (saved tensors intact);
+* edge values, compared as PyTorch behaves (the reference's NaN and infinities must come out where they come
+  out of PyTorch, and nowhere else): all-zero rows (padding tokens), rows whose mean square is of the order of
+  ``eps``, rows whose squares overflow the dtype, rows near the dtype's largest value, NaN and infinities;
+* sizes at the variant's own edges: rows just past and just short of the block and tile sizes its knobs name
+  (``spec.boundary_shapes``);
+* on the GPU only: a case of more than 2**31 elements (32-bit offsets overflow in it), and a determinism and
+  race check: forward and backward repeated, then run on several streams at once, must give bit-identical
+  results, unless the variant declares ``DETERMINISTIC = False`` (atomics), when each run is held to the
+  tolerances instead.
+
+Verdicts are reproducible: each case draws its inputs from a seed fixed by the case (``seed`` moves the whole
+set), plus, in trials, one fresh draw whose seed is recorded; a case that uses more than ``BORDERLINE`` of any
+tolerance is drawn again (up to ``REDRAWS`` times) until it fails or stays under. Each row records its seed and
+how much of its tolerance it used. The interpreter runs programs one after another and rounds to bfloat16 as
+no GPU does, so races and bfloat16 paths are only seen on the GPU: the judge never accepts a trial whose gate
+ran on the interpreter alone.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy
 import pandas as pd
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -30,8 +57,19 @@ from liger_perf.variants import Variant
 
 aten = torch.ops.aten
 
-COLUMNS = ["case", "shape", "dtype", "config", "layout", "output", "against", "max_abs_err", "max_rel_err",
-           "norm_rel_err", "verdict", "reason"]
+COLUMNS = ["case", "shape", "dtype", "config", "layout", "seed", "output", "against", "max_abs_err", "max_rel_err",
+           "norm_rel_err", "tolerance_used", "verdict", "reason"]
+FIXED_SEED = 0
+#: A case that used more than this share of any tolerance is drawn again: a mistake that shows only on some
+#: inputs comes near its tolerance on others.
+BORDERLINE = 0.5
+REDRAWS = 3
+COTANGENT_LAYOUTS = ("contiguous", "sliced", "transposed", "expanded")
+#: Elements compared at once (in float64, on the outputs' device): a 2**31-element output is compared in pieces.
+COMPARE_CHUNK = 1 << 26
+#: The large case's inputs and gradients: this many rows drawn, then repeated down the rows (drawing 2**31
+#: numbers on the CPU would take longer than the rest of the gate).
+LARGE_DRAWN_ROWS = 1021
 
 
 class PoisonAllocations(TorchDispatchMode):
@@ -50,12 +88,47 @@ class PoisonAllocations(TorchDispatchMode):
         return out
 
 
+@dataclass(frozen=True)
+class Probe:
+    """What a case tests besides the math: how its inputs and incoming gradients are laid out and valued."""
+
+    inputs: str = "contiguous"  # "contiguous" or "padded"
+    cotangents: str = "contiguous"  # one of COTANGENT_LAYOUTS
+    batched: bool = False  # N-D inputs (spec.batched_shape)
+    values: str = "random"  # "random", "edges" (zero, tiny, overflowing rows) or "nonfinite" (NaN, +-Inf)
+
+    def label(self) -> str:
+        parts = [self.inputs]
+        if self.cotangents != "contiguous":
+            parts.append(f"gradients {self.cotangents}")
+        if self.batched:
+            parts.append("N-D")
+        if self.values != "random":
+            parts.append(f"{self.values} values")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class GateCase:
+    case: Case
+    probe: Probe = Probe()
+    kind: str = "sweep"  # "sweep" (the spec's check cases), "values", "boundary", or "large" (GPU only)
+
+    def shape(self, spec: KernelSpec) -> tuple[int, ...]:
+        return spec.batched_shape(self.case.shape) if self.probe.batched else tuple(self.case.shape)
+
+    def seed(self, base: int) -> int:
+        """The case's fixed seed: the same inputs whenever the same case runs with the same ``base``."""
+        return (zlib.crc32(f"{self.case.label()}|{self.probe.label()}|{self.kind}".encode()) + base) % 2**31
+
+
 @dataclass
 class GateResult:
     rows: pd.DataFrame
     convergence: pd.DataFrame = field(default_factory=lambda: pd.DataFrame())
 
     convergence_skipped: bool = False  # the unit checks failed, so the convergence run was not attempted
+    interpreted: bool = False  # ran under the Triton interpreter: no races, no GPU bfloat16 (never enough to accept)
 
     @property
     def passed(self) -> bool:
@@ -66,50 +139,148 @@ class GateResult:
     def failures(self) -> pd.DataFrame:
         return self.rows[self.rows["verdict"] != "pass"]
 
+    @property
+    def worst_tolerance_used(self) -> float:
+        """The largest share of a tolerance any passing comparison used (1 is the limit)."""
+        used = self.rows.loc[self.rows["verdict"] == "pass", "tolerance_used"].dropna()
+        return float(used.max()) if len(used) else math.nan
 
-def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> dict[str, Any]:
-    """Errors of ``out`` against ``ref`` and whether they are within ``tol``; NaN or Inf always fails."""
+
+def _failure(reason: str) -> dict[str, Any]:
+    return {"max_abs_err": math.nan, "max_rel_err": math.nan, "norm_rel_err": math.nan, "tolerance_used": math.inf,
+            "verdict": "FAIL", "reason": reason}
+
+
+def _describe(counts: dict[str, int], first: tuple[int, ...]) -> str:
+    return ", ".join(f"{n} {what}" for what, n in counts.items() if n) + f", first at {first}"
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, check_dtype: bool = False,
+            exact: tuple[torch.Tensor, Tolerance] | None = None) -> dict[str, Any]:
+    """Errors of ``out`` against ``ref`` and whether they are within ``tol``.
+
+    Non-finite values must be where the reference has them (NaN for NaN, an infinity of the same sign), and
+    nowhere else: an unwritten (poisoned) or overflowed element fails. Where ``ref`` overflowed in its own dtype
+    but ``exact`` (the float64 reference and its tolerance) is finite, a finite ``out`` within that tolerance of
+    it passes too: a kernel may round fewer intermediates than PyTorch does. ``check_dtype``: ``out`` must also
+    have the reference's dtype. ``tolerance_used`` is the largest share of the element-wise or the norm bound
+    used."""
     if out.shape != ref.shape:
-        return {"max_abs_err": math.inf, "max_rel_err": math.inf, "norm_rel_err": math.inf, "verdict": "FAIL",
-                "reason": f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}"}
-    out64, ref64 = out.detach().double().cpu(), ref.detach().double().cpu()
-    bad = ~torch.isfinite(out64)
-    if bad.any():
-        first = tuple(int(i) for i in bad.nonzero()[0])
-        return {"max_abs_err": math.nan, "max_rel_err": math.nan, "norm_rel_err": math.nan, "verdict": "FAIL",
-                "reason": f"{int(bad.sum())} non-finite elements (unwritten or overflowed), first at {first}"}
-    if out64.numel() == 0:
-        return {"max_abs_err": 0.0, "max_rel_err": 0.0, "norm_rel_err": 0.0, "verdict": "pass", "reason": ""}
-    diff = (out64 - ref64).abs()
-    allowed = tol.atol + tol.rtol * ref64.abs()
-    max_abs = float(diff.max())
-    max_rel = float((diff / (ref64.abs() + tol.atol)).max())
-    norm_rel = float(diff.norm() / ref64.norm().clamp_min(1e-30))
+        return _failure(f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
+    if check_dtype and out.dtype != ref.dtype:
+        return _failure(f"dtype {dtype_name(out.dtype)} != reference {dtype_name(ref.dtype)}")
+    if out.numel() == 0:
+        return {"max_abs_err": 0.0, "max_rel_err": 0.0, "norm_rel_err": 0.0, "tolerance_used": 0.0,
+                "verdict": "pass", "reason": ""}
+    flat_out, flat_ref = out.detach().reshape(-1), ref.detach().reshape(-1).to(out.device)
+    max_abs = max_rel = max_used = 0.0
+    err_sq = ref_sq = 0.0
+    over, finite = 0, 0
+    worst = (-math.inf, 0, 0.0, 0.0)  # (excess over the bound, flat index, out, ref)
+    mismatch = {"non-finite where the reference is finite (unwritten or overflowed)": 0,
+                "finite or different where the reference is NaN or infinite": 0}
+    first_mismatch = None
+    for start in range(0, flat_out.numel(), COMPARE_CHUNK):
+        o = flat_out[start:start + COMPARE_CHUNK].double()
+        r = flat_ref[start:start + COMPARE_CHUNK].double()
+        ref_ok, out_ok = torch.isfinite(r), torch.isfinite(o)
+        unwritten = ref_ok & ~out_ok
+        # Same kind of special value: NaN for NaN, +inf for +inf (equality holds for infinities, not NaN).
+        special_wrong = ~ref_ok & ~((torch.isnan(r) & torch.isnan(o)) | (torch.isinf(r) & (o == r)))
+        if exact is not None and bool(special_wrong.any()):
+            wide = exact[0].detach().reshape(-1)[start:start + COMPARE_CHUNK].to(o.device).double()
+            within = (o - wide).abs() <= exact[1].atol + exact[1].rtol * wide.abs()
+            special_wrong &= ~(out_ok & torch.isfinite(wide) & within)
+        for key, bad in zip(mismatch, (unwritten, special_wrong)):
+            n = int(bad.sum())
+            if n:
+                mismatch[key] += n
+                index = start + int(bad.nonzero()[0, 0])
+                first_mismatch = first_mismatch if first_mismatch is not None else index
+        both = ref_ok & out_ok
+        o, r = o[both], r[both]
+        if not o.numel():
+            continue
+        finite += o.numel()
+        diff = (o - r).abs()
+        allowed = tol.atol + tol.rtol * r.abs()
+        max_abs = max(max_abs, float(diff.max()))
+        max_rel = max(max_rel, float((diff / (r.abs() + tol.atol)).max()))
+        max_used = max(max_used, float((diff / allowed).max()))
+        err_sq += float((diff * diff).sum())
+        ref_sq += float((r * r).sum())
+        excess = diff - allowed
+        over += int((excess > 0).sum())
+        k = int(excess.argmax())
+        if float(excess[k]) > worst[0]:
+            position = int(both.nonzero()[k, 0]) + start
+            worst = (float(excess[k]), position, float(o[k]), float(r[k]))
+    norm_rel = math.sqrt(err_sq) / max(math.sqrt(ref_sq), 1e-30)
     # A result that is subnormal in its dtype keeps only a few bits, so its relative error can be large while
     # the result is as exact as the dtype allows: allow each element half the dtype's smallest subnormal.
     finfo = torch.finfo(out.dtype) if out.is_floating_point() else None
-    subnormal_floor = 0.5 * finfo.smallest_normal * finfo.eps * math.sqrt(diff.numel()) if finfo else 0.0
+    subnormal_floor = 0.5 * finfo.smallest_normal * finfo.eps * math.sqrt(finite) if finfo else 0.0
+    norm_bound = tol.norm * math.sqrt(ref_sq) + subnormal_floor
+    norm_used = math.sqrt(err_sq) / norm_bound if norm_bound > 0 else (0.0 if err_sq == 0 else math.inf)
     reasons = []
-    over = diff > allowed
-    if over.any():
-        idx = torch.unravel_index((diff - allowed).flatten().argmax(), diff.shape)
-        worst = tuple(int(i) for i in idx)
-        reasons.append(f"{int(over.sum())} elements beyond atol={tol.atol:g}+rtol={tol.rtol:g}*|ref|, worst at "
-                       f"{worst}: {float(out64[worst]):.6g} vs {float(ref64[worst]):.6g}")
-    if float(diff.norm()) > tol.norm * float(ref64.norm()) + subnormal_floor:
+    if any(mismatch.values()):
+        reasons.append(_describe(mismatch, _unravel(first_mismatch, out.shape)))
+    if over:
+        reasons.append(f"{over} elements beyond atol={tol.atol:g}+rtol={tol.rtol:g}*|ref|, worst at "
+                       f"{_unravel(worst[1], out.shape)}: {worst[2]:.6g} vs {worst[3]:.6g}")
+    if math.sqrt(err_sq) > norm_bound:
         reasons.append(f"||err||/||ref|| = {norm_rel:.3g} > {tol.norm:g}")
-    return {"max_abs_err": max_abs, "max_rel_err": max_rel, "norm_rel_err": norm_rel,
+    used = math.inf if any(mismatch.values()) else max(max_used, norm_used)
+    return {"max_abs_err": max_abs, "max_rel_err": max_rel, "norm_rel_err": norm_rel, "tolerance_used": used,
             "verdict": "FAIL" if reasons else "pass", "reason": "; ".join(reasons)}
 
 
+def _unravel(index: int, shape) -> tuple[int, ...]:
+    position = []
+    for size in reversed(tuple(shape)):
+        position.append(index % size)
+        index //= size
+    return tuple(reversed(position))
+
+
+# -- inputs and gradients as a case lays them out ------------------------------------------------------------
+
 def _padded(t: torch.Tensor, pad: int) -> torch.Tensor:
-    """The same values in a buffer whose rows are ``pad`` elements longer, the padding NaN."""
-    if t.dim() < 2:
+    """The same values with a longer row stride (padding NaN); a 1-D tensor with a stride of 2."""
+    if t.dim() == 0:
         return t.clone()
-    buf = torch.full((*t.shape[:-1], t.shape[-1] + pad), float("nan"), dtype=t.dtype, device=t.device)
-    view = buf[..., : t.shape[-1]]
+    if t.dim() == 1:
+        buf = torch.full((2 * t.shape[0],), float("nan"), dtype=t.dtype, device=t.device)
+        view = buf[::2]
+    else:
+        buf = torch.full((*t.shape[:-1], t.shape[-1] + pad), float("nan"), dtype=t.dtype, device=t.device)
+        view = buf[..., : t.shape[-1]]
     view.copy_(t)
     return view
+
+
+def _laid_out(t: torch.Tensor, layout: str, pad: int = 5) -> torch.Tensor:
+    """An incoming gradient with ``t``'s values in ``layout`` (``expanded`` has been given row-equal values)."""
+    if layout == "contiguous" or t.dim() == 0:
+        return t.clone()
+    if layout == "sliced" or t.dim() == 1:  # a slice of a wider tensor: what torch.cat's backward hands over
+        return _padded(t, pad)
+    if layout == "transposed":  # column-major storage of the last two dimensions
+        return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if layout == "expanded":  # one row broadcast over the leading dimension (stride 0): a sum's gradient
+        return t[:1].clone().expand_as(t)
+    raise ValueError(f"unknown gradient layout {layout!r}")
+
+
+def _rows_repeated(t: torch.Tensor, rows: int, drawn: int) -> torch.Tensor:
+    """``t``'s first ``drawn`` rows repeated down to ``rows`` rows (a tensor without those rows as it is)."""
+    if t.dim() < 2 or t.shape[0] != drawn or rows == drawn:
+        return t
+    return t.repeat(math.ceil(rows / drawn), *[1] * (t.dim() - 1))[:rows].contiguous()
+
+
+def _row_equal(t: torch.Tensor) -> torch.Tensor:
+    return t[:1].expand_as(t).contiguous() if t.dim() >= 2 else t
 
 
 def _leaves(inputs: dict[str, torch.Tensor], differentiable, layout: str, dtype=None):
@@ -121,82 +292,321 @@ def _leaves(inputs: dict[str, torch.Tensor], differentiable, layout: str, dtype=
     return leaves
 
 
-def _run(forward, spec: KernelSpec, leaves, config, cotangents=None, poison: bool = False, generator=None):
-    """Forward outputs and the gradients of every differentiable input, named as the spec names them, and the
-    cotangents used (drawn from ``generator`` for the outputs' shapes when none are given)."""
+def _planted(inputs: dict[str, torch.Tensor], values: str) -> dict[str, torch.Tensor]:
+    """Inputs with edge values planted in rows (of every input that has rows; the math decides what they do):
+
+    ``edges``: row 0 all zero (a padding token), row 1 scaled by 1e-2 (its mean square within a factor of 100 of
+    a typical ``eps``, still a normal number in half precision), row 2 scaled so its squares overflow the dtype (float32 statistics survive it in half
+    precision), row 3 scaled to an eighth of the dtype's largest value. ``nonfinite``: a NaN, a +inf and a -inf
+    in rows 1, 3 and 5 of the first input."""
+    planted = {}
+    first = True
+    for name, t in inputs.items():
+        t = t.clone()
+        if t.dim() >= 2 and t.shape[0] >= 8 and t.is_floating_point():
+            biggest = torch.finfo(t.dtype).max
+            rows = t.float()
+            if values == "edges":
+                rows[0] = 0.0
+                rows[1] *= 1e-2
+                rows[2] *= 4 * math.sqrt(biggest) / rows[2].abs().max().clamp_min(1e-30)
+                rows[3] *= (biggest / 8) / rows[3].abs().max().clamp_min(1e-30)
+            elif values == "nonfinite" and first:
+                rows[1, 0], rows[3, 1], rows[5, -1] = math.nan, math.inf, -math.inf
+            t = rows.to(t.dtype)
+            first = False
+        planted[name] = t
+    return planted
+
+
+# -- one case ---------------------------------------------------------------------------------------------------
+
+def _forward(forward, leaves, config, poison: bool = False):
     with PoisonAllocations() if poison else contextlib.nullcontext():
         outputs = forward(leaves, config)
-        if not isinstance(outputs, (tuple, list)):
-            outputs = (outputs,)
-        if cotangents is None:
-            cotangents = spec.grad_outputs(tuple(o.detach() for o in outputs), generator)
-        diff_leaves = [leaves[n] for n in spec.differentiable]
-        # Clones: an in_place variant may overwrite the cotangent it is given.
-        grads = torch.autograd.grad(outputs, diff_leaves, [c.clone() for c in cotangents])
-    named = dict(zip(spec.outputs, outputs))
-    named.update(zip(spec.gradient_names(), grads))
-    return named, cotangents
+    return tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
 
 
-def check_case(spec: KernelSpec, variant: Variant, case: Case, device: Device, layout: str = "contiguous",
-               generator: torch.Generator | None = None) -> list[dict[str, Any]]:
-    base = {"case": case.label(), "shape": shape_label(case.shape), "dtype": dtype_name(case.dtype),
-            "config": case.config_label(), "layout": layout}
+def _backward(spec: KernelSpec, outputs, leaves, cotangents, poison: bool = False, retain: bool = False):
+    with PoisonAllocations() if poison else contextlib.nullcontext():
+        return torch.autograd.grad(outputs, [leaves[n] for n in spec.differentiable], cotangents,
+                                   retain_graph=retain)
+
+
+def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal bit for bit (NaN payloads included), where ``torch.equal`` calls NaN unequal to itself."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return torch.equal(a.detach().contiguous().view(torch.uint8), b.detach().contiguous().view(torch.uint8))
+
+
+def _row(base: dict, output: str, against: str, verdict: dict[str, Any]) -> dict[str, Any]:
+    return {**base, "output": output, "against": against, **verdict}
+
+
+def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: Device, seed: int,
+               ) -> list[dict[str, Any]]:
+    """The rows of one case drawn with ``seed``: every output and gradient against both references, the
+    contract, the inputs and incoming gradients left alone, and the gradients of a second backward pass."""
+    case, probe = gate_case.case, gate_case.probe
+    shape = gate_case.shape(spec)
+    base = {"case": case.label() if shape == tuple(case.shape) else f"{shape_label(shape)} "
+            f"{case.label().split(' ', 1)[1]}", "shape": shape_label(shape), "dtype": dtype_name(case.dtype),
+            "config": case.config_label(), "layout": probe.label(), "seed": seed}
     tol = spec.tolerance(case.dtype, case.config)
-    inputs = spec.make_inputs(case.shape, case.dtype, device.torch_device, generator, case.config)
+    generator = torch.Generator().manual_seed(seed)
+    large = gate_case.kind == "large"
+    drawn = (min(shape[0], LARGE_DRAWN_ROWS), *shape[1:]) if large else shape
+    inputs = spec.make_inputs(drawn, case.dtype, device.torch_device, generator, case.config)
+    if large:
+        inputs = {k: _rows_repeated(t, shape[0], drawn[0]) for k, t in inputs.items()}
+    if probe.values != "random":
+        inputs = _planted(inputs, probe.values)
     snapshot = {k: v.detach().clone() for k, v in inputs.items()}
+    names = (*spec.outputs, *spec.gradient_names())
 
-    ref, cotangents = _run(spec.reference_forward(), spec, _leaves(inputs, spec.differentiable, "contiguous"),
-                           case.config, generator=generator)
-    ref64, _ = _run(spec.reference_forward(), spec,
-                    _leaves(inputs, spec.differentiable, "contiguous", torch.float64), case.config,
-                    [c.double() for c in cotangents])
+    ref_leaves = _leaves(inputs, spec.differentiable, "contiguous")
+    ref_out = _forward(spec.reference_forward(), ref_leaves, case.config)
+    if large:
+        drawn_out = tuple(o.detach()[: drawn[0]] if o.dim() >= 2 else o.detach() for o in ref_out)
+        cotangents = tuple(_rows_repeated(c, shape[0], drawn[0]) for c in spec.grad_outputs(drawn_out, generator))
+    else:
+        cotangents = spec.grad_outputs(tuple(o.detach() for o in ref_out), generator)
+    if probe.cotangents == "expanded":
+        cotangents = tuple(_row_equal(c) for c in cotangents)
+    ref = dict(zip(names, (*ref_out, *_backward(spec, ref_out, ref_leaves, cotangents))))
+    del ref_out, ref_leaves
+    ref64 = None
+    if not large:
+        wide = _leaves(inputs, spec.differentiable, "contiguous", torch.float64)
+        wide_out = _forward(spec.reference_forward(), wide, case.config)
+        ref64 = dict(zip(names, (*wide_out, *_backward(spec, wide_out, wide, [c.double() for c in cotangents]))))
+        del wide, wide_out
 
-    cand_leaves = _leaves(inputs, spec.differentiable, layout)
+    leaves = _leaves(inputs, spec.differentiable, probe.inputs)
+    given = [_laid_out(c, probe.cotangents) for c in cotangents]
+    given_before = [c.clone() for c in given]
+    reuse = not large
     try:
-        got, _ = _run(spec.variant_forward(variant.module), spec, cand_leaves, case.config, cotangents, poison=True)
-        device.synchronize()
+        # The interpreter computes with NumPy, which warns on every overflow the edge values cause on purpose.
+        with numpy.errstate(all="ignore"):
+            got_out = _forward(spec.variant_forward(variant.module), leaves, case.config, poison=True)
+            grads = _backward(spec, got_out, leaves, given, poison=True, retain=reuse)
+            again = (_backward(spec, got_out, leaves, [_laid_out(c, probe.cotangents) for c in cotangents],
+                               poison=True) if reuse else None)
+            device.synchronize()
     except Exception as e:  # a variant that crashes fails the gate; the message says where
-        return [{**base, "output": "*", "against": "-", "max_abs_err": math.nan, "max_rel_err": math.nan,
-                 "norm_rel_err": math.nan, "verdict": "FAIL", "reason": f"raised {type(e).__name__}: {e}"[:500]}]
+        return [_row(base, "*", "-", _failure(f"raised {type(e).__name__}: {e}"[:500]))]
+    if len(got_out) != len(spec.outputs):
+        return [_row(base, "*", "contract", _failure(
+            f"{len(got_out)} outputs where the spec names {len(spec.outputs)} ({', '.join(spec.outputs)})"))]
+    got = dict(zip(names, (*got_out, *grads)))
 
     rows = []
-    for name in (*spec.outputs, *spec.gradient_names()):
+    for name in names:
         same, exact = tol.for_output(name, spec.row_reductions)
-        for against, expected, t in (("same-dtype", ref, same), ("float64", ref64, exact)):
-            rows.append({**base, "output": name, "against": against, **compare(got[name], expected[name], t)})
+        rows.append(_row(base, name, "same-dtype", compare(got[name], ref[name], same, check_dtype=True,
+                                                           exact=None if ref64 is None else (ref64[name], exact))))
+        # With edge values PyTorch's own rounding and overflow in the dtype are the contract (a row whose squares
+        # overflow normalises to zero in casting mode none), so only the same-dtype reference judges them.
+        if ref64 is not None and probe.values == "random":
+            rows.append(_row(base, name, "float64", compare(got[name], ref64[name], exact)))
+    for name, value in zip(spec.gradient_names(), again or ()):
+        same, exact = tol.for_output(name, spec.row_reductions)
+        verdict = compare(value, ref[name], same, check_dtype=True,
+                          exact=None if ref64 is None else (ref64[name], exact))
+        rows.append(_row(base, name, "same-dtype, graph reused", verdict))
     for name, before in snapshot.items():
-        if not torch.equal(cand_leaves[name].detach(), before):
-            rows.append({**base, "output": name, "against": "input unchanged", "max_abs_err": math.nan,
-                         "max_rel_err": math.nan, "norm_rel_err": math.nan, "verdict": "FAIL",
-                         "reason": f"the variant wrote into its input {name}"})
+        if not _bitwise_equal(leaves[name], before):
+            rows.append(_row(base, name, "input unchanged", _failure(f"the variant wrote into its input {name}")))
+    if not spec.may_overwrite_cotangents(case.config):
+        for output, now, before in zip(spec.outputs, given, given_before):
+            if not _bitwise_equal(now, before):
+                rows.append(_row(base, f"d{output} (given)", "gradient unchanged", _failure(
+                    f"the variant wrote into the incoming gradient of {output}, which autograd may hand to other "
+                    f"consumers (allowed only where the spec says so for the options: {case.config_label()})")))
     return rows
 
 
+def _borderline(rows: list[dict[str, Any]]) -> bool:
+    used = [r["tolerance_used"] for r in rows if r["verdict"] == "pass"]
+    return bool(used) and max(used) > BORDERLINE
+
+
+def run_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: Device, seed: int = FIXED_SEED,
+             fresh: int = 0) -> list[dict[str, Any]]:
+    """A case with its fixed seed, ``fresh`` fresh draws, and re-draws while it stays borderline."""
+    fresh = 0 if gate_case.kind == "large" else fresh  # its outcome is the offsets', not the values'
+    seeds = [gate_case.seed(seed), *(int.from_bytes(os.urandom(4), "little") % 2**31 for _ in range(fresh))]
+    rows: list[dict[str, Any]] = []
+    redraws = 0
+    while seeds:
+        drawn = check_case(spec, variant, gate_case, device, seeds.pop(0))
+        rows.extend(drawn)
+        if any(r["verdict"] != "pass" for r in drawn):
+            break
+        if not seeds and redraws < REDRAWS and _borderline(drawn) and gate_case.kind != "large":
+            redraws += 1
+            seeds.append((rows[-1]["seed"] + 7919 * redraws) % 2**31)
+    return rows
+
+
+# -- the whole gate -------------------------------------------------------------------------------------------
+
+def gate_cases(spec: KernelSpec, variant: Variant, device: Device, cases: list[Case] | None = None,
+               ) -> list[GateCase]:
+    """Every case of the gate, cheapest first: the spec's check cases, each with a probe (the layouts, N-D
+    shapes and gradient layouts alternate so that each meets every shape, dtype and option), the edge-value
+    cases, the variant's boundary sizes and, on the GPU, the large case."""
+    from liger_perf.variants import read_knobs
+
+    suite = device.suite
+    shapes = [tuple(s) for s in spec.check_shapes[suite]]
+    configs = [dict(c) for c in spec.check_configs]
+    dtypes = list(spec.dtypes[suite])
+    sweep = spec.cases(suite, "check") if cases is None else cases
+    chosen = []
+    for case in sweep:
+        s = shapes.index(tuple(case.shape)) if tuple(case.shape) in shapes else 0
+        c = configs.index(dict(case.config)) if dict(case.config) in configs else 0
+        d = dtypes.index(case.dtype) if case.dtype in dtypes else 0
+        probe = Probe(inputs="padded" if s % 2 else "contiguous",
+                      cotangents=COTANGENT_LAYOUTS[(s + c + d) % len(COTANGENT_LAYOUTS)],
+                      batched=(s + c) % 2 == 1)
+        chosen.append(GateCase(case, probe))
+    # Edge values: every option in every dtype, on rows of the check suite's second width.
+    width = shapes[min(1, len(shapes) - 1)][1:]
+    for config in configs:
+        for dtype in dtypes:
+            for values in ("edges", "nonfinite"):
+                chosen.append(GateCase(Case((8, *width), dtype, config), Probe(values=values), "values"))
+    # The variant's own block and tile edges: each option once, the dtype alternating.
+    knobs, _ = read_knobs(variant.source, variant.path)
+    for i, shape in enumerate(spec.boundary_shapes(knobs, suite)):
+        for j, config in enumerate(configs):
+            chosen.append(GateCase(Case(tuple(shape), dtypes[(i + j) % len(dtypes)], config),
+                                   Probe(inputs="padded" if (i + j) % 2 else "contiguous"), "boundary"))
+    chosen.sort(key=lambda g: math.prod(g.shape(spec)))
+    if not device.interpreted:
+        smallest = min(dtypes, key=lambda d: torch.tensor([], dtype=d).element_size())
+        chosen.append(GateCase(Case(spec.large_shape(), smallest, dict(spec.bench_config)), Probe(), "large"))
+    return chosen
+
+
 def check_variant(spec: KernelSpec, variant: Variant, device: Device, convergence: bool = True,
-                  progress=None, generator: torch.Generator | None = None, fail_fast: bool = False,
-                  cases: list[Case] | None = None) -> GateResult:
-    """Run the whole gate: every check case, then (only if all pass) the convergence run.
+                  progress=None, fail_fast: bool = False, cases: list[Case] | None = None, seed: int = FIXED_SEED,
+                  fresh: int = 0, large: bool = True) -> GateResult:
+    """Run the whole gate: every case, the determinism and race check on the GPU, then (only if all pass) the
+    convergence run.
 
     ``fail_fast`` stops at the first failing case (a verdict is all the loop needs; a person wants every row).
-    ``cases``: a subset of the check cases instead (the tests'); a trial always runs them all."""
+    ``cases``: a subset of the spec's check cases instead (the tests'; the other kinds still run). ``seed``
+    moves every case's fixed draw; ``fresh``: fresh draws per case besides it (a trial takes one). ``large``:
+    the GPU's case of more than 2**31 elements."""
     from liger_perf.convergence import check_convergence
 
-    cases = spec.cases(device.suite, "check") if cases is None else cases
     rows: list[dict[str, Any]] = []
-    shapes = list(spec.check_shapes[device.suite])
-    for case in cases:
-        layout = "padded" if shapes.index(case.shape) % 2 == 1 else "contiguous"
-        case_rows = check_case(spec, variant, case, device, layout, generator)
+    for gate_case in gate_cases(spec, variant, device, cases):
+        if gate_case.kind == "large" and not large:
+            continue
+        case_rows = run_case(spec, variant, gate_case, device, seed, fresh)
         rows.extend(case_rows)
         if progress is not None:
-            progress(case)
+            progress(gate_case.case)
         if fail_fast and any(r["verdict"] != "pass" for r in case_rows):
             break
-    result = GateResult(pd.DataFrame(rows, columns=COLUMNS))
+    if not device.interpreted and not (fail_fast and any(r["verdict"] != "pass" for r in rows)):
+        rows.extend(determinism_rows(spec, variant, device, seed))
+    result = GateResult(pd.DataFrame(rows, columns=COLUMNS), interpreted=device.interpreted)
     if convergence:
         if result.failures().empty:
             result.convergence = check_convergence(spec, variant, device)
         else:
             result.convergence_skipped = True
     return result
+
+
+# -- the GPU's determinism and race check ------------------------------------------------------------------------
+
+RACE_RUNS = 3  # sequential runs, then as many at once on streams of their own
+
+
+def determinism_rows(spec: KernelSpec, variant: Variant, device: Device, seed: int = FIXED_SEED,
+                     ) -> list[dict[str, Any]]:
+    """For each option and dtype, on the widest-grid check shape: forward and backward run ``RACE_RUNS`` times
+    one after another, then ``RACE_RUNS`` times at once on separate CUDA streams (programs of different calls
+    interleave; a buffer a variant shares between calls is clobbered). Every output must be bit-identical to
+    the first run's, unless the variant declares ``DETERMINISTIC = False``: then each run is held to the
+    same-dtype tolerances against the reference instead."""
+    deterministic = getattr(variant.module, "DETERMINISTIC", True) is not False
+    shape = max((tuple(s) for s in spec.check_shapes[device.suite]), key=lambda s: s[0])
+    names = (*spec.outputs, *spec.gradient_names())
+    rows = []
+    for config in spec.check_configs:
+        for dtype in spec.dtypes[device.suite]:
+            case = Case(shape, dtype, dict(config))
+            gate_case = GateCase(case, Probe(), "determinism")
+            base = {"case": case.label(), "shape": shape_label(shape), "dtype": dtype_name(dtype),
+                    "config": case.config_label(), "layout": "repeated and concurrent calls",
+                    "seed": gate_case.seed(seed)}
+            generator = torch.Generator().manual_seed(base["seed"])
+            inputs = spec.make_inputs(shape, dtype, device.torch_device, generator, case.config)
+            forward = spec.variant_forward(variant.module)
+            tol = spec.tolerance(dtype, case.config)
+
+            reference = call_reference(spec, inputs, case.config, base["seed"])
+            cotangents = spec.grad_outputs(tuple(reference[n] for n in spec.outputs),
+                                           torch.Generator().manual_seed(base["seed"]))
+
+            def call():
+                leaves = _leaves(inputs, spec.differentiable, "contiguous")
+                outputs = _forward(forward, leaves, case.config)
+                given = [c.clone() for c in cotangents]  # an in-place option may write into them
+                return dict(zip(names, (*outputs, *_backward(spec, outputs, leaves, given))))
+
+            try:
+                runs = [call() for _ in range(RACE_RUNS)]
+                streams = [torch.cuda.Stream(device=device.torch_device) for _ in range(RACE_RUNS)]
+                current = torch.cuda.current_stream(device.torch_device)
+                for stream in streams:
+                    stream.wait_stream(current)
+                concurrent = []
+                for stream in streams:
+                    with torch.cuda.stream(stream):
+                        concurrent.append(call())
+                device.synchronize()
+                runs += concurrent
+            except Exception as e:
+                rows.append(_row(base, "*", "-", _failure(f"raised {type(e).__name__}: {e}"[:500])))
+                continue
+            if deterministic:
+                for name in names:
+                    differ = [i for i, run in enumerate(runs[1:], 1) if not _bitwise_equal(run[name], runs[0][name])]
+                    rows.append(_row(base, name, "first run, bitwise", {
+                        "max_abs_err": max((float((runs[i][name].double() - runs[0][name].double()).abs().max())
+                                            for i in differ), default=0.0),
+                        "max_rel_err": math.nan, "norm_rel_err": math.nan, "tolerance_used": 0.0 if not differ
+                        else math.inf, "verdict": "FAIL" if differ else "pass",
+                        "reason": _nondeterminism(differ) if differ else ""}))
+            else:
+                for name in names:
+                    same = tol.for_output(name, spec.row_reductions)[0]
+                    verdicts = [compare(run[name], reference[name], same, check_dtype=True) for run in runs]
+                    worst = max(verdicts, key=lambda v: v["tolerance_used"])
+                    rows.append(_row(base, name, "same-dtype, every run", worst))
+    return rows
+
+
+def _nondeterminism(differ: list[int]) -> str:
+    when = "concurrent" if differ[-1] >= RACE_RUNS else "repeated"
+    return (f"runs {differ} differ from the first ({when} calls): a race between programs or calls, or atomics "
+            "the variant does not declare (DETERMINISTIC = False)")
+
+
+def call_reference(spec: KernelSpec, inputs, config, seed: int) -> dict[str, torch.Tensor]:
+    """The reference's outputs and gradients, with the cotangents drawn from ``seed``."""
+    names = (*spec.outputs, *spec.gradient_names())
+    leaves = _leaves(inputs, spec.differentiable, "contiguous")
+    outputs = _forward(spec.reference_forward(), leaves, config)
+    cotangents = spec.grad_outputs(tuple(o.detach() for o in outputs), torch.Generator().manual_seed(seed))
+    return dict(zip(names, (*outputs, *_backward(spec, outputs, leaves, cotangents))))

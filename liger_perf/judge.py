@@ -4,6 +4,7 @@ Every number judged was measured in the trial itself, the candidate interleaved 
 is compared with a time from another run. The suite-level target is the geometric mean of the per-shape
 ratios (candidate / current best) over every shape and dtype; its interval is the geometric mean of the
 per-shape interval bounds, which holds at the trial's confidence because those intervals are simultaneous.
+A trial whose correctness gate ran under the Triton interpreter is at best provisional, never accepted.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ from liger_perf.schema import NCU_DURATION, JudgedRatio, Key, TrialResult, Verdi
 #: trials in notebooks/fused_add_rms_norm/ (0002-0014) it lies between 0.95 and 1.54. Outside, the trial's
 #: timings are not to be trusted: a timer patched at run time, or the current best slowed by the candidate.
 NCU_AGREEMENT = (0.8, 2.0)
+
+
+INTERPRETER_ONLY = ("provisional, never accepted: its correctness gate ran under the Triton interpreter, which runs "
+                    "programs one at a time (no race shows) and rounds bfloat16 as no GPU does; a GPU trial decides")
 
 
 def suspicions(result: TrialResult) -> list[str]:
@@ -133,6 +138,9 @@ def judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[Ke
               f"({(1 - point) * 100:+.1f}% vs the current best)")
     if reasons:
         return Judgement("rejected", [*reasons, target], point, (low, high), ratios)
+    interpreted = result.device == "interpret" or bool(result.correctness and result.correctness.interpreted)
+    if improved and interpreted:
+        return Judgement("provisional", [target, INTERPRETER_ONLY], point, (low, high), ratios)
     if improved:
         return Judgement("accepted", [target], point, (low, high), ratios)
     if worse:

@@ -23,7 +23,9 @@ Key = tuple[str, str, str]  # (pass or "memory", shape, dtype)
 Status = Literal["running", "complete", "invalid-variant", "failed-correctness", "crashed", "harness-error"]
 STATUSES: tuple[str, ...] = Status.__args__
 HARNESS_ERROR = "harness-error"
-VerdictName = Literal["accepted", "rejected", "inconclusive"]
+#: provisional: it would be accepted, but its gate ran under the Triton interpreter only, which sees no race
+#: and no GPU bfloat16 rounding; never accepted, and never the current best (a GPU trial decides).
+VerdictName = Literal["accepted", "rejected", "inconclusive", "provisional"]
 VERDICTS: tuple[str, ...] = VerdictName.__args__
 Kind = Literal["experiment", "revalidation"]  # revalidation: a nightly check of the best, never judged
 
@@ -169,6 +171,9 @@ class Correctness(_Record):
     cases: int = 0
     failures: list[dict[str, Any]] = []
     convergence: str = ""
+    interpreted: bool = False  # the gate ran under the Triton interpreter (never enough to accept)
+    draws: int = 0  # distinct seeds drawn over the cases
+    worst_tolerance_used: float | None = None  # the closest a passing comparison came to its tolerance (1 = at it)
 
 
 class Fingerprint(_Record):

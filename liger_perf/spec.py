@@ -168,9 +168,41 @@ class KernelSpec(ABC):
         return self.reference
 
     def grad_outputs(self, outputs: Outputs, generator: torch.Generator | None = None) -> Outputs:
-        """Random cotangents for every output, so that every output's gradient path is exercised."""
-        return tuple(
-            torch.randn(o.shape, dtype=o.dtype, device=o.device, generator=generator) for o in outputs)
+        """Random cotangents for every output, so that every output's gradient path is exercised; drawn on the
+        CPU (``generator`` is a CPU generator), so a seed gives the same values on every device."""
+        return tuple(torch.randn(o.shape, generator=generator).to(device=o.device, dtype=o.dtype) for o in outputs)
+
+    # -- what the correctness gate derives from the spec (``liger_perf.correctness``) -------------------------
+
+    def batched_shape(self, shape: Shape) -> Shape:
+        """The check shape ``(rows, *row)`` as a model hands it over, with its rows split over two leading
+        dimensions (batch, sequence): ``make_inputs`` must accept it, and the outputs come back in it."""
+        rows, *row = shape
+        return (2, rows // 2, *row) if rows % 2 == 0 else (1, rows, *row)
+
+    def boundary_shapes(self, knobs: Mapping[str, Any], suite: str) -> list[Shape]:
+        """Shapes just past and just short of the block and tile sizes a variant's knobs name: a power of two
+        ``v`` >= 16 among the knob values gives rows of ``v + 1`` and ``v - 1`` columns (one full block and one
+        of a single element; a last block one short), a small integer ``n`` (rows per program, say) gives
+        ``n + 1`` rows. Override where a kernel's blocks run along another dimension."""
+        limit = 1 << (15 if suite == "interpret" else 17)
+        values = sorted({v for v in knobs.values() if isinstance(v, int) and not isinstance(v, bool)})
+        shapes = []
+        for v in values:
+            if 16 <= v < limit and v & (v - 1) == 0:
+                shapes += [(1, v + 1), (3, v - 1)]
+            elif 2 <= v <= 128:
+                shapes.append((v + 1, 33))
+        return list(dict.fromkeys(shapes))[:8]
+
+    def large_shape(self) -> Shape:
+        """A GPU check shape of more than 2**31 elements: an offset computed in 32 bits overflows in it."""
+        return (2**31 // 8192 + 1, 8192)
+
+    def may_overwrite_cotangents(self, config: Mapping[str, Any]) -> bool:
+        """Whether the backward may write into the gradients it is given (an in-place option); otherwise the gate
+        fails a variant that does, since autograd may hand the same gradient to other consumers."""
+        return False
 
     def gradient_names(self) -> tuple[str, ...]:
         return tuple(f"d{name}" for name in self.differentiable)

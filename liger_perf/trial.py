@@ -156,17 +156,22 @@ class Trial:
 
     @_step("check", "correctness gate")
     def check(self) -> None:
-        from liger_perf.correctness import check_variant
+        from liger_perf.correctness import check_variant, gate_cases
 
-        total = len(self.spec.cases(self.device.suite, "check"))
+        total = len(gate_cases(self.spec, self.variant, self.device))
         done = iter(range(1, total + 1))
+        # One fresh draw per case besides its fixed one: a mistake that shows only on some inputs meets new ones
+        # in every trial, and the seed of a failing draw is recorded to reproduce it.
         result = check_variant(self.spec, self.variant, self.device, convergence=self.request.convergence,
-                               fail_fast=True, progress=lambda case: self.progress.report(
+                               fail_fast=True, fresh=1, progress=lambda case: self.progress.report(
                                    "gate", next(done, total), total, case.label()))
         rows = result.rows
-        columns = ["case", "layout", "output", "against", "reason"]
+        columns = ["case", "layout", "seed", "output", "against", "reason"]
+        worst = result.worst_tolerance_used
         self.data["correctness"] = {
             "passed": result.passed, "comparisons": len(rows), "cases": int(rows["case"].nunique()) if len(rows) else 0,
+            "interpreted": result.interpreted, "draws": int(rows["seed"].nunique()) if len(rows) else 0,
+            "worst_tolerance_used": worst if worst == worst else None,
             "failures": result.failures()[columns].head(20).to_dict("records"),
             "convergence": ("skipped" if result.convergence_skipped or result.convergence.empty else
                             "pass" if (result.convergence["verdict"] == "pass").all() else "FAIL"),
@@ -175,11 +180,15 @@ class Trial:
                    .agg(comparisons=("verdict", "size"), failed=("verdict", lambda v: int((v != "pass").sum())),
                         worst_norm_rel_err=("norm_rel_err", "max")).reset_index())
         _display(markdown=f"## Correctness gate: {'PASS' if result.passed else 'FAIL'}\n\n{len(rows)} comparisons "
-                          f"(forward and every gradient, same-dtype and float64 references); convergence: "
-                          f"{self.data['correctness']['convergence']}")
+                          f"(forward and every gradient, same-dtype and float64 references, layouts, edge values"
+                          f"{'' if result.interpreted else ', the large case, repeated and concurrent calls'}) over "
+                          f"{self.data['correctness']['draws']} draws; the closest a passing comparison came to its "
+                          f"tolerance: {worst:.2f} of it; convergence: {self.data['correctness']['convergence']}"
+                          + ("\n\nUnder the Triton interpreter: no race and no GPU bfloat16 rounding can show, so "
+                             "this trial can at best be provisional." if result.interpreted else ""))
         _display(summary)
         if not result.passed:
-            _display(result.failures()[["case", "layout", "output", "against", "reason"]].head(20))
+            _display(result.failures()[columns].head(20))
             self._stop("failed-correctness", "the correctness gate failed: " + "; ".join(
                 f"{f['case']} {f['output']} vs {f['against']}: {f['reason']}"
                 for f in self.data["correctness"]["failures"][:3])

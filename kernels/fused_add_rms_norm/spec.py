@@ -129,18 +129,18 @@ class FusedAddRMSNormSpec(KernelSpec):
     }
 
     def make_inputs(self, shape, dtype, device, generator=None, config=None):
-        rows, hidden = shape
+        *rows, hidden = shape  # (rows, hidden), or (batch, sequence, hidden)
         config = config or {}
 
         def randn(*size):
             return torch.randn(*size, generator=generator, dtype=torch.float32, device="cpu")
 
-        X, R = randn(rows, hidden), 0.5 * randn(rows, hidden)
+        X, R = randn(*rows, hidden), 0.5 * randn(*rows, hidden)
         if config.get("casting_mode", "llama") != "none":
             # LLM activations carry a few huge channels; their squares overflow float16, which is why llama and
             # gemma compute the statistics in float32. Inputs without them could not tell the difference.
             channels = torch.randperm(hidden, generator=generator)[: max(1, hidden // 32)]
-            X[:, channels] *= 300.0
+            X[..., channels] *= 300.0
         W = 1.0 + 0.1 * randn(hidden)
         return {name: t.to(device=device, dtype=dtype) for name, t in (("X", X), ("R", R), ("W", W))}
 
@@ -150,6 +150,9 @@ class FusedAddRMSNormSpec(KernelSpec):
             tol = self.tolerances[dtype]
             return replace(tol, same_dtype=_loosened(tol.same_dtype, 4e-3), float64=_loosened(tol.float64, 2e-2))
         return self.tolerances[dtype]
+
+    def may_overwrite_cotangents(self, config):
+        return bool(config.get("in_place", False))  # in_place: dX may be written into dY (Liger's contract)
 
     def reference(self, inputs, config):
         X, R, W = inputs["X"], inputs["R"], inputs["W"]
