@@ -30,7 +30,7 @@ from liger_perf.variants import source_hash
 class LoopEvent:
     """What the loop tells whoever watches it (the CLI's progress display, a test)."""
 
-    kind: str  # "trial-start" | "trial-end" | "judged-pending" | "stop"
+    kind: str  # "trial-start" | "trial-end" | "judged-pending" | "carry-over" | "stop"
     message: str
     trial: TrialResult | None = None
     index: int = 0
@@ -54,6 +54,15 @@ class LoopOutcome:
 def floor_reached(best: TrialResult, target: str, fraction: float) -> bool:
     rows = best.timing_rows("candidate", target)
     return bool(rows) and all((r.bandwidth_fraction or 0) >= fraction for r in rows)
+
+
+def _chain_target(chain: list[TrialResult]) -> float:
+    """The product of a chain's target ratios (each accepted step against the one before it)."""
+    total = 1.0
+    for trial in chain:
+        ratio = trial.judged.target_ratio if trial.judged else None
+        total *= ratio if ratio else 1.0
+    return total
 
 
 def _rounds(trials: list[TrialResult]) -> list[list[TrialResult]]:
@@ -196,7 +205,7 @@ class OptimizeLoop:
     def _round(self, trials: list[TrialResult], best: TrialResult, room: int) -> list[Proposal] | Stop:
         """Up to ``room`` candidates to trial at once against ``best``: first the loop's own re-runs (an
         inconclusive trial re-measured, a candidate superseded in its round re-trialled), then the proposer's."""
-        steps = self._reruns(trials, best)[:room]
+        steps = [*self._carry_over(trials, best), *self._reruns(trials, best)][:room]
         while len(steps) < room:
             step = self.proposer.propose(Context(self.spec, self.guardrails.target, trials, best,
                                                  best.variant.source,
@@ -256,6 +265,52 @@ class OptimizeLoop:
 
     def _best_file(self, best: TrialResult) -> Path:
         return trial_variant_file(self.kernel, best, self.root)
+
+    def _carry_over(self, trials: list[TrialResult], best: TrialResult) -> list[Proposal]:
+        """After the baseline changed (a fix), the previous baseline's best, carried over: its knob values on
+        the new baseline, trialled against it before anything else (judged like any candidate, so the chain
+        starts again from measurements of the new code). Only while the new chain is empty and no trial ran that
+        source yet. A previous best whose code differs from its baseline beyond the knobs (a model's rewrite)
+        cannot be carried over by the loop; it says so once."""
+        from liger_perf.variants import with_knobs
+
+        if best.variant_sha != self.baseline_sha or best.against:
+            return []
+        current = best.trial_id
+        earlier = [t for t in trials if not t.against and t.status == "complete" and t.trial_id < current
+                   and t.variant_sha != self.baseline_sha and t.kind == "experiment"]
+        for old_baseline in reversed(earlier):
+            _, chain = accepted_chain(trials, old_baseline.variant_sha)
+            if not chain:
+                continue
+            tip = chain[-1]
+            old_knobs, tip_knobs = old_baseline.variant.knobs or {}, tip.variant.knobs or {}
+            changes = {k: v for k, v in tip_knobs.items() if old_knobs.get(k) != v}
+            try:
+                knob_only = with_knobs(tip.variant.source, {k: old_knobs[k] for k in changes if k in old_knobs}
+                                       ) == old_baseline.variant.source
+                source = with_knobs(best.variant.source, changes)
+            except UserError as e:
+                knob_only, why = False, str(e)
+            else:
+                why = "its code differs from its baseline beyond the knobs"
+            if not knob_only or not changes:
+                if not any(e.kind == "carry-over" for e in self.events):
+                    self._emit("carry-over", f"the previous best, trial {tip.trial_id:04d} {tip.name} (on the "
+                               f"baseline of trial {old_baseline.trial_id:04d}), is not carried over to the changed "
+                               f"baseline: {why if changes else 'it changed no knob'}")
+                return []
+            if any(t.variant_sha == source_hash(source) for t in trials):
+                return []
+            listed = ", ".join(f"{k}={v!r}" for k, v in changes.items())
+            return [Proposal(name=f"carry-over-{tip.trial_id:04d}", source=source,
+                             hypothesis=f"the baseline changed since trial {old_baseline.trial_id:04d}; the best on "
+                                        f"the previous one, trial {tip.trial_id:04d} {tip.name}, carried over: "
+                                        f"its knob values ({listed}) on the new baseline",
+                             prediction=f"about the previous chain's gain: its {len(chain)} accepted steps took "
+                                        f"the target to {_chain_target(chain):.3f} of its baseline's time",
+                             changes=changes, diagnosis="carry-over")]
+        return []
 
     def _reruns(self, trials: list[TrialResult], best: TrialResult) -> list[Proposal]:
         """Trials the loop runs again by itself: an inconclusive one, measured once more with twice the

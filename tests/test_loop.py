@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from liger_perf.schema import VERDICTS
 from liger_perf.guardrails import Guardrails
 from liger_perf.history import load_trials
 from liger_perf.loop import OptimizeLoop
@@ -97,7 +98,7 @@ def test_a_trial_finished_but_not_judged_is_judged_on_resume_and_the_budget_stop
     assert events[0].kind == "judged-pending" and events[0].trial.trial_id == 1
     assert outcome.trials_run == 1 and "budget of 1 trials is spent" in outcome.stop_reason
     trials = _check_history_intact(root / "relu_squared")
-    assert trials[1].verdict in ("accepted", "rejected", "inconclusive") and len(trials) == 3
+    assert trials[1].verdict in VERDICTS and len(trials) == 3
     assert not aside.exists()
 
 
@@ -152,3 +153,35 @@ def test_only_candidates_of_one_round_are_reconciled():
     assert [[t.trial_id for t in r] for r in _rounds(one_round)] == [[1, 2]]
     by_hand_later = [trial(1, "base", "accepted"), trial(2, "v1", "rejected"), trial(3, "base", "accepted")]
     assert _rounds(by_hand_later) == []
+
+
+def test_a_changed_baseline_carries_the_previous_best_over_as_its_first_candidate(tmp_path):
+    """The baseline was fixed after a chain was accepted on it: the loop's first candidate on the new baseline is
+    the old best's knob values on the new code (judged like any other), and it is proposed once. A best whose
+    code differs from its baseline beyond the knobs is not carried over, and the loop says why."""
+    from liger_perf.variants import read_knobs, source_hash, with_knobs
+
+    new = baseline_path("fused_add_rms_norm").read_text()
+    old = new.replace("# Tunable knobs:", "# (the old baseline)\n# Tunable knobs:")
+    tuned = with_knobs(old, {"bwd_tile_elements": 8192})
+
+    def trial(n, source, against=None, verdict=None, **extra):
+        return make_trial(trial_id=n, name=f"t{n}", variant={"sha256": source_hash(source), "source": source,
+                                                            "knobs": read_knobs(source)[0]},
+                          against={"sha256": source_hash(against)} if against else None, verdict=verdict,
+                          **extra)
+
+    history = [trial(0, old), trial(1, tuned, old, "accepted"), trial(2, new)]
+    loop = OptimizeLoop("fused_add_rms_norm", Guardrails(target="backward"), RulesProposer(), device="interpret",
+                        root=tmp_path)
+    (carried,) = loop._carry_over(history, history[2])
+    assert carried.source == with_knobs(new, {"bwd_tile_elements": 8192})
+    assert carried.changes == {"bwd_tile_elements": 8192} and carried.name == "carry-over-0001"
+    # Once it ran, never again; nor while the new chain has moved on.
+    assert loop._carry_over([*history, trial(3, carried.source, new, "rejected")], history[2]) == []
+    assert loop._carry_over(history, history[1]) == []
+
+    rewritten = tuned.replace("def _weight_factor(", "def _weight_factor_renamed(")
+    history[1] = trial(1, rewritten, old, "accepted")
+    assert loop._carry_over(history, history[2]) == []
+    assert "is not carried over" in loop.events[-1].message and loop.events[-1].kind == "carry-over"
