@@ -25,6 +25,9 @@ class BrokenVariant:
     #: more than one and random inputs decide which one the gate meets first.
     exposed_in: str
     edits: tuple[tuple[str, str], ...]  # (text of the baseline, its replacement); each text occurs exactly once
+    #: What the gate needs to see the mistake, when the interpreter cannot: "race" (programs running at once),
+    #: "bfloat16" (a GPU's bfloat16), "large" (more than 2**31 elements). Empty: caught on the CPU too.
+    gpu_only: str = ""
 
 
 BROKEN = (
@@ -66,13 +69,89 @@ BROKEN = (
          ("            dw_acc += dw\n        tl.store(DW_PARTIAL + pid * stride_dw + cols, dw_acc, mask=mask)",
           "            dw_acc = (dw_acc.to(tl.float32) + dw).to(DY.dtype.element_ty)\n"
           "        tl.store(DW_PARTIAL + pid * stride_dw + cols, dw_acc.to(tl.float32), mask=mask)"))),
+    # -- incoming gradients: their layout, and who may write into them ---------------------------------------
+    BrokenVariant(
+        "fused_add_rms_norm", "dy_read_with_the_stride_of_s",
+        "the backward reads dY with S's row stride, as if every gradient were contiguous like S", "dX|dR|dW",
+        (("dX.stride(0), dY2.stride(0), dS2.stride(0), S.stride(0), dW_partial.stride(0),",
+          "dX.stride(0), S.stride(0), dS2.stride(0), S.stride(0), dW_partial.stride(0),"),)),
+    BrokenVariant(
+        "fused_add_rms_norm", "dx_into_dy_without_in_place",
+        "the backward writes dX into the incoming dY whenever it is contiguous, in_place or not", "dY (given)",
+        (("dX = dY2 if ctx.in_place and dY2.is_contiguous() else torch.empty_like(S)",
+          "dX = dY2 if dY2.is_contiguous() else torch.empty_like(S)"),)),
+    BrokenVariant(
+        "fused_add_rms_norm", "dx_into_saved_s",
+        "the backward writes dX into the saved S to save memory (S is an output, and a second backward reads it)",
+        "S|dX|dR|dW",
+        (("dX = dY2 if ctx.in_place and dY2.is_contiguous() else torch.empty_like(S)",
+          "dX = dY2 if ctx.in_place and dY2.is_contiguous() else S"),)),
+    BrokenVariant(
+        "relu_squared", "dy_assumed_contiguous", "the backward reads dY as a flat contiguous buffer", "dX",
+        (("        dY = dY.contiguous()\n", ""),)),
+    # -- the dtype and shape contract --------------------------------------------------------------------------
+    BrokenVariant(
+        "fused_add_rms_norm", "gemma_y_in_float32", "under gemma, Y comes back in float32 instead of X's dtype",
+        "Y|*",
+        (("Y = torch.empty((n_rows, n_cols), dtype=X.dtype, device=X.device)",
+          "Y = torch.empty((n_rows, n_cols), dtype=torch.float32 if casting_mode == 'gemma' else X.dtype, "
+          "device=X.device)"),)),
+    BrokenVariant(
+        "fused_add_rms_norm", "outputs_left_2d", "Y and S come back as (rows, hidden) for N-D inputs", "Y|S|*",
+        (("return Y.view(shape), S.view(shape)", "return Y, S"),)),
+    BrokenVariant(
+        "relu_squared", "output_in_float32", "Y is allocated in float32 whatever X's dtype", "Y|*",
+        (("        Y = torch.empty_like(X)\n", "        Y = torch.empty_like(X, dtype=torch.float32)\n"),)),
+    # -- edge values and sizes -------------------------------------------------------------------------------
+    BrokenVariant(
+        "fused_add_rms_norm", "eps_outside_the_sqrt", "rstd = 1 / (sqrt(mean(S^2)) + eps) instead of "
+        "1 / sqrt(mean(S^2) + eps): the same on unit rows, wrong where the mean square is small or zero",
+        "Y|dX|dR|dW",
+        (("    return 1.0 / tl.sqrt(mean_sq + eps)", "    return 1.0 / (tl.sqrt(mean_sq) + eps)"),)),
+    BrokenVariant(
+        "fused_add_rms_norm", "mean_square_clamped", "a defensive clamp max(mean(S^2), 0) turns a NaN row's "
+        "statistics into a number, so the row comes out finite where PyTorch propagates NaN", "Y|dX|dR|dW",
+        (("    return 1.0 / tl.sqrt(mean_sq + eps)", "    return 1.0 / tl.sqrt(tl.maximum(mean_sq, 0.0) + eps)"),)),
+    BrokenVariant(
+        "fused_add_rms_norm", "chunked_forward_drops_the_tail",
+        "with 8192-column chunks in the forward, the loop that writes Y stops before a last partial chunk", "Y",
+        (('    "BLOCK_SIZE": "auto",', '    "BLOCK_SIZE": 8192,'),
+         ('    "fwd_column_chunked": False,', '    "fwd_column_chunked": True,'),
+         ("                tl.store(RSTD + row64, rstd)\n                for start in range(0, n_cols, BLOCK_SIZE):",
+          "                tl.store(RSTD + row64, rstd)\n"
+          "                for start in range(0, n_cols - BLOCK_SIZE + 1, BLOCK_SIZE):"))),
+    # -- what only a GPU shows --------------------------------------------------------------------------------
+    BrokenVariant(
+        "fused_add_rms_norm", "forward_offsets_in_32_bits",
+        "the forward computes row offsets in 32 bits (row * stride overflows past 2**31 elements)", "Y|S|*",
+        (("            row64 = tl.cast(row, tl.int64)\n            if CHUNKED:",
+          "            row64 = row\n            if CHUNKED:"),), gpu_only="large"),
+    BrokenVariant(
+        "fused_add_rms_norm", "dw_row_shared_without_atomics",
+        "every backward program adds its dW into one shared row with a plain load and store: right when programs "
+        "run one after another (the interpreter), lost updates when they run at once", "dW",
+        (("        tl.store(DW_PARTIAL + pid * stride_dw + cols, dw_acc, mask=mask)\n    else:",
+          "        prev = tl.load(DW_PARTIAL + cols, mask=mask & (pid > 0), other=0.0)\n"
+          "        tl.store(DW_PARTIAL + cols, prev + dw_acc, mask=mask)\n    else:"),
+         ("            dW = dW_partial.sum(dim=0).to(W.dtype)", "            dW = dW_partial[0].to(W.dtype)")),
+        gpu_only="race"),
+    BrokenVariant(
+        "fused_add_rms_norm", "bfloat16_residual_through_float16",
+        "for bfloat16 inputs the residual add goes through float16, which overflows at 65504 where bfloat16 "
+        "reaches 3e38", "S|Y|dX|dR|dW",
+        (("                s = x + r\n                tl.store(S + row64 * stride_s + cols, s, mask=mask)",
+          "                s = x + r\n"
+          "                if S.dtype.element_ty == tl.bfloat16:\n"
+          "                    s = (x.to(tl.float16) + r.to(tl.float16)).to(tl.bfloat16)\n"
+          "                tl.store(S + row64 * stride_s + cols, s, mask=mask)"),), gpu_only="bfloat16"),
+    # -- relu_squared ----------------------------------------------------------------------------------------
     BrokenVariant(
         "relu_squared", "backward_without_relu_mask", "the backward forgets the relu mask (dX = 2 * X * dY)", "dX",
-        (("    dx = 2.0 * tl.maximum(x, 0.0) * dy", "    dx = 2.0 * x * dy"),)),
+        (("    dx = 2.0 * _relu(x) * dy", "    dx = 2.0 * x * dy"),)),
     BrokenVariant(
         "relu_squared", "square_before_relu", "the forward squares before the relu, so negatives survive", "Y",
-        (("    r = tl.maximum(x, 0.0)\n    tl.store(Y + offsets, (r * r).to(Y.dtype.element_ty), mask=mask)",
-          "    r = tl.maximum(x * x, 0.0)\n    tl.store(Y + offsets, r.to(Y.dtype.element_ty), mask=mask)"),)),
+        (("    r = _relu(x)\n    tl.store(Y + offsets, (r * r).to(Y.dtype.element_ty), mask=mask)",
+          "    r = _relu(x * x)\n    tl.store(Y + offsets, r.to(Y.dtype.element_ty), mask=mask)"),)),
 )
 
 

@@ -41,6 +41,15 @@ def test_a_clear_improvement_is_accepted():
     assert verdict.verdict == "accepted" and abs(verdict.gain - 0.2) < 1e-9
 
 
+def test_a_trial_gated_on_the_interpreter_alone_is_never_accepted():
+    for interpreted in (_result(target_ratio=0.5).model_copy(update={"device": "interpret"}),
+                        TrialResult.model_validate({**_result(target_ratio=0.5).model_dump(),
+                                                    "correctness": {"passed": True, "interpreted": True}})):
+        verdict = judge(interpreted, RULES)
+        assert verdict.verdict == "provisional" and "Triton interpreter" in verdict.reasons[-1]
+    assert judge(_result(target_ratio=1.5).model_copy(update={"device": "interpret"}), RULES).verdict == "rejected"
+
+
 def test_faster_target_but_six_percent_slower_elsewhere_at_one_shape_is_rejected_with_that_reason():
     verdict = judge(_result(target_ratio=0.8, overrides={("forward", "2048x8192", "bfloat16"): 1.06}), RULES)
     assert verdict.verdict == "rejected"
