@@ -321,6 +321,22 @@ def _planted(inputs: dict[str, torch.Tensor], values: str) -> dict[str, torch.Te
 
 # -- one case ---------------------------------------------------------------------------------------------------
 
+HUGE_ROWS = (2, 3)  # the rows ``_planted`` scales towards the dtype's largest value
+
+
+def _quiet_huge_rows(cotangents: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """The gradients with the huge rows' entries zero. A backward sums gradient times value over a row: with
+    values near the largest float that sum overflows or not depending on the order of summation, so neither
+    PyTorch nor any kernel defines it; the forward of those rows is what the case is about."""
+    quiet = []
+    for c in cotangents:
+        if c.dim() >= 2 and c.shape[0] > max(HUGE_ROWS):
+            c = c.clone()
+            c[list(HUGE_ROWS)] = 0
+        quiet.append(c)
+    return tuple(quiet)
+
+
 def _forward(forward, leaves, config, poison: bool = False):
     with PoisonAllocations() if poison else contextlib.nullcontext():
         outputs = forward(leaves, config)
@@ -374,6 +390,8 @@ def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: 
         cotangents = spec.grad_outputs(tuple(o.detach() for o in ref_out), generator)
     if probe.cotangents == "expanded":
         cotangents = tuple(_row_equal(c) for c in cotangents)
+    if probe.values == "edges":
+        cotangents = _quiet_huge_rows(cotangents)
     ref = dict(zip(names, (*ref_out, *_backward(spec, ref_out, ref_leaves, cotangents))))
     del ref_out, ref_leaves
     ref64 = None
@@ -470,9 +488,11 @@ def gate_cases(spec: KernelSpec, variant: Variant, device: Device, cases: list[C
         s = shapes.index(tuple(case.shape)) if tuple(case.shape) in shapes else 0
         c = configs.index(dict(case.config)) if dict(case.config) in configs else 0
         d = dtypes.index(case.dtype) if case.dtype in dtypes else 0
+        # Chosen so that the whole sweep, and a cover of it that meets each shape in each option once with the
+        # dtype alternating, both meet every gradient layout, and N-D inputs in every option.
         probe = Probe(inputs="padded" if s % 2 else "contiguous",
-                      cotangents=COTANGENT_LAYOUTS[(s + c + d) % len(COTANGENT_LAYOUTS)],
-                      batched=(s + c) % 2 == 1)
+                      cotangents=COTANGENT_LAYOUTS[(s + c + 2 * d) % len(COTANGENT_LAYOUTS)],
+                      batched=(c + d) % 2 == 1)
         chosen.append(GateCase(case, probe))
     # Edge values: every option in every dtype, on rows of the check suite's second width.
     width = shapes[min(1, len(shapes) - 1)][1:]
