@@ -112,7 +112,9 @@ class FusedAddRMSNormSpec(KernelSpec):
             same_dtype=Tolerance(atol=1e-5, rtol=1e-5, norm=1e-5),
             float64=Tolerance(atol=1e-4, rtol=1e-4, norm=1e-5),
             convergence=1e-4,
-            row_reduction=Tolerance(atol=1e-4, rtol=1e-4, norm=1e-5),
+            # dW sums thousands of rows whose terms reach ~25 in the outlier channels: a column that cancels to
+            # ~0.06 carries ~1e-4 of summation-order error (seen on the H200: trial 0015, seed 1963308909).
+            row_reduction=Tolerance(atol=1e-3, rtol=1e-4, norm=1e-5),
         ),
         torch.float16: Tolerances(
             same_dtype=Tolerance(atol=1e-3, rtol=2e-3, norm=1e-4),
