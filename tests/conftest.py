@@ -24,14 +24,12 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def recorded_baselines(tmp_path, monkeypatch):
-    """The kernels as the recorded H200 history ran them: each baseline.py is the source of its kernel's last
-    recorded baseline trial (the files have been fixed since: a fix is a new baseline, and the history a replay
-    test walks through was measured on the old one)."""
+    """The kernels as the recorded H200 history's loop ran them: each baseline.py is the source of the baseline
+    trial that most of its kernel's trials were measured against (the files have been fixed since: a fix is a new
+    baseline, and the history a replay test walks through was measured on the old one)."""
     import shutil
 
-    import nbformat
-
-    from liger_perf import record
+    from liger_perf.history import load_trials
     from liger_perf.registry import KERNELS_ENV, kernels_dir
 
     from broken_variants import ROOT
@@ -39,10 +37,10 @@ def recorded_baselines(tmp_path, monkeypatch):
     kernels = tmp_path / "recorded-kernels"
     shutil.copytree(kernels_dir(), kernels, ignore=shutil.ignore_patterns("__pycache__"))
     for folder in kernels.iterdir():
-        for notebook in sorted((ROOT / "notebooks" / folder.name).glob("*-baseline.ipynb"), reverse=True):
-            result = record.read_result(nbformat.read(notebook, as_version=4))
-            if not result.against and result.variant.source:
-                (folder / "baseline.py").write_text(result.variant.source)
-                break
+        trials = load_trials(folder.name, ROOT / "notebooks")
+        baselines = [t for t in trials if not t.against and t.status == "complete" and t.variant.source]
+        if baselines:
+            used = max(baselines, key=lambda b: sum(t.against_sha == b.variant_sha for t in trials))
+            (folder / "baseline.py").write_text(used.variant.source)
     monkeypatch.setenv(KERNELS_ENV, str(kernels))
     return kernels
