@@ -285,9 +285,12 @@ class OptimizeLoop:
                 continue
             tip = chain[-1]
             old_knobs, tip_knobs = old_baseline.variant.knobs or {}, tip.variant.knobs or {}
-            changes = {k: v for k, v in tip_knobs.items() if old_knobs.get(k) != v}
+            moves = {k: v for k, v in tip_knobs.items() if old_knobs.get(k) != v}
+            # Of those, the ones the new baseline has not made itself (a no-op entry would read as a move tried).
+            new_knobs = best.variant.knobs or {}
+            changes = {k: v for k, v in moves.items() if new_knobs.get(k) != v}
             try:
-                knob_only = with_knobs(tip.variant.source, {k: old_knobs[k] for k in changes if k in old_knobs}
+                knob_only = with_knobs(tip.variant.source, {k: old_knobs[k] for k in moves if k in old_knobs}
                                        ) == old_baseline.variant.source
                 source = with_knobs(best.variant.source, changes)
             except UserError as e:

@@ -249,3 +249,12 @@ def test_the_large_case_repeats_drawn_rows_and_compares_in_its_own_dtype(interpr
                                                Path(tempfile.mkdtemp())), spec)
     rows = check_case(spec, broken, GateCase(Case((30, 16), torch.float16), kind="large"), interpret_device, 5)
     assert any(r["verdict"] == "FAIL" and r["output"] == "Y" for r in rows)
+
+
+def test_scalar_outputs_and_integer_inputs_do_not_crash_the_layout_checks():
+    from liger_perf.correctness import _bitwise_equal, _padded
+
+    assert _bitwise_equal(torch.tensor(float("nan")), torch.tensor(float("nan")))
+    index = torch.randperm(9)
+    assert torch.equal(_padded(index, 3), index)
+    assert _padded(torch.randn(9), 3).stride() == (2,)

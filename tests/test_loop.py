@@ -185,3 +185,23 @@ def test_a_changed_baseline_carries_the_previous_best_over_as_its_first_candidat
     history[1] = trial(1, rewritten, old, "accepted")
     assert loop._carry_over(history, history[2]) == []
     assert "is not carried over" in loop.events[-1].message and loop.events[-1].kind == "carry-over"
+
+
+def test_a_carry_over_lists_only_the_moves_the_new_baseline_has_not_made(tmp_path):
+    from liger_perf.variants import read_knobs, source_hash, with_knobs
+
+    current = baseline_path("fused_add_rms_norm").read_text()
+    new = with_knobs(current, {"num_stages": 2})
+    old = current.replace("# Tunable knobs:", "# (the old baseline)\n# Tunable knobs:")
+    tuned = with_knobs(old, {"bwd_tile_elements": 8192, "num_stages": 2})
+
+    def trial(n, source, against=None, verdict=None):
+        return make_trial(trial_id=n, name=f"t{n}", variant={"sha256": source_hash(source), "source": source,
+                                                            "knobs": read_knobs(source)[0]},
+                          against={"sha256": source_hash(against)} if against else None, verdict=verdict)
+
+    loop = OptimizeLoop("fused_add_rms_norm", Guardrails(target="backward"), RulesProposer(), device="interpret",
+                        root=tmp_path)
+    loop.baseline_sha = source_hash(new)
+    (carried,) = loop._carry_over([trial(0, old), trial(1, tuned, old, "accepted"), trial(2, new)], trial(2, new))
+    assert carried.changes == {"bwd_tile_elements": 8192}
