@@ -23,7 +23,8 @@ class Guardrails(BaseModel):
     #: How per-shape ratios (candidate / current best) combine into the suite-level number.
     aggregate: Literal["geomean"] = "geomean"
     #: No other metric (each pass's time, peak memory; every shape and dtype) may be this much worse than the
-    #: current best, measured side by side in the same trial...
+    #: current best, measured side by side in the same trial (a time decided on its interval: wholly above the
+    #: limit rejects, containing it re-measures)...
     max_regression: float = Field(0.05, gt=0, lt=1)
     #: ...nor this much worse than the baseline, through the chain of accepted variants.
     max_cumulative_regression: float = Field(0.05, gt=0, lt=1)

@@ -4,7 +4,16 @@ Every number judged was measured in the trial itself, the candidate interleaved 
 is compared with a time from another run. The suite-level target is the geometric mean of the per-shape
 ratios (candidate / current best) over every shape and dtype; its interval is the geometric mean of the
 per-shape interval bounds, which holds at the trial's confidence because those intervals are simultaneous.
-A trial whose correctness gate ran under the Triton interpreter is at best provisional, never accepted.
+A trial whose correctness gate ran under the Triton interpreter is at best provisional, never accepted; a staged
+trial that ran only the quick gate is never accepted either (it runs the full gate itself when its timing would
+be accepted, so this holds only where the loop's judgement and the trial's own differ).
+
+A guardrail regression (any pass's time at any shape and dtype, candidate / current best) is decided on its
+interval too: rejected only when the whole interval lies above the limit (``max_regression``; for the drift
+from the baseline, the interval's low end times the accepted variants' ratio above
+``max_cumulative_regression``). When only the point is above, the trial is inconclusive: possibly slower,
+never accepted, re-measured. A ratio without an interval (one repetition) is decided on its point, and peak
+memory (deterministic, no interval) on its ratio, as a regression.
 """
 
 from __future__ import annotations
@@ -27,12 +36,17 @@ INTERPRETER_ONLY = ("provisional, never accepted: its correctness gate ran under
                     "programs one at a time (no race shows) and rounds bfloat16 as no GPU does; a GPU trial decides")
 
 
+NO_FULL_GATE = ("never accepted without the full correctness gate, which this trial did not run (its own provisional "
+                "judgement differed): re-measure")
+
+
 def suspicions(result: TrialResult) -> list[str]:
     """Why a complete trial's measurements are not to be trusted: a timed call whose outputs were wrong, or a
     contender whose CUDA-event times disagree with its kernels' NCU durations. Empty when none."""
     found = [f"spot check of a timed call: {c.contender} {c.pass_name} {c.shape} {c.dtype}: {c.reason}"
              for c in (result.timing.spot_checks if result.timing else []) if not c.passed]
-    if result.ncu is not None and result.ncu.against_durations not in (None, "ok"):
+    # A light profile (a staged trial not accepted as measured) does not profile the best: nothing to hold to.
+    if result.ncu is not None and result.ncu.scope == "full" and result.ncu.against_durations not in (None, "ok"):
         found.append(f"the current best's kernel durations could not be profiled ({result.ncu.against_durations}):"
                      " its times are held to nothing")
     for contender in ("candidate", "against"):
@@ -100,17 +114,29 @@ def judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[Ke
                                       + (f" (and {len(suspicious) - 1} more)" if len(suspicious) > 1 else "")],
                          suspicious=suspicious)
     times, memory = measured_ratios(result)
-    reasons = []
+    reasons, remeasure = [], []  # regressions (rejected); possible regressions (never accepted, re-measured)
     limit, cumulative = 1 + guardrails.max_regression, 1 + guardrails.max_cumulative_regression
     for key, (ratio, low, high) in times.items():
         label = f"{key[0]} {key[1]} {key[2]}"
-        if ratio > limit:
-            reasons.append(f"{label}: {_pct(ratio)} slower than the current best (ratio {ratio:.3f} "
-                           f"[{low:.3f}, {high:.3f}]; at most {guardrails.max_regression:.0%} allowed)")
-        total = ratio * best_vs_baseline.get(key, 1.0)
-        if ratio <= limit and total > cumulative:
-            reasons.append(f"{label}: {_pct(total)} slower than the baseline through the accepted variants "
-                           f"(at most {guardrails.max_cumulative_regression:.0%} allowed)")
+        interval = f"ratio {ratio:.3f} [{low:.3f}, {high:.3f}]"
+        chain = best_vs_baseline.get(key, 1.0)
+        # A regression is decided on the interval's better end: slower for certain only when the whole interval
+        # lies above the limit. Without an interval (fewer than two repetitions) the point decides, as it must.
+        sure = low if math.isfinite(low) else ratio
+        if sure > limit:
+            reasons.append(f"{label}: {_pct(ratio)} slower than the current best ({interval}; at most "
+                           f"{guardrails.max_regression:.0%} allowed)")
+        elif sure * chain > cumulative:
+            reasons.append(f"{label}: {_pct(ratio * chain)} slower than the baseline through the accepted variants "
+                           f"({interval} times the accepted variants' {chain:.3f}; at most "
+                           f"{guardrails.max_cumulative_regression:.0%} allowed)")
+        elif ratio > limit:
+            remeasure.append(f"{label}: possibly {_pct(ratio)} slower than the current best ({interval} contains "
+                             f"the {guardrails.max_regression:.0%} limit): re-measure")
+        elif ratio * chain > cumulative:
+            remeasure.append(f"{label}: possibly {_pct(ratio * chain)} slower than the baseline through the "
+                             f"accepted variants ({interval} times the accepted variants' {chain:.3f} contains the "
+                             f"{guardrails.max_cumulative_regression:.0%} limit): re-measure")
     for key, ratio in memory.items():
         label = f"peak memory {key[1]} {key[2]}"
         if ratio > limit:
@@ -137,13 +163,19 @@ def judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[Ke
     target = (f"{guardrails.target}: geomean ratio {point:.3f} [{low:.3f}, {high:.3f}] "
               f"({(1 - point) * 100:+.1f}% vs the current best)")
     if reasons:
-        return Judgement("rejected", [*reasons, target], point, (low, high), ratios)
+        return Judgement("rejected", [*reasons, *remeasure, target], point, (low, high), ratios)
     interpreted = result.device == "interpret" or bool(result.correctness and result.correctness.interpreted)
+    if worse:
+        return Judgement("rejected", [f"{target}: not better than the current best", *remeasure], point,
+                         (low, high), ratios)
+    if remeasure:
+        return Judgement("inconclusive", [*remeasure, f"{target}; a possible regression is never accepted"],
+                         point, (low, high), ratios)
+    if improved and result.correctness is not None and result.correctness.stage != "full":
+        return Judgement("inconclusive", [target, NO_FULL_GATE], point, (low, high), ratios)
     if improved and interpreted:
         return Judgement("provisional", [target, INTERPRETER_ONLY], point, (low, high), ratios)
     if improved:
         return Judgement("accepted", [target], point, (low, high), ratios)
-    if worse:
-        return Judgement("rejected", [f"{target}: not better than the current best"], point, (low, high), ratios)
     return Judgement("inconclusive", [f"{target}: the interval straddles 1, noise is larger than the effect; "
                                       "re-measure, never accept"], point, (low, high), ratios)

@@ -6,6 +6,16 @@ after an L2 flush; on a GPU each run is timed with CUDA events. The result per (
 contender's median and its ratio to the reference contender with a paired bootstrap confidence interval.
 The intervals of one trial are simultaneous (Bonferroni over all of its ratios), so an A/A trial's
 intervals all contain 1.0 at the stated confidence, not just each one on its own.
+
+Where a contender's buffers sit in memory is randomised into the repetition noise. Every contender has its own
+buffers (inputs cloned into its own leaves, the backward pass's saved activations), and a memory-bound kernel
+moves by a percent or two with where they sit: allocated once, in a fixed order, that placement is a fixed
+effect of the role (candidate, current best), the same in every repetition, which the bootstrap (it resamples
+repetitions) cannot see. Two copies of one kernel then differ "significantly" (H200 A/A trials: 3-4 of 36
+intervals excluding 1, by 0.5-1 %, the same sign in every trial). So each contender gets a pool of input slots,
+allocated in a random order interleaved across contenders, each repetition runs it on a slot drawn at random,
+and on a GPU the pool is re-allocated a few times per case: placement varies from repetition to repetition,
+where the bootstrap sees it, and no role keeps the first (or last) allocations.
 """
 
 from __future__ import annotations
@@ -13,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -36,13 +46,41 @@ class TimingPlan:
     confidence: float = 0.95
     bootstrap: int = 2000
     seed: int = 0
+    #: Input slots per contender (see ``time_case``); 0: the device's default (``default_slots``).
+    slots: int = 0
+    #: Re-allocate the slot pool every this many repetitions; 0: the device's default (``default_rebuild``),
+    #: negative: never.
+    rebuild_every: int = 0
 
     @staticmethod
     def default(device: Device, repetitions: int = 0) -> "TimingPlan":
+        slots = default_slots(device)
         if repetitions > 0:
-            return TimingPlan(repetitions=repetitions, warmup=2 if device.interpreted else 5)
+            return TimingPlan(repetitions=repetitions, warmup=2 if device.interpreted else 5, slots=slots)
         # The interpreter runs a kernel thousands of times slower; its timings only exercise the machinery.
-        return TimingPlan(repetitions=5, warmup=1) if device.interpreted else TimingPlan(repetitions=100, warmup=5)
+        return (TimingPlan(repetitions=5, warmup=1, slots=slots) if device.interpreted
+                else TimingPlan(repetitions=100, warmup=5, slots=slots))
+
+    def slots_on(self, device: Device) -> int:
+        return self.slots if self.slots > 0 else default_slots(device)
+
+    def rebuild_on(self, device: Device) -> int:
+        """Repetitions between re-allocations of the slot pool; 0: never."""
+        if self.rebuild_every < 0:
+            return 0
+        return self.rebuild_every if self.rebuild_every > 0 else default_rebuild(device, self.repetitions)
+
+
+def default_slots(device: Device) -> int:
+    """Four placements per contender on a GPU; one under the interpreter, whose CPU timings have no placement
+    effect worth the cost (a slot's warm-up and a backward slot's forward are interpreted programs)."""
+    return 1 if device.interpreted else 4
+
+
+def default_rebuild(device: Device, repetitions: int) -> int:
+    """On a GPU, a fresh pool halfway through the case (two pools: twice the placements); under the
+    interpreter (a handful of repetitions, CPU timings), one pool."""
+    return 0 if device.interpreted else max(1, repetitions // 2)
 
 
 class _Timer:
@@ -125,51 +163,79 @@ def peer_contenders(spec: KernelSpec, device: Device) -> tuple[dict[str, Forward
 
 
 def time_case(spec: KernelSpec, contenders: Mapping[str, ForwardFn], case: Case, pass_name: str, device: Device,
-              plan: TimingPlan, rng: np.random.Generator, judged: tuple[str, ...] = ("candidate", "against"),
+              plan: TimingPlan, rng: np.random.Generator, judged: Iterable[str] = ("candidate", "against"),
               spot_checks: list[dict] | None = None) -> dict[str, np.ndarray]:
     """Milliseconds per repetition for each contender, on the same inputs, interleaved in random order.
 
-    The two ``judged`` contenders (the candidate and the current best) each get two copies of the inputs and
-    swap them every repetition: where a buffer sits in memory can move a memory-bound kernel's time by a
-    percent or two, and that must not pass for a difference between the kernels.
+    Every contender (not only the judged ones) gets a pool of ``plan.slots`` input slots: prepared passes with
+    their own leaves cloned from the case's inputs and, for a backward pass, their own saved activations. The
+    pool is allocated in a random order interleaved across contenders and slots; each repetition runs every
+    contender, in a fresh random order, on a slot drawn at random for it; on a GPU the pool is freed and
+    allocated afresh (in a new random order) every ``plan.rebuild_every`` repetitions. Why: where a buffer sits
+    in memory moves a memory-bound kernel's time by a percent or two. Allocated once per contender in a fixed
+    order, placement is a per-role effect, the same in every repetition: the bootstrap, which resamples
+    repetitions, cannot see it, and two copies of one kernel come out "different" (it did on the H200).
+    Randomised, placement is part of the repetition noise that the interval is built from.
 
-    ``spot_checks``: where to add, for each judged contender, the check of one timed call, at a repetition drawn
-    at random, run on inputs drawn afresh for it and compared with the float64 reference: what is timed is what
+    ``judged``: the contenders whose timed calls are spot-checked (any names: the judged pair of a trial, or
+    every candidate and the current best of a screening; names not among ``contenders`` are ignored).
+    ``spot_checks``: where to add, for each of them, the check of one timed call, at a repetition drawn at
+    random, run on inputs drawn afresh for it and compared with the float64 reference: what is timed is what
     computes the right result (not a call patched, or one that returns what it returned before)."""
     inputs, cotangents = case_inputs(spec, case, device)
-    pair = [name for name in judged if name in contenders]
-    swap = len(pair) == 2
-    prepared = {name: [prepare_pass(spec, fwd, inputs, case.config, pass_name, cotangents)
-                       for _ in range(2 if swap and name in pair else 1)]
-                for name, fwd in contenders.items()}
+    names = list(contenders)
+    checked = [name for name in dict.fromkeys(judged) if name in contenders]
+    slots, rebuild = plan.slots_on(device), plan.rebuild_on(device)
     spot_rep = int(rng.integers(plan.repetitions)) if spot_checks is not None and plan.repetitions else -1
     spot: dict[str, Any] = {}
+    spot_outputs: dict[str, Any] = {}
     if spot_rep >= 0:
         spot_inputs, spot_cotangents = case_inputs(spec, case, device)
         spot = {name: prepare_pass(spec, contenders[name], spot_inputs, case.config, pass_name, spot_cotangents)
-                for name in pair}
-        spot_outputs: dict[str, Any] = {}
+                for name in checked}
     timer = _Timer(device)
-    names = list(prepared)
-    for _ in range(plan.warmup):  # JIT compilation, autotuning and allocator growth stay out of the numbers
-        for name in names:
-            for copy in prepared[name]:
-                copy.arm()()
-    timer.synchronize()
+
+    def allocate() -> dict[str, list]:
+        """Every contender's slots, allocated in a random order across contenders and slots."""
+        order = [(name, slot) for name in names for slot in range(slots)]
+        pool: dict[str, list] = {name: [None] * slots for name in names}
+        for i in rng.permutation(len(order)):
+            name, slot = order[i]
+            pool[name][slot] = prepare_pass(spec, contenders[name], inputs, case.config, pass_name, cotangents)
+        return pool
+
+    def warm(pool: dict[str, list], rounds: int) -> None:
+        for _ in range(rounds):  # JIT compilation, autotuning and allocator growth stay out of the numbers
+            for name in names:
+                for prepared in pool[name]:
+                    prepared.arm()()
+        timer.synchronize()
+
+    pool = allocate()
+    warm(pool, plan.warmup)
     measured: dict[str, list] = {name: [] for name in names}
     for rep in range(plan.repetitions):
+        if rebuild and rep and rep % rebuild == 0:
+            pool = None  # the old pool is freed before the new one is allocated: one pool in memory at a time
+            if not device.interpreted:
+                timer.synchronize()
+                torch.cuda.empty_cache()  # fresh allocations, not only the old blocks dealt out anew
+            pool = allocate()
+            warm(pool, min(1, plan.warmup))
+        drawn = rng.integers(slots, size=len(names))  # independently per contender and repetition
         for i in rng.permutation(len(names)):
-            copies = prepared[names[i]]
-            offset = pair.index(names[i]) if names[i] in pair else 0
-            if rep == spot_rep and names[i] in spot:
-                call = spot[names[i]].arm()
+            name = names[i]
+            if rep == spot_rep and name in spot:
+                call = spot[name].arm()
 
-                def thunk(call=call, name=names[i]):
+                def thunk(call=call, name=name):
                     spot_outputs[name] = call()
             else:
-                thunk = copies[(rep + offset) % len(copies)].arm()
-            measured[names[i]].append(timer.measure(thunk))
+                thunk = pool[name][drawn[i]].arm()
+            measured[name].append(timer.measure(thunk))
+            del thunk  # holds a slot's buffers: none outlives its pool
     timer.synchronize()
+    del pool
     if spot_rep >= 0:
         spot_checks.extend(_spot_check(spec, case, pass_name, spot_inputs, spot_cotangents, spot_outputs))
     return {name: np.array([timer.read(m) for m in ms]) for name, ms in measured.items()}
@@ -202,16 +268,19 @@ def _spot_check(spec: KernelSpec, case: Case, pass_name: str, inputs, cotangents
 
 def time_suite(spec: KernelSpec, contenders: Mapping[str, ForwardFn], cases: list[Case], passes: list[str],
                device: Device, plan: TimingPlan, progress: Callable[[str], None] | None = None,
-               spot_checks: list[dict] | None = None) -> pd.DataFrame:
+               spot_checks: list[dict] | None = None,
+               judged: Iterable[str] = ("candidate", "against")) -> pd.DataFrame:
     """Every repetition of every contender, one row each (``SAMPLE_COLUMNS``); each case's spot checks of the
-    judged contenders' timed calls are added to ``spot_checks`` (see ``time_case``)."""
+    ``judged`` contenders' timed calls are added to ``spot_checks`` (see ``time_case``)."""
+    judged = tuple(judged)
     rng = np.random.default_rng(plan.seed)
     rows = []
     for pass_name in passes:
         for case in cases:
             if progress is not None:
                 progress(f"{pass_name} {case.label()}")
-            times = time_case(spec, contenders, case, pass_name, device, plan, rng, spot_checks=spot_checks)
+            times = time_case(spec, contenders, case, pass_name, device, plan, rng, judged=judged,
+                              spot_checks=spot_checks)
             for name, ms in times.items():
                 rows.extend({"pass": pass_name, "shape": shape_label(case.shape), "dtype": dtype_name(case.dtype),
                              "contender": name, "rep": i, "ms": float(t)} for i, t in enumerate(ms))

@@ -13,17 +13,20 @@ SHAPES = ("2048x1024", "2048x8192")
 DTYPES = ("float32", "bfloat16")
 
 
-def _result(target_ratio=0.8, other_ratio=1.0, half_width=0.02, memory_ratio=1.0, overrides=None, status="complete"):
-    """A trial of a candidate against the current best: every pass, shape and dtype, side by side."""
+def _result(target_ratio=0.8, other_ratio=1.0, half_width=0.02, memory_ratio=1.0, overrides=None, status="complete",
+            intervals=None):
+    """A trial of a candidate against the current best: every pass, shape and dtype, side by side. ``overrides``:
+    a ratio per key (interval +- ``half_width``); ``intervals``: a ``(ratio, low, high)`` per key."""
     rows = []
     for pass_name in ("forward", "backward", "full"):
         for shape in SHAPES:
             for dtype in DTYPES:
                 ratio = target_ratio if pass_name == "backward" else other_ratio
                 ratio = (overrides or {}).get((pass_name, shape, dtype), ratio)
+                ratio, low, high = (intervals or {}).get((pass_name, shape, dtype),
+                                                         (ratio, ratio - half_width, ratio + half_width))
                 rows += [{"pass": pass_name, "shape": shape, "dtype": dtype, "contender": "candidate",
-                          "relative_to": "against", "ratio": ratio, "ci_low": ratio - half_width,
-                          "ci_high": ratio + half_width},
+                          "relative_to": "against", "ratio": ratio, "ci_low": low, "ci_high": high},
                          {"pass": pass_name, "shape": shape, "dtype": dtype, "contender": "against",
                           "relative_to": "against", "ratio": 1.0, "ci_low": 1.0, "ci_high": 1.0}]
     memory = [{"shape": s, "dtype": d, "contender": c, "peak_bytes": 1e9 * (memory_ratio if c == "candidate" else 1)}
@@ -51,12 +54,41 @@ def test_a_trial_gated_on_the_interpreter_alone_is_never_accepted():
 
 
 def test_faster_target_but_six_percent_slower_elsewhere_at_one_shape_is_rejected_with_that_reason():
-    verdict = judge(_result(target_ratio=0.8, overrides={("forward", "2048x8192", "bfloat16"): 1.06}), RULES)
+    slower = {("forward", "2048x8192", "bfloat16"): (1.06, 1.055, 1.065)}  # wholly above the 5% limit
+    verdict = judge(_result(target_ratio=0.8, intervals=slower), RULES)
     assert verdict.verdict == "rejected"
     assert any(r.startswith("forward 2048x8192 bfloat16: 6.0% slower than the current best") for r in verdict.reasons)
     # 4% slower is within the guardrail.
     assert judge(_result(target_ratio=0.8, overrides={("forward", "2048x8192", "bfloat16"): 1.04}),
                  RULES).verdict == "accepted"
+
+
+def test_a_possible_regression_whose_interval_contains_the_limit_is_inconclusive_never_accepted_nor_rejected():
+    """As a new user saw it on the CPU: a 57% faster target, and a forward 18% slower at its point whose interval
+    [0.19, 1.25] says nothing. Not a regression (rejected), not acceptable either: re-measured."""
+    noisy = {("forward", "2048x8192", "float32"): (1.18, 0.19, 1.25)}
+    for result in (_result(target_ratio=0.43, intervals=noisy),
+                   _result(target_ratio=0.43, intervals=noisy).model_copy(update={"device": "interpret"})):
+        verdict = judge(result, RULES)
+        assert verdict.verdict == "inconclusive", verdict.reasons
+        assert verdict.reasons[0] == ("forward 2048x8192 float32: possibly 18.0% slower than the current best "
+                                      "(ratio 1.180 [0.190, 1.250] contains the 5% limit): re-measure")
+        assert abs(verdict.gain - 0.57) < 1e-9
+    # The target no better: rejected on the target, the possible regression noted.
+    verdict = judge(_result(target_ratio=1.03, intervals=noisy), RULES)  # [1.01, 1.05]: worse, within the limit
+    assert verdict.verdict == "rejected" and "not better" in verdict.reasons[0] and "possibly" in verdict.reasons[1]
+
+
+def test_a_regression_whose_interval_lies_wholly_above_the_limit_is_rejected():
+    slower = {("forward", "2048x8192", "float32"): (1.2, 1.10, 1.30)}
+    for result in (_result(target_ratio=0.43, intervals=slower),
+                   _result(target_ratio=0.43, intervals=slower).model_copy(update={"device": "interpret"})):
+        verdict = judge(result, RULES)
+        assert verdict.verdict == "rejected"
+        assert verdict.reasons[0].startswith("forward 2048x8192 float32: 20.0% slower than the current best")
+    # Without an interval (one repetition) the point decides: rejected, as before intervals decided.
+    unmeasured = {("forward", "2048x8192", "float32"): (1.2, float("nan"), float("nan"))}
+    assert judge(_result(target_ratio=0.43, intervals=unmeasured), RULES).verdict == "rejected"
 
 
 def test_more_memory_is_a_regression_and_less_memory_can_be_the_target():
@@ -65,11 +97,24 @@ def test_more_memory_is_a_regression_and_less_memory_can_be_the_target():
     assert judge(_result(target_ratio=1.0, memory_ratio=0.7), Guardrails(target="memory")).verdict == "accepted"
 
 
-def test_cumulative_drift_against_the_baseline_is_a_regression():
-    chain = {("full", "2048x1024", "float32"): 1.03}  # the current best is already 3% slower than the baseline
-    verdict = judge(_result(target_ratio=0.8, overrides={("full", "2048x1024", "float32"): 1.03}), RULES, chain)
+def test_cumulative_drift_against_the_baseline_is_a_regression_when_the_interval_says_so():
+    key = ("full", "2048x1024", "float32")
+    chain = {key: 1.03}  # the current best is already 3% slower than the baseline
+    # 1.03 [1.025, 1.035]: even its low end, times 1.03, is over 5% slower than the baseline.
+    verdict = judge(_result(target_ratio=0.8, intervals={key: (1.03, 1.025, 1.035)}), RULES, chain)
     assert verdict.verdict == "rejected"
-    assert any("slower than the baseline through the accepted variants" in r for r in verdict.reasons)
+    assert any(r.startswith("full 2048x1024 float32: 6.1% slower than the baseline through the accepted variants")
+               for r in verdict.reasons)
+    # 1.03 [1.01, 1.05]: 6.1% at the point, 4.0% at the low end: possibly, so re-measured, never accepted.
+    verdict = judge(_result(target_ratio=0.8, intervals={key: (1.03, 1.01, 1.05)}), RULES, chain)
+    assert verdict.verdict == "inconclusive"
+    assert verdict.reasons[0].startswith("full 2048x1024 float32: possibly 6.1% slower than the baseline through "
+                                         "the accepted variants") and verdict.reasons[0].endswith("re-measure")
+    # Within the step's limit, and its interval contains it, but wholly over the chain's: rejected.
+    verdict = judge(_result(target_ratio=0.8, intervals={key: (1.06, 1.04, 1.08)}), RULES, {key: 1.03})
+    assert verdict.verdict == "rejected" and "through the accepted variants" in verdict.reasons[0]
+    # No drift to speak of: accepted.
+    assert judge(_result(target_ratio=0.8, intervals={key: (1.0, 0.99, 1.01)}), RULES, chain).verdict == "accepted"
 
 
 def test_noise_larger_than_the_effect_is_inconclusive_never_accepted():

@@ -88,3 +88,77 @@ def test_a_contender_that_replays_earlier_outputs_fails_the_spot_check_of_its_ti
     assert len(checks) == 2 * len(cases)  # the judged pair, in every case; not the peers
     assert all(c["passed"] for c in checks if c["contender"] == "against")
     assert not any(c["passed"] for c in checks if c["contender"] == "candidate")
+
+
+def _placement_trial(device, monkeypatch, plan):
+    """An A/A trial of one function whose time depends only on where its input sits: 1 ms for the buffer
+    allocated first in its pool up to 3 ms for the last (a memory-bound kernel's placement effect, magnified
+    and made deterministic). The simultaneous interval of the ratio, from ``summarize``."""
+    import time
+
+    import torch
+
+    from liger_perf import passes
+    from liger_perf.spec import Case
+    from liger_perf.timing import time_suite
+
+    spec = get_spec("relu_squared")
+    pool_size = 2 * plan.slots
+    allocated: list[int] = []
+    place: dict[int, float] = {}  # a slot's X (data_ptr) -> its place in the order its pool was allocated, 0-1
+    real = passes.training_leaves
+
+    def recording(spec, inputs):  # every slot's leaves are allocated here
+        leaves = real(spec, inputs)
+        place[leaves["X"].data_ptr()] = (len(allocated) % pool_size) / max(1, pool_size - 1)
+        allocated.append(leaves["X"].data_ptr())
+        return leaves
+
+    def placed(inputs, config):
+        time.sleep(1e-3 * (1 + 2 * place[inputs["X"].data_ptr()]))
+
+    monkeypatch.setattr(passes, "training_leaves", recording)
+    samples = time_suite(spec, {"candidate": placed, "against": placed}, [Case((8, 16), torch.float32, {})],
+                         ["forward"], device, plan)
+    row = summarize(samples, "against", spec, 1e9, plan).query("contender == 'candidate'").iloc[0]
+    return row["ratio"], row["ci_low"], row["ci_high"]
+
+
+def test_buffer_placement_is_randomised_into_the_noise_so_an_a_a_interval_contains_one(interpret_device,
+                                                                                      monkeypatch):
+    """Two copies of one kernel, timed side by side: with one placement per contender (allocated once, in a
+    fixed order) the placement is a per-role effect that no repetition varies, and the interval excludes 1
+    although the code is the same. With a pool of slots per contender, allocated in a random order, a slot
+    drawn at random per repetition and the pool re-allocated every few repetitions, placement is repetition
+    noise: the intervals contain 1 (at about their confidence, so over ten seeds, not one)."""
+    randomised = [_placement_trial(interpret_device, monkeypatch,
+                                   TimingPlan(40, 0, seed=seed, slots=4, rebuild_every=5)) for seed in range(10)]
+    fixed = [_placement_trial(interpret_device, monkeypatch, TimingPlan(40, 0, seed=seed, slots=1, rebuild_every=-1))
+             for seed in range(10)]
+    assert sum(low <= 1.0 <= high for _, low, high in randomised) >= 8, randomised
+    assert not any(low <= 1.0 <= high for _, low, high in fixed), fixed
+    assert all(abs(ratio - 1) > 0.3 for ratio, _, _ in fixed)  # one contender always on the slow buffer
+
+
+def test_every_judged_contender_gets_a_spot_check_and_every_contender_its_slots(interpret_device, monkeypatch):
+    """A screening passes every candidate and the current best as ``judged``; peers are timed, not checked."""
+    import torch
+
+    from liger_perf import passes
+    from liger_perf.spec import Case
+    from liger_perf.timing import time_suite
+
+    spec = get_spec("relu_squared")
+    calls: list[int] = []
+    real = passes.training_leaves
+    monkeypatch.setattr(passes, "training_leaves", lambda s, i: calls.append(1) or real(s, i))
+    contenders = {name: spec.reference_forward() for name in ("c1", "c2", "against", "eager")}
+    checks: list[dict] = []
+    case = Case((8, 16), torch.float32, {})
+    time_suite(spec, contenders, [case], ["forward", "backward"], interpret_device,
+               TimingPlan(4, 1, slots=3, rebuild_every=2), spot_checks=checks, judged=("c1", "c2", "against", "gone"))
+    assert sorted(c["contender"] for c in checks) == sorted(["c1", "c2", "against"] * 2)
+    assert all(c["passed"] for c in checks)
+    # Per pass: two pools (rebuilt at repetition 2) of 3 slots for each of 4 contenders; the 3 spot-checked calls
+    # and their float64 reference.
+    assert len(calls) == 2 * (2 * 3 * 4 + 3 + 1)
