@@ -212,6 +212,10 @@ def optimize_command(
     convergence: bool = typer.Option(True, help="run the convergence part of the gate in every trial"),
     max_minutes: Optional[float] = typer.Option(None, min=0, help="start no new trial after this many minutes "
                                                                   "(a trial under way finishes)"),
+    screen: Optional[int] = typer.Option(None, min=0, help="candidates asked of the proposer per round and "
+                                         "screened in one notebook (quick gate, a short side-by-side timing); only "
+                                         "those that may be faster get a full trial. Default: 4 on a GPU, 0 "
+                                         "(no screening) under the interpreter"),
     workers: int = typer.Option(1, min=1, help="trials at once, in rounds against the same best: a local Dask "
                                                "cluster of this many workers, worker i on GPU i"),
     scheduler: Optional[str] = typer.Option(None, help="tcp://HOST:8786: run the trials on this running Dask "
@@ -256,6 +260,8 @@ def optimize_command(
     mode = runner.mode(device) if runner is not None else select_device(device).mode
     if budget is None:
         budget = 3 if mode == "interpret" else 10
+    if screen is None:  # the interpreter's timings are CPU timings: screening them would choose on noise
+        screen = 0 if mode == "interpret" else 4
     if mode == "interpret":
         console.print(f"No CUDA device: a short loop ({budget} trials) under the Triton interpreter on the CPU. Its "
                       "timings are CPU timings and there is no NCU profile; the verdicts exercise the machinery, "
@@ -264,20 +270,21 @@ def optimize_command(
 
     # Live progress of the trials under way (each one's step, from its progress file); the time a trial took
     # here before is the estimate.
-    done_before = [t.elapsed_s for t in load_trials(kernel) if t.device == mode
+    done_before = [t.elapsed_s for t in load_trials(kernel) if t.device == mode and t.kind == "experiment"
                    and t.status == "complete" and t.elapsed_s][-5:]
     expected_s = sorted(done_before)[len(done_before) // 2] if done_before else None
     running: dict[int, tuple[str, str, float]] = {}  # trial number -> (label, artifacts folder, start)
 
     def show(event):
         # Messages carry brackets (intervals, knob dicts) that are text, not console markup.
-        if event.kind == "trial-start":
+        if event.kind in ("trial-start", "screen-start"):
             request = event.request
             if request is not None:
                 running[request.trial_id] = (f"{request.trial_id:04d} {request.name}", request.artifacts,
                                              time.time())
-            console.print(f"trial {event.index} of at most {event.budget}: {event.message}", markup=False)
-        elif event.kind in ("trial-end", "judged-pending") and event.trial is not None:
+            console.print(event.message if event.kind == "screen-start" else
+                          f"trial {event.index} of at most {event.budget}: {event.message}", markup=False)
+        elif event.kind in ("trial-end", "judged-pending", "screen-end") and event.trial is not None:
             running.pop(event.trial.trial_id, None)
             console.print(f"  {event.trial.notebook or ''}: {event.message}", markup=False)
         elif event.kind == "carry-over":
@@ -290,7 +297,8 @@ def optimize_command(
     try:
         loop = OptimizeLoop(kernel, rules, chosen, device=device, budget=budget, repetitions=repetitions,
                             convergence=convergence, confirm=confirm, on_event=show,
-                            deadline=None if max_minutes is None else time.time() + 60 * max_minutes, runner=runner)
+                            deadline=None if max_minutes is None else time.time() + 60 * max_minutes, runner=runner,
+                            screen=screen)
         if interactive:  # a live display would fight the prompt
             outcome = loop.run()
         else:

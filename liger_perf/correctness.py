@@ -112,7 +112,7 @@ class Probe:
 class GateCase:
     case: Case
     probe: Probe = Probe()
-    kind: str = "sweep"  # "sweep" (the spec's check cases), "values", "boundary", or "large" (GPU only)
+    kind: str = "sweep"  # "sweep" (the spec's check cases), "values", "boundary", "large" (GPU only), "quick"
 
     def shape(self, spec: KernelSpec) -> tuple[int, ...]:
         return spec.batched_shape(self.case.shape) if self.probe.batched else tuple(self.case.shape)
@@ -516,18 +516,51 @@ def gate_cases(spec: KernelSpec, variant: Variant, device: Device, cases: list[C
     return chosen
 
 
+def quick_gate_cases(spec: KernelSpec, device: Device) -> list[GateCase]:
+    """The quick gate, run before any timing: every option (casting mode...) in every dtype once, on the check
+    suite's odd shapes in turn, inputs padded or not and incoming gradients in every layout, outputs poisoned as
+    in every case. A few seconds, and it stops most wrong variants before they are timed; what it cannot see
+    (edge values, boundary sizes, the large case, races, convergence) the full gate checks before anything is
+    accepted."""
+    shapes = [tuple(s) for s in spec.check_shapes[device.suite]]
+    # Odd shapes first (a row count or width that no block divides), the single row last.
+    shapes.sort(key=lambda s: (math.prod(s) == s[-1], -sum(d % 2 for d in s)))
+    dtypes = list(spec.dtypes[device.suite])
+    configs = [dict(c) for c in spec.check_configs]
+    options = [(config, dtype) for config in configs for dtype in dtypes]
+    chosen = []
+    # At least one case per incoming-gradient layout, even for a kernel of one option in two dtypes.
+    for k in range(max(len(options), len(COTANGENT_LAYOUTS))):
+        config, dtype = options[k % len(options)]
+        probe = Probe(inputs="padded" if k % 2 else "contiguous",
+                      cotangents=COTANGENT_LAYOUTS[k % len(COTANGENT_LAYOUTS)])
+        chosen.append(GateCase(Case(shapes[k % len(shapes)], dtype, config), probe, "quick"))
+    return chosen
+
+
 def check_variant(spec: KernelSpec, variant: Variant, device: Device, convergence: bool = True,
                   progress=None, fail_fast: bool = False, cases: list[Case] | None = None, seed: int = FIXED_SEED,
-                  fresh: int = 0, large: bool = True) -> GateResult:
+                  fresh: int = 0, large: bool = True, stage: str = "full") -> GateResult:
     """Run the whole gate: every case, the determinism and race check on the GPU, then (only if all pass) the
     convergence run.
 
     ``fail_fast`` stops at the first failing case (a verdict is all the loop needs; a person wants every row).
     ``cases``: a subset of the spec's check cases instead (the tests'; the other kinds still run). ``seed``
     moves every case's fixed draw; ``fresh``: fresh draws per case besides it (a trial takes one). ``large``:
-    the GPU's case of more than 2**31 elements."""
+    the GPU's case of more than 2**31 elements. ``stage="quick"``: the quick gate only (``quick_gate_cases``:
+    fixed draws, no determinism check, no convergence run)."""
     from liger_perf.convergence import check_convergence
 
+    if stage == "quick":
+        rows = []
+        for gate_case in quick_gate_cases(spec, device):
+            case_rows = run_case(spec, variant, gate_case, device, seed)
+            rows.extend(case_rows)
+            if progress is not None:
+                progress(gate_case.case)
+            if fail_fast and any(r["verdict"] != "pass" for r in case_rows):
+                break
+        return GateResult(pd.DataFrame(rows, columns=COLUMNS), interpreted=device.interpreted)
     rows: list[dict[str, Any]] = []
     for gate_case in gate_cases(spec, variant, device, cases):
         if gate_case.kind == "large" and not large:

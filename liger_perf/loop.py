@@ -30,7 +30,7 @@ from liger_perf.variants import source_hash
 class LoopEvent:
     """What the loop tells whoever watches it (the CLI's progress display, a test)."""
 
-    kind: str  # "trial-start" | "trial-end" | "judged-pending" | "carry-over" | "stop"
+    kind: str  # "trial-start" | "trial-end" | "judged-pending" | "carry-over" | "screen-start" | "screen-end" | "stop"
     message: str
     trial: TrialResult | None = None
     index: int = 0
@@ -86,7 +86,7 @@ class OptimizeLoop:
     def __init__(self, kernel: str, guardrails: Guardrails, proposer: Proposer, device: str = "auto",
                  budget: int = 10, root: Path | None = None, repetitions: int = 0, convergence: bool = True,
                  confirm: Callable[[str], bool] | None = None, on_event: Callable[[LoopEvent], None] | None = None,
-                 deadline: float | None = None, runner: Runner | None = None):
+                 deadline: float | None = None, runner: Runner | None = None, screen: int = 0):
         if runner is None:
             from liger_perf.runners.papermill import PapermillRunner
 
@@ -106,6 +106,10 @@ class OptimizeLoop:
         #: The best gain of each round this invocation judged (a round: one trial per worker against one best).
         #: The small-gains stop rule looks at these only: an earlier night's tail must not stop tonight's work.
         self.round_gains: list[float] = []
+        #: Candidates the proposer is asked for per round, screened in one notebook when more than the round
+        #: has room for (0: no screening; every proposal gets a full trial).
+        self.screen = screen
+        self.screened = 0  # candidates screened by this invocation
 
     # -- the loop ------------------------------------------------------------------------------------------
 
@@ -142,10 +146,15 @@ class OptimizeLoop:
                 reason = self._stop_reason(trials, best, trials_run)
                 if reason:
                     return self._stop(reason, best, trials_run)
-                steps = self._round(trials, best, room=min(self.runner.workers, self.budget - trials_run))
+                best_file = self._best_file(best)
+                steps = self._round(trials, best, room=min(self.runner.workers, self.budget - trials_run),
+                                    best_file=best_file, budget_left=self.budget - trials_run)
                 if isinstance(steps, Stop):
                     return self._stop(steps.reason, best, trials_run)
-                best_file = self._best_file(best)
+                if isinstance(steps, TrialResult):  # the screening's harness failed
+                    return self._harness_failed(steps, best=best, trials_run=trials_run)
+                if not steps:  # every candidate of the batch was dropped in screening: propose again
+                    continue
                 requests = []
                 for step in steps:
                     trials_run += 1
@@ -182,7 +191,7 @@ class OptimizeLoop:
         measured against; then reconcile each round whose candidates were accepted side by side."""
         trials = self._trials()
         for trial in trials:
-            if trial.verdict is None and trial.against and trial.kind != "revalidation" \
+            if trial.verdict is None and trial.against and trial.kind == "experiment" \
                     and trial.status != HARNESS_ERROR:
                 _, chain = accepted_chain([t for t in trials if t.trial_id < trial.trial_id], self.baseline_sha)
                 while chain and chain[-1].variant_sha != trial.against_sha:  # a round-mate accepted before it
@@ -202,18 +211,71 @@ class OptimizeLoop:
         self._emit("trial-end", f"{judgement.verdict}: {'; '.join(judgement.reasons)}", result)
         return result
 
-    def _round(self, trials: list[TrialResult], best: TrialResult, room: int) -> list[Proposal] | Stop:
-        """Up to ``room`` candidates to trial at once against ``best``: first the loop's own re-runs (an
-        inconclusive trial re-measured, a candidate superseded in its round re-trialled), then the proposer's."""
+    def _round(self, trials: list[TrialResult], best: TrialResult, room: int, best_file: Path,
+               budget_left: int) -> list[Proposal] | Stop | TrialResult:
+        """The candidates to trial at once against ``best``: first the loop's own re-runs (an inconclusive trial
+        re-measured, a candidate superseded in its round re-trialled), up to ``room``, then the proposer's. With
+        screening, the proposer is asked for a batch of ``screen``; when it gives more than the round has room
+        for, the batch is screened and every candidate that may be faster gets a full trial, best first, within
+        the budget (an empty list: the whole batch was dropped). A ``TrialResult``: the screening's harness
+        failed."""
         steps = [*self._carry_over(trials, best), *self._reruns(trials, best)][:room]
-        while len(steps) < room:
+        free = room - len(steps)
+        proposed: list[Proposal] = []
+        stop: Stop | None = None
+        while len(proposed) < (max(free, self.screen) if free > 0 else 0):
             step = self.proposer.propose(Context(self.spec, self.guardrails.target, trials, best,
                                                  best.variant.source,
-                                                 pending=[source_hash(s.source) for s in steps]))
+                                                 pending=[source_hash(s.source) for s in [*steps, *proposed]]))
             if isinstance(step, Stop):
-                return steps or step
-            steps.append(step)
-        return steps
+                stop = step
+                break
+            proposed.append(step)
+        if len(proposed) > free:
+            kept = self._screen(proposed, best, best_file)
+            if isinstance(kept, TrialResult):
+                return kept
+            if not steps and not kept:
+                return []
+            proposed = kept[:max(0, budget_left - len(steps))]
+        if not steps and not proposed and stop is not None:
+            return stop
+        return [*steps, *proposed]
+
+    def _screen(self, batch: list[Proposal], best: TrialResult, best_file: Path) -> list[Proposal] | TrialResult:
+        """Screen ``batch`` against ``best`` in one notebook (numbered in the history, kind ``screening``): the
+        candidates that may be faster, best first; the screening's own result when its harness failed."""
+        from liger_perf.schema import ScreenEntry
+
+        paths = self.store.new_trial(self.kernel, f"screen-{len(batch)}-candidates")
+        entries = []
+        for i, step in enumerate(batch):
+            file = self.store.screen_candidate(paths, i, step.name)
+            file.parent.mkdir(parents=True, exist_ok=True)
+            file.write_text(step.source)
+            entries.append(ScreenEntry(name=f"{i}-{step.name}"[:60], variant=str(file.resolve()),
+                                       hypothesis=step.hypothesis, prediction=step.prediction,
+                                       changes=step.changes or None))
+        request = trial_request(self.kernel, best_file, None, store=self.store, paths=paths, kind="screening",
+                                passes=list(self.spec.passes), device=self.device_arg, ncu=False, peers=False,
+                                convergence=False, confidence=self.guardrails.confidence,
+                                hypothesis=f"screening {len(batch)} candidates against trial {best.trial_id:04d}",
+                                timeout_s=self.guardrails.trial_timeout_s, screen=entries,
+                                guardrails=self.guardrails.model_dump(mode="json"))
+        self._emit("screen-start", f"screening {len(batch)} candidates: " + ", ".join(s.name for s in batch),
+                   request=request)
+        result = self._run_all([request])[0]
+        self.screened += len(batch)
+        if result.status == HARNESS_ERROR:
+            return result
+        rows = {row.name: row for row in (result.screening.rows if result.screening else [])}
+        kept = []
+        for entry, step in zip(entries, batch):
+            row = rows.get(entry.name)
+            if row is not None and row.kept:
+                kept.append((row.ratio if row.ratio is not None else float("inf"), step))
+        self._emit("screen-end", f"screening {result.trial_id:04d}: {result.reason}", result)
+        return [step for _, step in sorted(kept, key=lambda pair: pair[0])]
 
     def _request(self, step: Proposal, against: Path | None, variant_file: Path | None = None,
                  peers: bool = False) -> TrialRequest:
@@ -228,7 +290,11 @@ class OptimizeLoop:
                              passes=list(self.spec.passes), device=self.device_arg,
                              repetitions=self._repetitions(step), ncu=True, peers=peers,
                              convergence=self.convergence, confidence=self.guardrails.confidence,
-                             changes=step.changes or None, timeout_s=self.guardrails.trial_timeout_s)
+                             changes=step.changes or None, timeout_s=self.guardrails.trial_timeout_s,
+                             # The quick gate before the timing, the full gate only for a trial its own timing
+                             # would have accepted (a baseline trial, never judged, runs the full gate).
+                             gate="staged" if against is not None else "full",
+                             guardrails=self.guardrails.model_dump(mode="json"))
 
     def _run_all(self, requests: list[TrialRequest]) -> list[TrialResult]:
         try:

@@ -71,13 +71,17 @@ def find_ncu() -> str | None:
 
 def ncu_command(ncu: str, kernel: str, variant: Path, passes: list[str], report: Path,
                 kernel_filter: str = "regex:.*", driver_args: tuple[str, ...] = (),
-                durations_only: bool = False) -> list[str]:
-    """``durations_only``: each kernel's duration and nothing else (one replay pass: a few seconds)."""
+                durations_only: bool = False, kept_only: bool = False) -> list[str]:
+    """``durations_only``: each kernel's duration and nothing else (one replay pass: a few seconds).
+    ``kept_only``: the metrics a trial keeps (``KEPT_METRICS``), without the sections' other metrics and rules
+    (no advice): a few replay passes instead of dozens."""
     cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--nvtx", "--target-processes", "all",
            "--kernel-name-base", "function", "--kernel-name", kernel_filter, "--force-overwrite",
            "--export", str(report)]
     if durations_only:
         cmd += ["--metrics", NCU_DURATION]
+    elif kept_only:
+        cmd += ["--metrics", ",".join(KEPT_METRICS)]
     else:
         for section in SECTIONS:
             cmd += ["--section", section]
@@ -88,7 +92,7 @@ def ncu_command(ncu: str, kernel: str, variant: Path, passes: list[str], report:
 
 def profile(kernel: str, variant: Path, passes: list[str], interpreted: bool, report: Path,
             timeout_s: float = 900, kernel_filter: str = "regex:.*", driver_args: tuple[str, ...] = (),
-            durations_only: bool = False) -> NcuResult:
+            durations_only: bool = False, kept_only: bool = False) -> NcuResult:
     """Profile every pass of ``variant`` over the GPU suite (or the driver's ``--shapes``/``--dtypes``
     subset); the report is written to ``report``. ``durations_only``: kernel durations only."""
     if interpreted:
@@ -99,7 +103,7 @@ def profile(kernel: str, variant: Path, passes: list[str], interpreted: bool, re
     report = report.with_suffix(".ncu-rep") if report.suffix != ".ncu-rep" else report
     report.parent.mkdir(parents=True, exist_ok=True)
     cmd = ncu_command(ncu, kernel, Path(variant).resolve(), passes, report, kernel_filter, driver_args,
-                      durations_only)
+                      durations_only, kept_only)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
                                                                       os.environ.get("PYTHONPATH")]))}
     try:

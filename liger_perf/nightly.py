@@ -76,6 +76,8 @@ class NightlyConfig(BaseModel):
     guardrails: str = "guardrails.yaml"
     repetitions: int = Field(0, ge=0)  # 0: the trial's default for the device
     convergence: bool = True
+    #: Candidates per round screened in one notebook before full trials (0: none); the interpreter never screens.
+    screen: int = Field(4, ge=0)
     unsandboxed: bool = False  # proposer llm|auto where no sandbox is available: run its code anyway
 
 
@@ -194,7 +196,8 @@ class Nightly:
                                 device=self.config.device, budget=budget_left, root=self.root,
                                 repetitions=self.config.repetitions, convergence=self.config.convergence,
                                 deadline=self.started + self.config.wall_clock_s, runner=self.runner,
-                                on_event=lambda event: self._record_new_trials(job, entry, known))
+                                on_event=lambda event: self._record_new_trials(job, entry, known),
+                                screen=self.config.screen if mode != "interpret" else 0)
             outcome = loop.run()
             entry["stop_reason"] = self._relative(outcome.stop_reason)
             for error in (outcome.harness_error, outcome.baseline_failed):

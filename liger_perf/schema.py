@@ -27,13 +27,30 @@ HARNESS_ERROR = "harness-error"
 #: and no GPU bfloat16 rounding; never accepted, and never the current best (a GPU trial decides).
 VerdictName = Literal["accepted", "rejected", "inconclusive", "provisional"]
 VERDICTS: tuple[str, ...] = VerdictName.__args__
-Kind = Literal["experiment", "revalidation"]  # revalidation: a nightly check of the best, never judged
+#: revalidation: a nightly check of the best, never judged; screening: a batch of candidates timed briefly
+#: against the best to choose which get a full trial (never judged, never accepted: see ``Screening``).
+Kind = Literal["experiment", "revalidation", "screening"]
+#: staged: the quick gate before any timing, the full gate (and convergence, and the full NCU profile) only when
+#: the trial's own measurements would be accepted under ``TrialRequest.guardrails``; full: the full gate first.
+GateMode = Literal["full", "staged"]
 
 #: NCU's warp-stall metrics (WarpStateStats: cycles stalled per issued instruction, by reason) are named
 #: ``<STALL_PREFIX><reason><STALL_SUFFIX>``.
 STALL_PREFIX, STALL_SUFFIX = "smsp__average_warps_issue_stalled_", "_per_issue_active.ratio"
 #: NCU's duration of one kernel launch, in nanoseconds.
 NCU_DURATION = "gpu__time_duration.sum"
+
+
+class ScreenEntry(BaseModel):
+    """One candidate of a screening batch: its module and why it was proposed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    variant: str  # an absolute path
+    hypothesis: str = ""
+    prediction: str = ""
+    changes: dict[str, Any] | None = None
 
 
 class TrialRequest(BaseModel):
@@ -60,6 +77,11 @@ class TrialRequest(BaseModel):
     changes: dict[str, Any] | None = None  # the knob changes from the variant this one was derived from
     proposer_audit: dict[str, Any] | None = None  # an LLM proposer's model, prompt, replies and checks
     kind: Kind = "experiment"
+    gate: GateMode = "full"
+    #: The guardrails a staged trial decides with whether its timing would be accepted (``Guardrails`` as a dict).
+    guardrails: dict[str, Any] | None = None
+    #: A screening request's candidates (``variant`` is then the current best, as ``against``).
+    screen: list[ScreenEntry] = []
 
 
 class _Record(BaseModel):
@@ -154,6 +176,9 @@ class NcuAdvice(_Case):
 
 class Ncu(_Record):
     status: str  # ok | unavailable
+    #: full: every shape with NCU's sections and the best's durations; light: the kept metrics at the widest
+    #: shape only (a staged trial whose timing would not be accepted)
+    scope: Literal["full", "light"] = "full"
     reason: str = ""
     report: str | None = None
     passes: list[str] = []
@@ -174,6 +199,35 @@ class Correctness(_Record):
     interpreted: bool = False  # the gate ran under the Triton interpreter (never enough to accept)
     draws: int = 0  # distinct seeds drawn over the cases
     worst_tolerance_used: float | None = None  # the closest a passing comparison came to its tolerance (1 = at it)
+    #: "full": the whole gate ran (old notebooks: always); "quick": only the quick gate, and ``full_gate`` says
+    #: why the full one did not run. Nothing is ever accepted on the quick gate alone.
+    stage: Literal["quick", "full"] = "full"
+    full_gate: str = ""
+    quick_seconds: float | None = None
+
+
+class ScreeningRow(_Record):
+    """One screened candidate: its quick gate, its brief side-by-side ratios, and whether it gets a full trial."""
+
+    name: str
+    sha256: str
+    source: str = ""
+    changes: dict[str, Any] | None = None
+    hypothesis: str = ""
+    quick_gate: str = ""  # "pass", or why it failed
+    ratio: float | None = None  # geomean over the target's shapes, candidate / current best (< 1 is better)
+    ci_low: float | None = None
+    ci_high: float | None = None
+    kept: bool = False  # gets a full trial
+    reason: str = ""  # why it was dropped, or why it was kept
+
+
+class Screening(_Record):
+    target: str
+    repetitions: int = 0
+    confidence: float = 0.95
+    rows: list[ScreeningRow] = []
+    timing: list[TimingRow] = []  # per shape and candidate, relative to "against"
 
 
 class Fingerprint(_Record):
@@ -247,6 +301,7 @@ class TrialResult(_Record):
     timing: Timing | None = None
     memory: Memory | None = None
     ncu: Ncu | None = None
+    screening: Screening | None = None
     peers_unavailable: dict[str, str] = {}
     step_seconds: dict[str, float] = {}
     elapsed_s: float | None = None

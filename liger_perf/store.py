@@ -3,6 +3,7 @@
     notebooks/<kernel>/NNNN-<name>.ipynb             a trial: the history (committed)
     notebooks/<kernel>/.NNNN-<name>.partial.ipynb    a trial being written (renamed into place when it ends)
     notebooks/<kernel>/variants/NNNN-<name>.py       the module a proposed trial ran
+    notebooks/<kernel>/variants/NNNN-screen-.../     a screening's candidate modules
     notebooks/<kernel>/artifacts/NNNN-<name>/        large outputs (the .ncu-rep), not committed
     notebooks/<kernel>/.optimize.lock                one optimize loop per kernel
     notebooks/.nightly.lock                          one nightly job per workspace
@@ -96,6 +97,11 @@ class Store:
         stem = f"{trial_id:04d}-{name}"
         return TrialPaths(trial_id, name, folder / f"{stem}.ipynb", folder / f".{stem}{PARTIAL_SUFFIX}",
                           folder / "artifacts" / stem, folder / "variants" / f"{stem}.py")
+
+    def screen_candidate(self, screening: TrialPaths, index: int, name: str) -> Path:
+        """Where a screening's ``index``-th candidate module goes: beside the variants, in the screening's own
+        folder (``variants/NNNN-screen-.../<index>-<name>.py``)."""
+        return screening.variant.with_suffix("") / f"{index}-{short_name(name)}.py"
 
     def new_trial(self, kernel: str, name: str) -> TrialPaths:
         """Take the kernel's next trial number: its partial file is created at once (exclusively), so a trial

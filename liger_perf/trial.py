@@ -7,6 +7,7 @@ say they were skipped and the result records why: a wrong variant is never timed
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import time
@@ -82,6 +83,7 @@ class Trial:
             "kind": request.kind,
         }
         self.variant = self.against = None
+        self.would_accept, self.decision = True, ""  # a staged trial's provisional judgement (``decide``)
         self.progress = ProgressLog(request.artifacts)  # what the loop's terminal shows while the trial runs
         if unreadable:
             self._stop("invalid-variant", unreadable)
@@ -154,17 +156,93 @@ class Trial:
             _display(markdown="**Knobs:** " + ", ".join(f"`{k}={v!r}`" for k, v in knobs.items()))
         _display(markdown=f"```python\n{self.data['variant']['source']}\n```")
 
+    @_step("precompile", "precompilation")
+    def precompile(self) -> None:
+        """Compile every kernel the gate and the timing will need, the candidate's and the current best's, in
+        parallel processes: each trial starts from an empty Triton cache, and compiling one specialisation after
+        another was half of a GPU trial's gate. Changes no result: it only fills the cache the steps would fill."""
+        from liger_perf.precompile import precompile
+
+        if self.data["kind"] == "screening":  # every candidate meets the quick gate; the best is only timed
+            gated = [entry.variant for entry in self.request.screen]
+            paths = [*gated, self.request.variant]
+        else:
+            gated = [self.request.variant]
+            paths = [p for p in (self.request.variant, self.request.against) if p]
+        self.progress.report("precompiling", detail=f"{len(paths)} variants")
+        # At most a few minutes: what is not compiled by then compiles in the gate, as it would have.
+        self.data["precompile"] = outcome = precompile(self.spec, paths, self.device, gated=gated,
+                                                       convergence=self.request.convergence, timeout_s=240)
+        _display(markdown=f"*Precompilation: {outcome['status']}"
+                          + (f" ({outcome['reason']})" if outcome.get("reason") else
+                             f", {outcome.get('items', 0)} calls in {outcome.get('workers', 0)} processes, "
+                             f"{outcome.get('failed', 0)} failed, {outcome.get('seconds', 0):.1f} s"
+                             + (f"; first error: {outcome['first_error']}" if outcome.get("failed") else ""))
+                          + "*")
+
     @_step("check", "correctness gate")
     def check(self) -> None:
-        from liger_perf.correctness import check_variant, gate_cases
+        """The gate before any timing: the quick gate for a staged trial, else the full gate."""
+        if self.request.gate == "staged":
+            self._gate("quick")
+        else:
+            self._gate("full")
 
-        total = len(gate_cases(self.spec, self.variant, self.device))
+    @_step("full_gate", "full correctness gate")
+    def finish_gate(self) -> None:
+        """A staged trial's full gate (and convergence run): only when its timing would be accepted. Nothing is
+        ever accepted on the quick gate alone; a candidate whose timing would be rejected or re-measured is
+        recorded with the quick gate, and why the full gate did not run."""
+        if self.request.gate != "staged":
+            return
+        if not self.would_accept:
+            self.data["correctness"]["full_gate"] = f"not run: {self.decision}"
+            _display(markdown=f"## Full correctness gate: not run\n\n{self.decision}")
+            return
+        quick_seconds = self.data["correctness"].get("quick_seconds")
+        self._gate("full")
+        self.data["correctness"]["quick_seconds"] = quick_seconds
+
+    @_step("decide", "provisional judgement")
+    def decide(self) -> None:
+        """Whether this trial's timing would be accepted under the request's guardrails (the loop's judge,
+        without the chain: erring towards running the full gate). A staged trial runs its full gate and full
+        profile only then."""
+        from liger_perf.guardrails import Guardrails
+        from liger_perf.judge import judge
+
+        self.would_accept, self.decision = True, "no guardrails to judge with: the full gate runs"
+        if self.request.gate != "staged" or self.request.guardrails is None or self.against is None:
+            return
+        # As if the full gate had passed: the question is whether it must run.
+        correctness = {**self.data.get("correctness", {}), "stage": "full", "full_gate": "pending"}
+        snapshot = TrialResult.model_validate(jsonable({**self.data, "status": "complete",
+                                                        "correctness": correctness}))
+        judgement = judge(snapshot, Guardrails.model_validate(self.request.guardrails))
+        self.would_accept = judgement.verdict in ("accepted", "provisional")
+        self.decision = (f"its timing would be {judgement.verdict}: {'; '.join(judgement.reasons)[:600]}")
+        self.data["decision"] = {"verdict": judgement.verdict, "reasons": judgement.reasons[:10]}
+        _display(markdown=f"## Provisional judgement: {judgement.verdict}\n\n" + "\n".join(
+            f"- {r}" for r in judgement.reasons[:10]) + ("\n\nThe full gate and the full NCU profile run next."
+                                                          if self.would_accept else
+                                                          "\n\nNot accepted as measured: the full gate does not "
+                                                          "run (a re-measure, if the loop asks for one, decides)."))
+
+    def _gate(self, stage: str) -> None:
+        from liger_perf.correctness import check_variant, gate_cases, quick_gate_cases
+
+        started = time.time()
+        total = len(quick_gate_cases(self.spec, self.device) if stage == "quick" else
+                    gate_cases(self.spec, self.variant, self.device))
         done = iter(range(1, total + 1))
-        # One fresh draw per case besides its fixed one: a mistake that shows only on some inputs meets new ones
-        # in every trial, and the seed of a failing draw is recorded to reproduce it.
-        result = check_variant(self.spec, self.variant, self.device, convergence=self.request.convergence,
-                               fail_fast=True, fresh=1, progress=lambda case: self.progress.report(
-                                   "gate", next(done, total), total, case.label()))
+        # One fresh draw per case besides its fixed one in the full gate: a mistake that shows only on some
+        # inputs meets new ones in every trial, and the seed of a failing draw is recorded to reproduce it.
+        result = check_variant(self.spec, self.variant, self.device,
+                               convergence=self.request.convergence and stage == "full", fail_fast=True,
+                               fresh=1 if stage == "full" else 0, stage=stage,
+                               progress=lambda case: self.progress.report(
+                                   "gate" if stage == "full" else "quick gate", next(done, total), total,
+                                   case.label()))
         rows = result.rows
         columns = ["case", "layout", "seed", "output", "against", "reason"]
         worst = result.worst_tolerance_used
@@ -173,26 +251,31 @@ class Trial:
             "interpreted": result.interpreted, "draws": int(rows["seed"].nunique()) if len(rows) else 0,
             "worst_tolerance_used": worst if worst == worst else None,
             "failures": result.failures()[columns].head(20).to_dict("records"),
-            "convergence": ("skipped" if result.convergence_skipped or result.convergence.empty else
-                            "pass" if (result.convergence["verdict"] == "pass").all() else "FAIL"),
+            "convergence": ("skipped" if stage == "quick" or result.convergence_skipped or result.convergence.empty
+                            else "pass" if (result.convergence["verdict"] == "pass").all() else "FAIL"),
+            "stage": stage, "full_gate": "" if stage == "full" else "not run yet",
+            "quick_seconds": round(time.time() - started, 2) if stage == "quick" else None,
         }
         summary = (rows.groupby(["dtype", "config", "against"], sort=False)
                    .agg(comparisons=("verdict", "size"), failed=("verdict", lambda v: int((v != "pass").sum())),
                         worst_norm_rel_err=("norm_rel_err", "max")).reset_index())
-        _display(markdown=f"## Correctness gate: {'PASS' if result.passed else 'FAIL'}\n\n{len(rows)} comparisons "
-                          f"(forward and every gradient, same-dtype and float64 references, layouts, edge values"
-                          f"{'' if result.interpreted else ', the large case, repeated and concurrent calls'}) over "
-                          f"{self.data['correctness']['draws']} draws; the closest a passing comparison came to its "
-                          f"tolerance: {worst:.2f} of it; convergence: {self.data['correctness']['convergence']}"
+        what = ("every option in every dtype on the odd check shapes, outputs poisoned" if stage == "quick" else
+                "forward and every gradient, same-dtype and float64 references, layouts, edge values"
+                + ("" if result.interpreted else ", the large case, repeated and concurrent calls"))
+        title = "Quick correctness gate" if stage == "quick" else "Correctness gate"
+        _display(markdown=f"## {title}: {'PASS' if result.passed else 'FAIL'}\n\n{len(rows)} comparisons "
+                          f"({what}) over {self.data['correctness']['draws']} draws; the closest a passing "
+                          f"comparison came to its tolerance: {worst:.2f} of it; convergence: "
+                          f"{self.data['correctness']['convergence']}"
                           + ("\n\nUnder the Triton interpreter: no race and no GPU bfloat16 rounding can show, so "
                              "this trial can at best be provisional." if result.interpreted else ""))
         _display(summary)
         if not result.passed:
             _display(result.failures()[columns].head(20))
-            self._stop("failed-correctness", "the correctness gate failed: " + "; ".join(
-                f"{f['case']} {f['output']} vs {f['against']}: {f['reason']}"
-                for f in self.data["correctness"]["failures"][:3])
-                if self.data["correctness"]["failures"] else "the convergence run diverged")
+            self._stop("failed-correctness", f"the {'quick ' if stage == 'quick' else ''}correctness gate failed: "
+                       + "; ".join(f"{f['case']} {f['output']} vs {f['against']}: {f['reason']}"
+                                   for f in self.data["correctness"]["failures"][:3])
+                       if self.data["correctness"]["failures"] else "the convergence run diverged")
 
     def contenders(self) -> dict:
         """The candidate, the current best (``against``) and, in a kernel's first trial, the peers."""
@@ -212,8 +295,8 @@ class Trial:
         from liger_perf.timing import (TimingPlan, copy_bandwidth, peak_memory, summarize, time_suite,
                                        timing_table)
 
-        plan = TimingPlan.default(self.device, self.request.repetitions)
-        plan = TimingPlan(plan.repetitions, plan.warmup, confidence=self.request.confidence)
+        plan = dataclasses.replace(TimingPlan.default(self.device, self.request.repetitions),
+                                   confidence=self.request.confidence)
         contenders = self.contenders()
         reference = "against" if "against" in contenders else "candidate"
         cases = self.spec.cases(self.device.suite, "bench")
@@ -257,12 +340,18 @@ class Trial:
         from liger_perf.ncu import profile, summary_table
 
         passes = [p for p in self.passes if p != "full"]  # full is forward plus backward: profiled as those
+        # A staged trial that will not be accepted as measured gets the light profile: the kept metrics at the
+        # widest shape only (what its notebook shows a reader); the full profile (every shape, NCU's advice, the
+        # current best's durations to cross-check the timing) is for a trial that may be accepted.
+        light = self.request.gate == "staged" and not self.would_accept
         if not self.request.ncu:
             result_status, reason, metrics, advice, report = "unavailable", "disabled for this trial", None, None, None
         else:
             report_path = (self.artifacts or Path(".")) / "profile.ncu-rep"
-            self.progress.report("NCU profile", detail=", ".join(passes))
-            res = profile(self.spec.name, self.variant.path, passes, self.device.interpreted, report_path)
+            widest = max((c.shape for c in self.spec.cases(self.device.suite, "bench")), key=math.prod)
+            self.progress.report("NCU profile", detail=", ".join(passes) + (" (light)" if light else ""))
+            res = profile(self.spec.name, self.variant.path, passes, self.device.interpreted, report_path,
+                          driver_args=("--shapes", "x".join(map(str, widest))) if light else (), kept_only=light)
             result_status, reason, metrics, advice = res.status, res.reason, res.metrics, res.advice
             report = str(res.report) if res.report else None
         if result_status != "ok":
@@ -271,9 +360,11 @@ class Trial:
             return
         widest = _widest_cases(advice)
         kept_advice = advice.merge(widest, on=["pass", "shape", "dtype"]) if len(advice) else advice
-        against, against_status = self._against_durations(passes)
+        against, against_status = ([], "not profiled: a light profile (the trial is not accepted as measured)"
+                                   ) if light else self._against_durations(passes)
         launches = _launch_records(metrics, "candidate") + against
         self.data["ncu"] = {"status": "ok", "reason": "", "report": report, "passes": passes,
+                            "scope": "light" if light else "full",
                             "against_durations": against_status,
                             "units": dict(zip(metrics["metric"], metrics["unit"])),
                             "launches": launches,

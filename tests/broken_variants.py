@@ -152,6 +152,10 @@ BROKEN = (
         "relu_squared", "square_before_relu", "the forward squares before the relu, so negatives survive", "Y",
         (("    r = _relu(x)\n    tl.store(Y + offsets, (r * r).to(Y.dtype.element_ty), mask=mask)",
           "    r = _relu(x * x)\n    tl.store(Y + offsets, r.to(Y.dtype.element_ty), mask=mask)"),)),
+    BrokenVariant(
+        "relu_squared", "relu_drops_nan", "the relu is tl.maximum(x, 0), which turns NaN into 0 where torch.relu "
+        "keeps it (random inputs never show it: only the gate's non-finite values do)", "Y|dX",
+        (("    return tl.where(x < 0.0, 0.0, x)", "    return tl.maximum(x, 0.0)"),)),
 )
 
 

@@ -46,10 +46,11 @@ class Stop:
 
 
 def tried_sources(context: Context) -> set[str]:
-    """The sha256 of every variant the history has run, and of the round's candidates chosen so far: a proposer
+    """The sha256 of every variant the history has run or screened, and of the round's candidates chosen so far: a proposer
     never proposes one again. A trial the harness failed before it reached its variant does not count: that
     variant was never tried."""
-    return {t.variant_sha for t in context.trials if t.status != HARNESS_ERROR} | set(context.pending)
+    screened = {row.sha256 for t in context.trials if t.screening is not None for row in t.screening.rows}
+    return {t.variant_sha for t in context.trials if t.status != HARNESS_ERROR} | screened | set(context.pending)
 
 
 class Proposer(Protocol):

@@ -102,6 +102,10 @@ def _ratios(trial: TrialResult) -> str:
 
 
 def _trial_line(trial: TrialResult) -> str:
+    if trial.screening is not None:  # a batch screened against the best: each candidate and what became of it
+        return f"#{trial.trial_id:04d} screening of {len(trial.screening.rows)} candidates: " + "; ".join(
+            f"{row.name} ({', '.join(f'{k}={v}' for k, v in (row.changes or {}).items()) or 'code change'}): "
+            f"{'kept for a full trial' if row.kept else 'dropped'}, {row.reason}" for row in trial.screening.rows)
     changes = ", ".join(f"{k}={v}" for k, v in (trial.changes or {}).items()) or "-"
     return (f"#{trial.trial_id:04d} {trial.name}: changes {changes}; time ratios vs its best {_ratios(trial)}"
             f"; status {trial.status}; verdict {trial.verdict or '-'}")

@@ -62,7 +62,8 @@ def file_trial(nb, result: TrialResult, request: TrialRequest, store: Store) -> 
     request's variant and best (a worker's scratch copies or a recording's files are not what the loop ran)."""
     from liger_perf import record
 
-    update: dict[str, Any] = {"variant": result.variant.model_copy(update={"path": request.variant})}
+    update: dict[str, Any] = {} if request.kind == "screening" else {  # a screening's "variant" is its batch
+        "variant": result.variant.model_copy(update={"path": request.variant})}
     if result.against:
         update["against"] = result.against.model_copy(update={"path": request.against})
     result = result.model_copy(update=update)
@@ -78,7 +79,8 @@ def trial_request(kernel: str, variant: str | Path, against: str | Path | None =
                   passes: list[str] | None = None, device: str = "auto", repetitions: int = 0, ncu: bool = True,
                   peers: bool | None = None, convergence: bool = True, confidence: float = 0.95,
                   changes: dict | None = None, audit: dict | None = None, kind: str = "experiment",
-                  timeout_s: float = 3600, paths: TrialPaths | None = None) -> TrialRequest:
+                  timeout_s: float = 3600, paths: TrialPaths | None = None, gate: str = "full",
+                  guardrails: dict | None = None, screen: list | None = None) -> TrialRequest:
     """Check what was asked (one line per mistake), take the next trial number (unless ``paths`` holds one
     taken already), and build the request.
 
@@ -103,7 +105,7 @@ def trial_request(kernel: str, variant: str | Path, against: str | Path | None =
         trial_id=paths.trial_id, name=paths.name, passes=list(passes or spec.passes), device=device,
         repetitions=repetitions, confidence=confidence, ncu=ncu, peers=peers, convergence=convergence,
         timeout_s=timeout_s, artifacts=str(paths.artifacts), hypothesis=hypothesis, prediction=prediction,
-        changes=changes, proposer_audit=audit, kind=kind)
+        changes=changes, proposer_audit=audit, kind=kind, gate=gate, guardrails=guardrails, screen=screen or [])
 
 
 def run_trial(kernel: str, variant: str | Path, against: str | Path | None = None, *, root: Path | None = None,

@@ -49,7 +49,7 @@ class NoSandboxOnWorker(RuntimeError):
 
 
 def _trial_on_worker(request: dict, variant_source: str, against_source: str | None, pin_gpu: bool,
-                     sandbox_required: bool = False) -> str:
+                     sandbox_required: bool = False, screen_sources: list[str] | None = None) -> str:
     """Run one trial on this worker; its notebook as text. A trial that needs the sandbox is refused by a worker
     without one (one that joined after the runner checked them all), before its variant is written."""
     from liger_perf.runners.papermill import PapermillRunner
@@ -69,7 +69,12 @@ def _trial_on_worker(request: dict, variant_source: str, against_source: str | N
         if against_source is not None:
             (scratch / "against.py").write_text(against_source)
             against = str(scratch / "against.py")
-        local = TrialRequest.model_validate({**request, "variant": str(variant), "against": against})
+        screen = []  # a screening's candidates, each written beside the variant
+        for i, (entry, source) in enumerate(zip(request.get("screen") or [], screen_sources or [])):
+            (scratch / f"candidate-{i}.py").write_text(source)
+            screen.append({**entry, "variant": str(scratch / f"candidate-{i}.py")})
+        local = TrialRequest.model_validate({**request, "variant": str(variant), "against": against,
+                                             "screen": screen})
         run = PapermillRunner().run(local, Store(scratch / "notebooks", scratch / "reports"))
         return run.notebook.read_text(encoding="utf-8")
 
@@ -132,7 +137,8 @@ class DaskRunner:
 
         futures = [self.client.submit(_trial_on_worker, r.model_dump(mode="json"), read_source(r.variant),
                                       read_source(r.against) if r.against else None, self.pin_gpus,
-                                      self.sandbox_required, pure=False,
+                                      self.sandbox_required, [read_source(e.variant) for e in r.screen],
+                                      pure=False,
                                       key=f"trial-{r.kernel}-{r.trial_id:04d}-{os.urandom(4).hex()}")
                    for r in requests]
         return [self._record(request, future, store) for request, future in zip(requests, futures)]

@@ -133,7 +133,7 @@ def _execute_in_sandbox(request: TrialRequest, partial: Path, scratch: Path) -> 
             str(scratch)]
     # Papermill enforces each cell's limit inside; this is the limit of the whole, should the inside hang.
     limit = whole_seconds(request.timeout_s) * 12 + 600
-    variants = [Path(p) for p in (request.variant, request.against) if p]
+    variants = [Path(p) for p in (request.variant, request.against, *(e.variant for e in request.screen)) if p]
     try:
         done = sandbox.run(argv, scratch, env, writable=[partial], readable=variants, capture_output=True,
                            text=True, timeout=limit)

@@ -1,0 +1,193 @@
+"""Screening: a batch of candidates, each through the quick gate and a short side-by-side timing against the
+current best, in one notebook; only the candidates that may be faster get a full trial.
+
+A proposer that can think of several moves need not pay a full trial for each: the screening notebook (a trial
+notebook of kind ``screening``, numbered in the kernel's history) times every candidate that passes the quick
+gate interleaved with the current best, with few repetitions, on the target pass. A candidate whose screening
+interval lies wholly above 1 (simultaneous over every candidate and shape) is clearly slower and is dropped,
+with its ratios and the reason recorded; every other one gets a full trial, best first. Nothing is ever
+accepted on a screening measurement: the full trial measures again, and its full gate decides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+from liger_perf.trial import Trial, _display, _step
+
+#: Repetitions of a screening timing: enough to see a clearly slower candidate, far fewer than a trial's.
+SCREEN_REPETITIONS = {"cuda": 20, "interpret": 3}
+
+
+def screening_passes(target: str) -> list[str]:
+    """The passes a screening times: the target's (``full`` for a memory target: screening is about time)."""
+    return ["full"] if target == "memory" else [target]
+
+
+class Screen(Trial):
+    """The screening notebook's steps; the template's cells call them as they call a trial's."""
+
+    def __init__(self, request):
+        from liger_perf.schema import TrialRequest
+        from liger_perf.variants import source_hash
+
+        request = TrialRequest.model_validate(request)
+        if not request.screen:
+            raise ValueError("a screening request lists its candidates in 'screen'")
+        super().__init__(request)
+        best = self.data["variant"]
+        self.target = (request.guardrails or {}).get("target", "backward")
+        self.passes = [p for p in screening_passes(self.target) if p in self.spec.passes] or self.passes[:1]
+        shas = []
+        self.entries: list[dict[str, Any]] = []
+        for entry in request.screen:
+            try:
+                source = Path(entry.variant).read_text()
+            except (OSError, UnicodeDecodeError) as e:
+                source, why = "", f"unreadable: {type(e).__name__}"
+            else:
+                why = ""
+            sha = source_hash(source)
+            shas.append(sha)
+            self.entries.append({"name": entry.name, "sha256": sha, "source": source, "changes": entry.changes,
+                                 "hypothesis": entry.hypothesis, "quick_gate": "", "ratio": None, "ci_low": None,
+                                 "ci_high": None, "kept": False, "reason": why, "path": entry.variant})
+        # The notebook is about the batch: its "variant" names the batch, "against" the best it was timed with.
+        self.data["variant"] = {"path": "", "sha256": source_hash("\n".join(shas)), "knobs": None,
+                                "source": ""}
+        self.data["against"] = {"path": request.variant, "sha256": best["sha256"]}
+        self.data["passes"] = self.passes
+        self.data["screening"] = {"target": self.target, "repetitions": 0,
+                                  "confidence": request.confidence, "rows": [], "timing": []}
+        self.modules: dict[str, Any] = {}
+
+    def load_variants(self) -> None:
+        from liger_perf.errors import UserError
+        from liger_perf.variants import load_variant
+
+        if self.data["status"] != "running":
+            return
+        self.progress.report("importing the candidates")
+        self.against = load_variant(self.request.variant, self.spec)  # the best: a failure is the harness's
+        for entry in self.entries:
+            if entry["reason"]:
+                continue
+            try:
+                self.modules[entry["name"]] = load_variant(entry["path"], self.spec)
+            except UserError as e:
+                entry["reason"] = f"not a valid variant: {e}"[:500]
+
+    def show_header(self) -> None:
+        d = self.data
+        _display(markdown=f"# Screening {d['trial_id']:04d} of `{d['kernel']}`: {len(self.entries)} candidates\n\n"
+                          f"Each candidate through the quick gate, then timed on the {', '.join(self.passes)} pass "
+                          f"interleaved with the current best (`{self.request.variant}`); a candidate whose "
+                          "simultaneous interval lies wholly above 1 is dropped, every other one gets a full "
+                          "trial. Nothing is accepted here.")
+
+    def show_source(self) -> None:
+        for entry in self.entries:
+            _display(markdown=f"<details><summary><b>{entry['name']}</b>: {entry['hypothesis'] or '(no hypothesis)'}"
+                              f" {entry['changes'] or ''}</summary>\n\n```python\n{entry['source']}\n```\n</details>")
+
+    @_step("check", "quick gates")
+    def check(self) -> None:
+        from liger_perf.correctness import check_variant
+
+        for entry in self.entries:
+            variant = self.modules.get(entry["name"])
+            if variant is None:
+                entry["quick_gate"] = "not run"
+                continue
+            self.progress.report("quick gate", detail=entry["name"])
+            try:
+                result = check_variant(self.spec, variant, self.device, convergence=False, fail_fast=True,
+                                       stage="quick")
+            except Exception as e:  # the candidate's own crash (the harness's code is the gate's, tested)
+                entry["quick_gate"] = entry["reason"] = f"crashed: {type(e).__name__}: {e}"[:500]
+                del self.modules[entry["name"]]
+                continue
+            if result.passed:
+                entry["quick_gate"] = "pass"
+                continue
+            failure = result.failures().iloc[0]
+            entry["quick_gate"] = f"{failure['case']} {failure['output']}: {failure['reason']}"[:500]
+            entry["reason"] = f"failed the quick gate: {entry['quick_gate']}"
+            del self.modules[entry["name"]]
+        _display(markdown="## Quick gates\n\n" + "\n".join(f"- {e['name']}: {e['quick_gate']}"
+                                                            for e in self.entries))
+
+    @_step("time", "screening timing")
+    def time(self) -> None:
+        import numpy as np
+
+        from liger_perf.timing import TimingPlan, summarize, time_suite
+
+        if not self.modules:
+            _display(markdown="## Screening timing\n\nNo candidate passed its quick gate: nothing to time.")
+            return
+        reps = self.request.repetitions or SCREEN_REPETITIONS[self.device.mode]
+        plan = dataclasses.replace(TimingPlan.default(self.device, reps), confidence=self.request.confidence)
+        contenders = {name: self.spec.variant_forward(v.module) for name, v in self.modules.items()}
+        contenders["against"] = self.spec.variant_forward(self.against.module)
+        cases = self.spec.cases(self.device.suite, "bench")
+        spot_checks: list[dict] = []
+        samples = time_suite(self.spec, contenders, cases, self.passes, self.device, plan,
+                             progress=lambda what: self.progress.report("screening", detail=what),
+                             spot_checks=spot_checks, judged=tuple(contenders))
+        summary = summarize(samples, "against", self.spec, 1.0, plan)
+        rows = summary[summary["contender"] != "against"]
+        self.data["screening"]["repetitions"] = plan.repetitions
+        self.data["screening"]["timing"] = rows.drop(columns=["min_bytes", "bandwidth_fraction"]).to_dict("records")
+        wrong = {c["contender"]: c["reason"] for c in spot_checks if not c["passed"]}
+        for entry in self.entries:
+            mine = rows[rows["contender"] == entry["name"]]
+            if entry["name"] not in self.modules or mine.empty:
+                continue
+            geo = [float(np.exp(np.log(mine[c].astype(float)).mean())) for c in ("ratio", "ci_low", "ci_high")]
+            entry["ratio"], entry["ci_low"], entry["ci_high"] = (x if math.isfinite(x) else None for x in geo)
+            interval = f"{geo[0]:.3f} [{geo[1]:.3f}, {geo[2]:.3f}]"
+            if entry["name"] in wrong:
+                entry["reason"] = f"a timed call computed a wrong result: {wrong[entry['name']]}"[:500]
+            elif math.isfinite(geo[1]) and geo[1] > 1:
+                entry["reason"] = f"clearly slower: {self.passes[0]} geomean ratio {interval} lies wholly above 1"
+            else:
+                entry["kept"] = True
+                entry["reason"] = f"may be faster: {self.passes[0]} geomean ratio {interval}; a full trial decides"
+        _display(markdown=f"## Screening timing\n\n{plan.repetitions} repetitions per contender, interleaved "
+                          f"with the current best; geomean ratios over the suite's shapes with intervals "
+                          f"simultaneous over every candidate and shape ({plan.confidence:.0%}).")
+
+    def decide(self) -> None:
+        return
+
+    def finish_gate(self) -> None:
+        return
+
+    def profile(self) -> None:
+        self.data["ncu"] = {"status": "unavailable", "reason": "a screening is not profiled"}
+
+    def result(self) -> dict:
+        kept = sorted((e for e in self.entries if e["kept"]), key=lambda e: e["ratio"] or math.inf)
+        self.data["screening"]["rows"] = [{k: v for k, v in e.items() if k != "path"} for e in self.entries]
+        if self.data["status"] == "running":
+            self.data["reason"] = (f"{len(kept)} of {len(self.entries)} candidates kept for a full trial: "
+                                   + ", ".join(e["name"] for e in kept) if kept else
+                                   f"none of {len(self.entries)} candidates kept")
+        import pandas as pd
+
+        _display(markdown="## Screening outcome")
+        _display(pd.DataFrame(self.data["screening"]["rows"])[["name", "quick_gate", "ratio", "ci_low", "ci_high",
+                                                               "kept", "reason"]])
+        return super().result()
+
+
+def open_trial(request) -> Trial:
+    """The template's harness cell: a ``Screen`` for a screening request, else a ``Trial``."""
+    from liger_perf.schema import TrialRequest
+
+    request = TrialRequest.model_validate(request)
+    return Screen(request) if request.kind == "screening" else Trial(request)

@@ -1,0 +1,211 @@
+"""The staged gate and screening: nothing that failed the quick gate is timed, nothing is accepted without the full
+gate, and a screening drops a clearly slower candidate (and a wrong one) without a full trial, saying why."""
+
+from pathlib import Path
+
+import pytest
+
+from liger_perf.guardrails import Guardrails
+from liger_perf.judge import Judgement, judge
+from liger_perf.registry import baseline_path
+from liger_perf.runners import run_trial
+from liger_perf.schema import TrialRequest, TrialResult
+
+from broken_variants import BROKEN, write_broken_variant
+
+RULES = Guardrails().model_dump(mode="json")
+FAST = dict(device="interpret", repetitions=2, convergence=False)
+
+
+def _broken(name: str, folder: Path) -> Path:
+    return write_broken_variant(next(b for b in BROKEN if b.name == name), folder)
+
+
+def _staged(variant: Path, tmp_path: Path, **extra) -> TrialRequest:
+    return TrialRequest(kernel="relu_squared", variant=str(variant), against=str(baseline_path("relu_squared")),
+                        device="interpret", repetitions=2, convergence=False, ncu=False, gate="staged",
+                        guardrails=RULES, artifacts=str(tmp_path / "artifacts"), **extra)
+
+
+def _run_steps(trial) -> dict:
+    for step in ("load_variants", "precompile", "check", "time", "decide", "finish_gate", "profile"):
+        getattr(trial, step)()
+    return trial.result()
+
+
+def test_a_candidate_that_fails_the_quick_gate_is_never_timed(tmp_path):
+    variant = _broken("backward_without_relu_mask", tmp_path / "v")
+    run = run_trial("relu_squared", variant, against=baseline_path("relu_squared"), root=tmp_path, gate="staged",
+                    guardrails=RULES, **FAST)
+    result = run.result
+    assert result.status == "failed-correctness" and "quick correctness gate failed" in result.reason
+    assert result.correctness.stage == "quick" and not result.correctness.passed
+    assert result.timing is None and "time" not in result.step_seconds
+    assert judge(result, Guardrails()).verdict == "rejected"
+
+
+def test_a_candidate_whose_timing_would_be_accepted_meets_the_full_gate_and_fails_it(tmp_path, monkeypatch):
+    """relu_drops_nan passes the quick gate (random values have no NaN) and fails the full one (its non-finite
+    case): timed, then, as its timing would be accepted, fully gated, failed, and never accepted."""
+    from liger_perf import judge as judge_module
+    from liger_perf.screening import open_trial
+
+    calls = []
+
+    def accepting(result, guardrails, chain=None):
+        calls.append(result.correctness.full_gate)
+        return Judgement("accepted", ["backward: geomean ratio 0.5 (made up for the test)"], 0.5, (0.4, 0.6))
+
+    monkeypatch.setattr(judge_module, "judge", accepting)
+    request = _staged(_broken("relu_drops_nan", tmp_path / "v"), tmp_path)
+    result = TrialResult.model_validate(_run_steps(open_trial(request)))
+    assert calls == ["pending"]  # judged once, before the full gate ran
+    assert result.timing is not None and result.timing.rows  # it passed the quick gate, so it was timed
+    assert result.status == "failed-correctness" and result.correctness.stage == "full"
+    assert "NaN" in result.reason and "quick" not in result.reason  # the full gate's non-finite case
+    monkeypatch.undo()
+    assert judge(result, Guardrails()).verdict == "rejected"
+
+
+def test_a_candidate_that_would_not_be_accepted_skips_the_full_gate_and_is_never_accepted(tmp_path, monkeypatch):
+    from liger_perf import judge as judge_module
+    from liger_perf.screening import open_trial
+
+    monkeypatch.setattr(judge_module, "judge", lambda result, guardrails, chain=None: Judgement(
+        "rejected", ["backward: not better (made up for the test)"], 1.2, (1.1, 1.3)))
+    request = _staged(_broken("relu_drops_nan", tmp_path / "v"), tmp_path)
+    result = TrialResult.model_validate(_run_steps(open_trial(request)))
+    assert result.status == "complete" and result.correctness.stage == "quick"
+    assert result.correctness.full_gate.startswith("not run: its timing would be rejected")
+    monkeypatch.undo()
+    # Whatever its timing says, the loop's judge never accepts a trial without the full gate.
+    improved = result.model_copy(update={"device": "cuda", "correctness": result.correctness.model_copy(
+        update={"interpreted": False})})
+    faster = [row.model_copy(update={"ratio": 0.5, "ci_low": 0.45, "ci_high": 0.55})
+              if row.contender == "candidate" else row for row in improved.timing.rows]
+    improved = improved.model_copy(update={"timing": improved.timing.model_copy(update={"rows": faster})})
+    verdict = judge(improved, Guardrails())
+    assert verdict.verdict == "inconclusive" and any("full correctness gate" in r for r in verdict.reasons)
+
+
+def _slow_copy(folder: Path) -> Path:
+    """The baseline with a 30 ms pause in its Python launcher: the same results, clearly slower."""
+    source = baseline_path("relu_squared").read_text()
+    old = '    return ReluSquaredFunction.apply(X)'
+    assert old in source
+    path = folder / "slow.py"
+    path.write_text(source.replace(old, "    import time\n    time.sleep(0.03)\n" + old))
+    return path
+
+
+def _copy(folder: Path) -> Path:
+    path = folder / "copy.py"
+    path.write_text(baseline_path("relu_squared").read_text() + "\n# the same code, another file\n")
+    return path
+
+
+def test_screening_drops_a_clearly_slower_and_a_wrong_candidate_and_says_why(tmp_path):
+    from liger_perf.schema import ScreenEntry
+    from liger_perf.screening import open_trial
+
+    folder = tmp_path / "v"
+    folder.mkdir()
+    entries = [ScreenEntry(name="slow", variant=str(_slow_copy(folder)), hypothesis="a pause"),
+               ScreenEntry(name="wrong", variant=str(_broken("backward_without_relu_mask", folder))),
+               ScreenEntry(name="copy", variant=str(_copy(folder)))]
+    request = TrialRequest(kernel="relu_squared", variant=str(baseline_path("relu_squared")), device="interpret",
+                           repetitions=6, ncu=False, convergence=False, kind="screening", screen=entries,
+                           guardrails={**RULES, "target": "forward"}, artifacts=str(tmp_path / "artifacts"))
+    result = TrialResult.model_validate(_run_steps(open_trial(request)))
+    rows = {row.name: row for row in result.screening.rows}
+    assert result.kind == "screening" and result.status == "complete"
+    assert not rows["wrong"].kept and rows["wrong"].reason.startswith("failed the quick gate")
+    assert rows["wrong"].ratio is None  # never timed
+    assert not rows["slow"].kept and rows["slow"].reason.startswith("clearly slower") and rows["slow"].ci_low > 1
+    assert rows["copy"].kept and rows["copy"].ci_low <= 1
+    assert result.screening.timing and result.ncu.status == "unavailable"
+
+
+class _ScreeningRunner:
+    """Answers a screening request with a canned outcome and records every request: the loop's side of
+    screening, without running anything."""
+
+    workers = 1
+
+    def __init__(self, keep: set[str]):
+        self.keep, self.requests = keep, []
+
+    def mode(self, device):
+        return "interpret"
+
+    def run_many(self, requests, store):
+        from liger_perf.runners import TrialRun
+        from liger_perf.variants import source_hash
+
+        runs = []
+        for request in requests:
+            self.requests.append(request)
+            paths = store.trial_paths(request.kernel, request.trial_id, request.name)
+            paths.partial.unlink(missing_ok=True)
+            source = Path(request.variant).read_text()
+            fields = {"kernel": request.kernel, "trial_id": request.trial_id, "name": request.name,
+                      "kind": request.kind, "status": "complete", "device": "interpret",
+                      "variant": {"sha256": source_hash(source), "source": source}}
+            if request.kind == "screening":
+                fields["screening"] = {"target": "backward", "rows": [
+                    {"name": e.name, "sha256": source_hash(Path(e.variant).read_text()),
+                     "kept": e.name.split("-", 1)[1] in self.keep, "ratio": 0.9} for e in request.screen]}
+            runs.append(TrialRun(paths.notebook, TrialResult.model_validate(fields)))
+        return runs
+
+
+def test_the_loop_gives_a_full_trial_only_to_the_candidates_screening_kept(tmp_path, monkeypatch):
+    from liger_perf import loop as loop_module
+    from liger_perf.proposers import Proposal, Stop
+
+    class Batch:
+        name = "test"
+
+        def __init__(self):
+            self.left = ["fast", "slow", "wrong"]
+
+        def propose(self, context):
+            if not self.left:
+                return Stop("nothing left")
+            name = self.left.pop(0)
+            return Proposal(name, context.best_source + f"\n# {name}\n", f"try {name}", "")
+
+    runner = _ScreeningRunner(keep={"fast"})
+    baseline = TrialResult.model_validate({"kernel": "relu_squared", "status": "complete", "device": "interpret",
+                                           "variant": {"sha256": "b", "source": "x"}, "trial_id": 0})
+    loop = loop_module.OptimizeLoop("relu_squared", Guardrails(), Batch(), device="interpret", budget=5,
+                                    root=tmp_path, runner=runner, screen=3)
+    monkeypatch.setattr(loop, "_best_file", lambda best: baseline_path("relu_squared"))
+    steps = loop._round([baseline], baseline, room=1, best_file=baseline_path("relu_squared"), budget_left=5)
+    assert [s.name for s in steps] == ["fast"]
+    (screening,) = runner.requests
+    assert screening.kind == "screening" and [e.name for e in screening.screen] == ["0-fast", "1-slow", "2-wrong"]
+    assert loop.screened == 3
+    kinds = [e.kind for e in loop.events]
+    assert kinds == ["screen-start", "screen-end"]
+
+
+@pytest.mark.parametrize("screen, expected", [(0, 1), (1, 1)])
+def test_without_screening_the_round_is_the_proposals_it_has_room_for(tmp_path, screen, expected):
+    from liger_perf import loop as loop_module
+    from liger_perf.proposers import Proposal
+
+    class Many:
+        name = "test"
+
+        def propose(self, context):
+            n = len(context.pending)
+            return Proposal(f"p{n}", context.best_source + f"\n# {n}\n", "", "")
+
+    runner = _ScreeningRunner(keep=set())
+    baseline = TrialResult.model_validate({"kernel": "relu_squared", "status": "complete", "device": "interpret",
+                                           "variant": {"sha256": "b", "source": "x"}, "trial_id": 0})
+    loop = loop_module.OptimizeLoop("relu_squared", Guardrails(), Many(), device="interpret", budget=5,
+                                    root=tmp_path, runner=runner, screen=screen)
+    steps = loop._round([baseline], baseline, room=1, best_file=baseline_path("relu_squared"), budget_left=5)
+    assert len(steps) == expected and not runner.requests  # nothing screened: a batch no larger than the room
