@@ -18,8 +18,8 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,no
 for which in "$@"; do
   start=$(date +%s)
   case $which in
-    throughput) python3 scripts/throughput.py fused_add_rms_norm --budget 4 --screen 4 --workers 1 \
-                  --out reports/throughput.json --keep "$R/notebooks" > "$R/throughput.log" 2>&1 ;;
+    throughput) timeout -s TERM ${TP_LIMIT:-330} python3 scripts/throughput.py fused_add_rms_norm --budget 4 \
+                  --screen 4 --workers 1 --out reports/throughput.json --keep "$R/notebooks" > "$R/throughput.log" 2>&1 ;;
     aa) python3 scripts/aa_trials.py fused_add_rms_norm --trials 20 --root reports/aa \
           --deadline-s $(( LIMIT - (start - T0) - 60 )) >> reports/aa/aa.log 2>&1 ;;
     *) continue ;;

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import statistics
 import tempfile
 import time
@@ -68,8 +69,15 @@ def main() -> None:
     rules = load_guardrails(project_root() / "guardrails.yaml", target=args.target)
     loop = OptimizeLoop(args.kernel, rules, RulesProposer(), device=args.device, budget=args.budget, root=scratch,
                         runner=runner, screen=args.screen, on_event=watch)
+    def stop(signum, frame):  # a time limit (``timeout``): stop, and report what was done
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
     t0 = time.time()
-    outcome = loop.run()
+    try:
+        stop_reason = loop.run().stop_reason
+    except KeyboardInterrupt:
+        stop_reason = "stopped by the benchmark's time limit"
     wall = time.time() - t0
     new = [t for t in load_trials(args.kernel, scratch) if t.trial_id not in before]
     full = [t for t in new if t.kind == "experiment"]
@@ -80,7 +88,7 @@ def main() -> None:
     entry = {
         "kernel": args.kernel, "target": args.target, "gpus": args.workers, "budget": args.budget,
         "screen": args.screen, "device": fp.gpu if fp else None, "commit": fp.git_commit if fp else None,
-        "wall_s": round(wall, 1), "stop_reason": outcome.stop_reason,
+        "wall_s": round(wall, 1), "stop_reason": stop_reason,
         "full_trials": len(full), "screenings": len(screenings), "candidates_screened": screened,
         "trials_per_hour": round(len(full) / wall * 3600, 1) if wall else None,
         "screened_per_hour": round(screened / wall * 3600, 1) if wall else None,
