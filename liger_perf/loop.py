@@ -268,7 +268,12 @@ class OptimizeLoop:
         self.screened += len(batch)
         if result.status == HARNESS_ERROR:
             return result
-        rows = {row.name: row for row in (result.screening.rows if result.screening else [])}
+        if result.status != "complete" or result.screening is None:  # a candidate took the screening down
+            self._emit("screen-end", f"screening {result.trial_id:04d} did not complete ({result.status}: "
+                       f"{result.reason[:300]}): every candidate gets a full trial, which records its own fate",
+                       result)
+            return list(batch)
+        rows = {row.name: row for row in result.screening.rows}
         kept = []
         for entry, step in zip(entries, batch):
             row = rows.get(entry.name)

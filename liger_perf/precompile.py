@@ -100,12 +100,13 @@ def _suite_device(suite: str):
 
 
 def work_list(spec: KernelSpec, variants: Sequence[tuple[str | Path, str]], suite: str,
-              timed_only: Iterable[int] = (), convergence: bool = True) -> list[WorkItem]:
+              timed_only: Iterable[int] = (), convergence: bool = True, full_gate: bool = True) -> list[WorkItem]:
     """Every call that compiles what a trial's gate and timing will compile, each once, in a fixed order.
 
     ``variants``: (path, source) of each variant, in order (an item names its variant by index); ``suite``:
     ``device.suite`` ("gpu" or "interpret"); ``timed_only``: indices of variants the trial times but does not
-    gate (the current best): the timing's cases only. Pure: the same arguments give the same list in every
+    gate (the current best): the timing's cases only. ``full_gate=False``: of the gate, the quick gate's cases
+    only (a staged trial, a screening: the full gate may never run; it is precompiled when it will). Pure: the same arguments give the same list in every
     process. A variant whose knobs cannot be read (the gate will say why) gets the timing's cases only."""
     from liger_perf import correctness
     from liger_perf.convergence import runs
@@ -123,7 +124,7 @@ def work_list(spec: KernelSpec, variants: Sequence[tuple[str | Path, str]], suit
 
         if index not in timed_only:
             try:
-                gated = correctness.gate_cases(spec, Variant(Path(path), source, None), device)
+                gated = correctness.gate_cases(spec, Variant(Path(path), source, None), device) if full_gate else []
             except UserError:  # unreadable knobs: the gate fails the variant itself
                 gated = []
             quick = getattr(correctness, "quick_gate_cases", None)  # a staged trial's first gate
@@ -133,12 +134,12 @@ def work_list(spec: KernelSpec, variants: Sequence[tuple[str | Path, str]], suit
                     continue
                 add(Case(g.shape(spec), g.case.dtype, g.case.config), "gate" if g.kind != "quick" else "quick",
                     g.probe.inputs, g.probe.cotangents)
-            if not device.interpreted:  # determinism_rows: the widest-grid check shape, contiguous
+            if full_gate and not device.interpreted:  # determinism_rows: the widest-grid check shape, contiguous
                 widest = max((tuple(s) for s in spec.check_shapes[suite]), key=lambda s: s[0])
                 for config in spec.check_configs:
                     for dtype in spec.dtypes[suite]:
                         add(Case(widest, dtype, dict(config)), "determinism")
-            if convergence:
+            if convergence and full_gate:
                 for config, dtype in runs(spec, device):
                     add(Case((), dtype, config), "convergence", pass_="convergence")
         for case in spec.cases(suite, "bench"):
@@ -221,6 +222,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timed-only", action="append", type=int, default=[], metavar="INDEX",
                         help="a variant (by index) the trial times but does not gate: its timing's cases only")
     parser.add_argument("--no-convergence", action="store_true", help="leave out the convergence runs' step")
+    parser.add_argument("--quick", action="store_true", help="of the gate, the quick gate's cases only")
     # For tests on a machine without a GPU: run the share under the interpreter, and only its first items.
     parser.add_argument("--device", default="cuda", choices=("cuda", "interpret"), help=argparse.SUPPRESS)
     parser.add_argument("--limit", type=int, default=None, help=argparse.SUPPRESS)
@@ -243,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         spec = get_spec(args.kernel)
         paths = [Path(p) for p in args.variants.split(",") if p] + [Path(p) for p in args.variant]
         items = work_list(spec, [(p, variant_source(p)) for p in paths], device.suite, args.timed_only,
-                          convergence=not args.no_convergence)
+                          convergence=not args.no_convergence, full_gate=not args.quick)
         mine = shares(items, count)[index][: args.limit]
     except Exception as e:  # noqa: BLE001 - reported, not raised: the parent reads the line
         report.update(error=_short(f"{type(e).__name__}: {e}"), seconds=round(time.perf_counter() - started, 2))
@@ -302,13 +304,13 @@ def child_environment() -> dict[str, str]:
 
 def precompile(spec: KernelSpec, variant_paths: Sequence[str | Path], device, workers: int | None = None,
                timeout_s: float = 600, gated: Sequence[str | Path] | None = None,
-               convergence: bool = True) -> dict[str, Any]:
+               convergence: bool = True, full_gate: bool = True) -> dict[str, Any]:
     """Compile what the trial's gate and timing will need, in ``workers`` processes (default: one per core, at
     most 8), waiting at most ``timeout_s`` (children still running then are killed).
 
     ``variant_paths``: the variants the trial runs (the candidate, the current best...); ``gated``: those the
     gate will check (default: all); the others get the timing's cases only. ``convergence``: whether the gate's
-    convergence runs will run. Returns ``{"status": "ok" | "partial" | "skipped", "workers", "items", "failed",
+    convergence runs will run. ``full_gate=False``: the quick gate's cases only (see ``work_list``). Returns ``{"status": "ok" | "partial" | "skipped", "workers", "items", "failed",
     "seconds", "first_error", "timed_out"}`` (and ``"reason"`` when skipped). Raises only for its own arguments
     (a missing file, no worker); a call or a child that fails is counted in the result, never raised."""
     paths = [Path(p) for p in variant_paths]
@@ -325,21 +327,23 @@ def precompile(spec: KernelSpec, variant_paths: Sequence[str | Path], device, wo
     gated_set = None if gated is None else {Path(p).resolve() for p in gated}
     timed_only = [i for i, p in enumerate(paths) if gated_set is not None and p.resolve() not in gated_set]
     return launch(spec, paths, "cuda", workers or default_workers(), timeout_s, timed_only=timed_only,
-                  convergence=convergence)
+                  convergence=convergence, full_gate=full_gate)
 
 
 def launch(spec: KernelSpec, paths: Sequence[Path], child_device: str, workers: int, timeout_s: float,
-           timed_only: Sequence[int] = (), convergence: bool = True, limit: int | None = None) -> dict[str, Any]:
+           timed_only: Sequence[int] = (), convergence: bool = True, limit: int | None = None,
+           full_gate: bool = True) -> dict[str, Any]:
     """Start one child per non-empty share, wait for them (killing those past ``timeout_s``) and add up their
     reports. ``child_device``: "cuda", or "interpret" for tests (``limit``: calls per child at most)."""
     started = time.perf_counter()
     suite = "interpret" if child_device == "interpret" else "gpu"
-    items = work_list(spec, [(p, variant_source(p)) for p in paths], suite, timed_only, convergence)
+    items = work_list(spec, [(p, variant_source(p)) for p in paths], suite, timed_only, convergence, full_gate)
     dealt = shares(items, workers)
     env = child_environment()
     base = [sys.executable, "-m", "liger_perf.precompile", spec.name, *(f"--variant={p}" for p in paths),
             *(f"--timed-only={i}" for i in timed_only), f"--device={child_device}",
-            *([] if convergence else ["--no-convergence"]), *([] if limit is None else [f"--limit={limit}"])]
+            *([] if convergence else ["--no-convergence"]), *([] if full_gate else ["--quick"]),
+            *([] if limit is None else [f"--limit={limit}"])]
     children = []  # (share index, planned items, Popen or None, output file, why it did not start)
     for index, share in enumerate(dealt):
         if not share:

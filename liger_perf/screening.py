@@ -126,14 +126,16 @@ class Screen(Trial):
 
         from liger_perf.timing import TimingPlan, summarize, time_suite
 
+        cases = self.spec.cases(self.device.suite, "bench")
+        self._smoke(cases)
         if not self.modules:
-            _display(markdown="## Screening timing\n\nNo candidate passed its quick gate: nothing to time.")
+            _display(markdown="## Screening timing\n\nNo candidate passed its quick gate and ran at every timed "
+                              "shape: nothing to time.")
             return
         reps = self.request.repetitions or SCREEN_REPETITIONS[self.device.mode]
         plan = dataclasses.replace(TimingPlan.default(self.device, reps), confidence=self.request.confidence)
         contenders = {name: self.spec.variant_forward(v.module) for name, v in self.modules.items()}
         contenders["against"] = self.spec.variant_forward(self.against.module)
-        cases = self.spec.cases(self.device.suite, "bench")
         spot_checks: list[dict] = []
         samples = time_suite(self.spec, contenders, cases, self.passes, self.device, plan,
                              progress=lambda what: self.progress.report("screening", detail=what),
@@ -160,6 +162,32 @@ class Screen(Trial):
         _display(markdown=f"## Screening timing\n\n{plan.repetitions} repetitions per contender, interleaved "
                           f"with the current best; geomean ratios over the suite's shapes with intervals "
                           f"simultaneous over every candidate and shape ({plan.confidence:.0%}).")
+
+    def _smoke(self, cases) -> None:
+        """Each candidate's every timed call once, on its own, before they are timed together: a candidate that
+        raises at a timed shape only (one its quick gate did not meet: out of shared memory at the widest rows)
+        is dropped with the reason, instead of ending the whole screening."""
+        from liger_perf.passes import case_inputs, prepare_pass
+
+        for entry in self.entries:
+            variant = self.modules.get(entry["name"])
+            if variant is None:
+                continue
+            forward = self.spec.variant_forward(variant.module)
+            self.progress.report("screening", detail=f"a run of {entry['name']} at every timed shape")
+            for case in cases:
+                for pass_name in self.passes:
+                    try:
+                        inputs, cotangents = case_inputs(self.spec, case, self.device)
+                        prepare_pass(self.spec, forward, inputs, case.config, pass_name, cotangents).arm()()
+                        self.device.synchronize()
+                    except Exception as e:  # the candidate's own failure
+                        entry["reason"] = (f"crashed at the timed case {pass_name} {case.label()}: "
+                                           f"{type(e).__name__}: {e}")[:500]
+                        break
+                if entry["reason"]:
+                    del self.modules[entry["name"]]
+                    break
 
     def decide(self) -> None:
         return

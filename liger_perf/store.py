@@ -62,10 +62,12 @@ class TrialPaths:
 
 class Store:
     def __init__(self, notebooks: Path | None = None, reports: Path | None = None):
-        self.notebooks = Path(notebooks) if notebooks is not None else \
-            Path(os.environ.get(NOTEBOOKS_ENV, project_root() / "notebooks"))
-        self.reports = Path(reports) if reports is not None else \
-            Path(os.environ.get(REPORTS_ENV, project_root() / "reports"))
+        # Absolute: a trial's paths are handed to other processes (the sandbox binds them, a notebook kernel runs
+        # in its own folder), where a relative path would name another place.
+        self.notebooks = (Path(notebooks) if notebooks is not None else
+                          Path(os.environ.get(NOTEBOOKS_ENV, project_root() / "notebooks"))).absolute()
+        self.reports = (Path(reports) if reports is not None else
+                        Path(os.environ.get(REPORTS_ENV, project_root() / "reports"))).absolute()
         for folder, variable in ((self.notebooks, NOTEBOOKS_ENV), (self.reports, REPORTS_ENV)):
             if folder.is_symlink() and not folder.exists():
                 raise UserError(f"{folder} ({variable} or the default) is a link to nothing: point it at a folder")

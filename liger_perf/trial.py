@@ -161,19 +161,26 @@ class Trial:
         """Compile every kernel the gate and the timing will need, the candidate's and the current best's, in
         parallel processes: each trial starts from an empty Triton cache, and compiling one specialisation after
         another was half of a GPU trial's gate. Changes no result: it only fills the cache the steps would fill."""
-        from liger_perf.precompile import precompile
-
         if self.data["kind"] == "screening":  # every candidate meets the quick gate; the best is only timed
             gated = [entry.variant for entry in self.request.screen]
             paths = [*gated, self.request.variant]
         else:
             gated = [self.request.variant]
             paths = [p for p in (self.request.variant, self.request.against) if p]
-        self.progress.report("precompiling", detail=f"{len(paths)} variants")
+        # A staged trial or a screening needs the quick gate's cases and the timing's; the full gate's are
+        # compiled (in parallel again) only when it will run.
+        full = self.request.gate == "full" and self.data["kind"] != "screening"
+        self._precompile(paths, gated, full)
+
+    def _precompile(self, paths: list[str], gated: list[str], full: bool) -> None:
+        from liger_perf.precompile import precompile
+
+        self.progress.report("precompiling", detail=f"{len(paths)} variants, {'full' if full else 'quick'} gate")
         # At most a few minutes: what is not compiled by then compiles in the gate, as it would have.
-        self.data["precompile"] = outcome = precompile(self.spec, paths, self.device, gated=gated,
-                                                       convergence=self.request.convergence, timeout_s=240)
-        _display(markdown=f"*Precompilation: {outcome['status']}"
+        outcome = precompile(self.spec, paths, self.device, gated=gated, convergence=self.request.convergence,
+                             timeout_s=240, full_gate=full)
+        self.data.setdefault("precompile", {})["full" if full else "quick"] = outcome
+        _display(markdown=f"*Precompilation ({'full' if full else 'quick'} gate): {outcome['status']}"
                           + (f" ({outcome['reason']})" if outcome.get("reason") else
                              f", {outcome.get('items', 0)} calls in {outcome.get('workers', 0)} processes, "
                              f"{outcome.get('failed', 0)} failed, {outcome.get('seconds', 0):.1f} s"
@@ -200,6 +207,7 @@ class Trial:
             _display(markdown=f"## Full correctness gate: not run\n\n{self.decision}")
             return
         quick_seconds = self.data["correctness"].get("quick_seconds")
+        self._precompile([self.request.variant], [self.request.variant], full=True)
         self._gate("full")
         self.data["correctness"]["quick_seconds"] = quick_seconds
 

@@ -40,6 +40,7 @@ def main() -> None:
     parser.add_argument("--repetitions", type=int, default=0)
     parser.add_argument("--ncu", action="store_true", help="profile too (the intervals do not need it)")
     args = parser.parse_args()
+    args.root = args.root.absolute()
     started = time.time()
     rules = load_guardrails(project_root() / "guardrails.yaml")
     mode = "interpret" if args.device == "interpret" else "cuda"
@@ -61,6 +62,8 @@ def main() -> None:
                         prediction="never accepted; every per-shape interval contains 1",
                         gate="staged", guardrails=rules.model_dump(mode="json"), confidence=rules.confidence,
                         timeout_s=rules.trial_timeout_s)
+        if run.result.status == "harness-error":  # not a measurement: stop and say so
+            raise SystemExit(f"{run.notebook.name}: the harness failed: {run.result.reason}")
         verdict = judge(run.result, rules)
         record_verdict(run.notebook, verdict.record(rules.target, "a-a"))
         print(f"{run.notebook.name}: {verdict.verdict}; {len(excluding(run.result))} intervals exclude 1; "
@@ -71,7 +74,7 @@ def main() -> None:
              "intervals": len(t.candidate_ratios()), "excluding_1": excluding(t),
              "elapsed_s": t.elapsed_s, "step_seconds": t.step_seconds} for t in trials]
     summary = {"kernel": args.kernel, "against": {"trial": best.trial_id if best else None,
-                                                  "file": str(best_file.relative_to(project_root()))},
+                                                  "file": str(best_file.absolute().relative_to(project_root()))},
                "device": trials[0].fingerprint.gpu if trials and trials[0].fingerprint else None,
                "commit": trials[0].fingerprint.git_commit if trials and trials[0].fingerprint else None,
                "trials": len(rows), "accepted": sum(r["verdict"] == "accepted" for r in rows),

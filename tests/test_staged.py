@@ -104,6 +104,16 @@ def _copy(folder: Path) -> Path:
     return path
 
 
+def _fails_when_wide(folder: Path) -> Path:
+    """The baseline, raising for more than 4000 elements: past every quick-gate case, short of a timed one."""
+    source = baseline_path("relu_squared").read_text()
+    old = '    return ReluSquaredFunction.apply(X)'
+    path = folder / "wide.py"
+    path.write_text(source.replace(old, '    if X.numel() > 4000:\n        raise RuntimeError("out of resource: '
+                                        'shared memory (made up for the test)")\n' + old))
+    return path
+
+
 def test_screening_drops_a_clearly_slower_and_a_wrong_candidate_and_says_why(tmp_path):
     from liger_perf.schema import ScreenEntry
     from liger_perf.screening import open_trial
@@ -112,7 +122,8 @@ def test_screening_drops_a_clearly_slower_and_a_wrong_candidate_and_says_why(tmp
     folder.mkdir()
     entries = [ScreenEntry(name="slow", variant=str(_slow_copy(folder)), hypothesis="a pause"),
                ScreenEntry(name="wrong", variant=str(_broken("backward_without_relu_mask", folder))),
-               ScreenEntry(name="copy", variant=str(_copy(folder)))]
+               ScreenEntry(name="copy", variant=str(_copy(folder))),
+               ScreenEntry(name="wide", variant=str(_fails_when_wide(folder)))]
     request = TrialRequest(kernel="relu_squared", variant=str(baseline_path("relu_squared")), device="interpret",
                            repetitions=6, ncu=False, convergence=False, kind="screening", screen=entries,
                            guardrails={**RULES, "target": "forward"}, artifacts=str(tmp_path / "artifacts"))
@@ -123,6 +134,8 @@ def test_screening_drops_a_clearly_slower_and_a_wrong_candidate_and_says_why(tmp
     assert rows["wrong"].ratio is None  # never timed
     assert not rows["slow"].kept and rows["slow"].reason.startswith("clearly slower") and rows["slow"].ci_low > 1
     assert rows["copy"].kept and rows["copy"].ci_low <= 1
+    assert rows["wide"].quick_gate == "pass" and not rows["wide"].kept  # one candidate's crash ends only its own
+    assert rows["wide"].reason.startswith("crashed at the timed case") and "shared memory" in rows["wide"].reason
     assert result.screening.timing and result.ncu.status == "unavailable"
 
 
@@ -132,8 +145,8 @@ class _ScreeningRunner:
 
     workers = 1
 
-    def __init__(self, keep: set[str]):
-        self.keep, self.requests = keep, []
+    def __init__(self, keep: set[str], screening_status: str = "complete"):
+        self.keep, self.requests, self.screening_status = keep, [], screening_status
 
     def mode(self, device):
         return "interpret"
@@ -151,7 +164,9 @@ class _ScreeningRunner:
             fields = {"kernel": request.kernel, "trial_id": request.trial_id, "name": request.name,
                       "kind": request.kind, "status": "complete", "device": "interpret",
                       "variant": {"sha256": source_hash(source), "source": source}}
-            if request.kind == "screening":
+            if request.kind == "screening" and self.screening_status != "complete":
+                fields["status"] = self.screening_status
+            elif request.kind == "screening":
                 fields["screening"] = {"target": "backward", "rows": [
                     {"name": e.name, "sha256": source_hash(Path(e.variant).read_text()),
                      "kept": e.name.split("-", 1)[1] in self.keep, "ratio": 0.9} for e in request.screen]}
@@ -209,3 +224,24 @@ def test_without_screening_the_round_is_the_proposals_it_has_room_for(tmp_path, 
                                     root=tmp_path, runner=runner, screen=screen)
     steps = loop._round([baseline], baseline, room=1, best_file=baseline_path("relu_squared"), budget_left=5)
     assert len(steps) == expected and not runner.requests  # nothing screened: a batch no larger than the room
+
+
+def test_a_screening_that_did_not_complete_gives_every_candidate_a_full_trial(tmp_path):
+    from liger_perf import loop as loop_module
+    from liger_perf.proposers import Proposal
+
+    class Two:
+        name = "test"
+
+        def propose(self, context):
+            n = len(context.pending)
+            return Proposal(f"p{n}", context.best_source + f"\n# {n}\n", "", "")
+
+    runner = _ScreeningRunner(keep=set(), screening_status="crashed")
+    baseline = TrialResult.model_validate({"kernel": "relu_squared", "status": "complete", "device": "interpret",
+                                           "variant": {"sha256": "b", "source": "x"}, "trial_id": 0})
+    loop = loop_module.OptimizeLoop("relu_squared", Guardrails(), Two(), device="interpret", budget=5,
+                                    root=tmp_path, runner=runner, screen=3)
+    steps = loop._round([baseline], baseline, room=1, best_file=baseline_path("relu_squared"), budget_left=2)
+    assert [s.name for s in steps] == ["p0", "p1"]  # every candidate, within the budget left
+    assert "did not complete" in loop.events[-1].message
