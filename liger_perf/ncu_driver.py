@@ -47,13 +47,13 @@ def main(argv: list[str] | None = None) -> None:
 
     spec = get_spec(args.kernel)
     forward = spec.variant_forward(load_variant(args.variant, spec).module)
-    for pass_name in args.passes.split(","):
-        for case in spec.cases(device.suite, "bench"):
-            if args.shapes and shape_label(case.shape) not in args.shapes.split(","):
-                continue
-            if args.dtypes and dtype_name(case.dtype) not in args.dtypes.split(","):
-                continue
-            inputs, cotangents = case_inputs(spec, case, device)
+    for case in spec.cases(device.suite, "bench"):
+        if args.shapes and shape_label(case.shape) not in args.shapes.split(","):
+            continue
+        if args.dtypes and dtype_name(case.dtype) not in args.dtypes.split(","):
+            continue
+        inputs, cotangents = case_inputs(spec, case, device)  # once for every pass: drawn on the CPU
+        for pass_name in args.passes.split(","):
             prepared = prepare_pass(spec, forward, inputs, case.config, pass_name, cotangents)
             for _ in range(args.warmup):
                 prepared.arm()()
@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> None:
             torch.cuda.synchronize()
             torch.cuda.profiler.stop()
             torch.cuda.nvtx.range_end(nvtx_range)
-            del prepared, thunk, inputs
+            del prepared, thunk
+        del inputs, cotangents
 
 
 if __name__ == "__main__":

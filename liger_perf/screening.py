@@ -169,16 +169,16 @@ class Screen(Trial):
         is dropped with the reason, instead of ending the whole screening."""
         from liger_perf.passes import case_inputs, prepare_pass
 
-        for entry in self.entries:
-            variant = self.modules.get(entry["name"])
-            if variant is None:
-                continue
-            forward = self.spec.variant_forward(variant.module)
-            self.progress.report("screening", detail=f"a run of {entry['name']} at every timed shape")
-            for case in cases:
+        self.progress.report("screening", detail="a run of each candidate at every timed shape")
+        for case in cases:
+            inputs, cotangents = case_inputs(self.spec, case, self.device)  # once per case: drawn on the CPU
+            for entry in self.entries:
+                variant = self.modules.get(entry["name"])
+                if variant is None:
+                    continue
+                forward = self.spec.variant_forward(variant.module)
                 for pass_name in self.passes:
                     try:
-                        inputs, cotangents = case_inputs(self.spec, case, self.device)
                         prepare_pass(self.spec, forward, inputs, case.config, pass_name, cotangents).arm()()
                         self.device.synchronize()
                     except Exception as e:  # the candidate's own failure
@@ -187,7 +187,6 @@ class Screen(Trial):
                         break
                 if entry["reason"]:
                     del self.modules[entry["name"]]
-                    break
 
     def decide(self) -> None:
         return

@@ -164,7 +164,8 @@ def peer_contenders(spec: KernelSpec, device: Device) -> tuple[dict[str, Forward
 
 def time_case(spec: KernelSpec, contenders: Mapping[str, ForwardFn], case: Case, pass_name: str, device: Device,
               plan: TimingPlan, rng: np.random.Generator, judged: Iterable[str] = ("candidate", "against"),
-              spot_checks: list[dict] | None = None) -> dict[str, np.ndarray]:
+              spot_checks: list[dict] | None = None, drawn: tuple | None = None,
+              spot_drawn: tuple | None = None) -> dict[str, np.ndarray]:
     """Milliseconds per repetition for each contender, on the same inputs, interleaved in random order.
 
     Every contender (not only the judged ones) gets a pool of ``plan.slots`` input slots: prepared passes with
@@ -181,8 +182,11 @@ def time_case(spec: KernelSpec, contenders: Mapping[str, ForwardFn], case: Case,
     every candidate and the current best of a screening; names not among ``contenders`` are ignored).
     ``spot_checks``: where to add, for each of them, the check of one timed call, at a repetition drawn at
     random, run on inputs drawn afresh for it and compared with the float64 reference: what is timed is what
-    computes the right result (not a call patched, or one that returns what it returned before)."""
-    inputs, cotangents = case_inputs(spec, case, device)
+    computes the right result (not a call patched, or one that returns what it returned before).
+
+    ``drawn`` and ``spot_drawn``: the case's inputs and cotangents (``case_inputs``), and the spot check's, when
+    the caller drew them for several passes (every call clones what it is given: they are never written)."""
+    inputs, cotangents = drawn or case_inputs(spec, case, device)
     names = list(contenders)
     checked = [name for name in dict.fromkeys(judged) if name in contenders]
     slots, rebuild = plan.slots_on(device), plan.rebuild_on(device)
@@ -190,7 +194,7 @@ def time_case(spec: KernelSpec, contenders: Mapping[str, ForwardFn], case: Case,
     spot: dict[str, Any] = {}
     spot_outputs: dict[str, Any] = {}
     if spot_rep >= 0:
-        spot_inputs, spot_cotangents = case_inputs(spec, case, device)
+        spot_inputs, spot_cotangents = spot_drawn or case_inputs(spec, case, device)
         spot = {name: prepare_pass(spec, contenders[name], spot_inputs, case.config, pass_name, spot_cotangents)
                 for name in checked}
     timer = _Timer(device)
@@ -269,22 +273,33 @@ def _spot_check(spec: KernelSpec, case: Case, pass_name: str, inputs, cotangents
 def time_suite(spec: KernelSpec, contenders: Mapping[str, ForwardFn], cases: list[Case], passes: list[str],
                device: Device, plan: TimingPlan, progress: Callable[[str], None] | None = None,
                spot_checks: list[dict] | None = None,
-               judged: Iterable[str] = ("candidate", "against")) -> pd.DataFrame:
+               judged: Iterable[str] = ("candidate", "against"), keep: dict | None = None) -> pd.DataFrame:
     """Every repetition of every contender, one row each (``SAMPLE_COLUMNS``); each case's spot checks of the
-    ``judged`` contenders' timed calls are added to ``spot_checks`` (see ``time_case``)."""
+    ``judged`` contenders' timed calls are added to ``spot_checks`` (see ``time_case``). ``keep``: where to
+    keep each case's inputs (by ``Case.label()``) for ``peak_memory``."""
     judged = tuple(judged)
     rng = np.random.default_rng(plan.seed)
     rows = []
-    for pass_name in passes:
-        for case in cases:
+    # Each case's inputs are drawn once for all its passes (and once more, fresh, for their spot checks): the
+    # specs draw on the CPU, and at the suite's widest shapes drawing per pass took longer than the timing.
+    for case in cases:
+        drawn = case_inputs(spec, case, device)
+        if keep is not None:
+            keep[case.label()] = drawn
+        spot_drawn = case_inputs(spec, case, device) if spot_checks is not None else None
+        for pass_name in passes:
             if progress is not None:
                 progress(f"{pass_name} {case.label()}")
             times = time_case(spec, contenders, case, pass_name, device, plan, rng, judged=judged,
-                              spot_checks=spot_checks)
+                              spot_checks=spot_checks, drawn=drawn, spot_drawn=spot_drawn)
             for name, ms in times.items():
                 rows.extend({"pass": pass_name, "shape": shape_label(case.shape), "dtype": dtype_name(case.dtype),
                              "contender": name, "rep": i, "ms": float(t)} for i, t in enumerate(ms))
-    return pd.DataFrame(rows, columns=SAMPLE_COLUMNS)
+        del drawn, spot_drawn
+    # In the passes' order, as before (tables and readers group by pass first).
+    frame = pd.DataFrame(rows, columns=SAMPLE_COLUMNS)
+    order = {p: i for i, p in enumerate(passes)}
+    return frame.sort_values("pass", key=lambda col: col.map(order), kind="stable").reset_index(drop=True)
 
 
 def ratio_interval(times: np.ndarray, reference: np.ndarray, alpha: float, resamples: int,
@@ -332,14 +347,15 @@ def summarize(samples: pd.DataFrame, reference: str, spec: KernelSpec, bandwidth
 
 
 def peak_memory(spec: KernelSpec, contenders: Mapping[str, ForwardFn], cases: list[Case],
-                device: Device) -> pd.DataFrame:
+                device: Device, drawn: Mapping[str, tuple] | None = None) -> pd.DataFrame:
     """Peak device memory of a forward plus backward, above what the inputs already hold, per contender.
 
     Measured with the CUDA caching allocator's statistics; the CPU has no such counter, so under the
-    interpreter the column is empty (NaN) and the reason is stated."""
+    interpreter the column is empty (NaN) and the reason is stated. ``drawn``: inputs already drawn, by
+    ``Case.label()`` (``time_suite``'s ``keep``)."""
     rows = []
     for case in cases:
-        inputs, cotangents = case_inputs(spec, case, device)
+        inputs, cotangents = (drawn or {}).get(case.label()) or case_inputs(spec, case, device)
         for name, fwd in contenders.items():
             peak = math.nan
             if not device.interpreted:

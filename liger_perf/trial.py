@@ -311,11 +311,13 @@ class Trial:
         bandwidth = copy_bandwidth(self.device)
         steps, done = len(cases) * len(self.passes), iter(range(1, len(cases) * len(self.passes) + 1))
         spot_checks: list[dict] = []
+        drawn: dict = {}
         samples = time_suite(self.spec, contenders, cases, self.passes, self.device, plan,
                              progress=lambda what: self.progress.report("timing", next(done, steps), steps, what),
-                             spot_checks=spot_checks)
+                             spot_checks=spot_checks, keep=drawn)
         summary = summarize(samples, reference, self.spec, bandwidth, plan)
-        memory = peak_memory(self.spec, contenders, cases, self.device)
+        memory = peak_memory(self.spec, contenders, cases, self.device, drawn)
+        del drawn
         self.data["timing"] = {"repetitions": plan.repetitions, "warmup": plan.warmup, "confidence": plan.confidence,
                                "intervals": "simultaneous (Bonferroni over the trial's ratios), paired bootstrap",
                                "copy_bandwidth_bytes_per_s": bandwidth, "reference_contender": reference,

@@ -27,6 +27,6 @@ for which in "$@"; do
   echo "$which: exit $?, $(( $(date +%s) - start )) s" | tee -a "$R/steps.txt"
 done
 tail -n 30 "$R/throughput.log" reports/aa/aa.log 2>/dev/null
-tar czf "$OUT/throughput.tgz" reports/throughput.json "$R" 2>/dev/null
-tar czf "$OUT/aa.tgz" reports/aa
+tar czf "$OUT/throughput.tgz" --exclude=artifacts reports/throughput.json "$R" 2>/dev/null
+tar czf "$OUT/aa.tgz" --exclude=artifacts reports/aa
 ls -la "$OUT"
