@@ -134,8 +134,8 @@ class Screen(Trial):
             return
         reps = self.request.repetitions or SCREEN_REPETITIONS[self.device.mode]
         plan = dataclasses.replace(TimingPlan.default(self.device, reps), confidence=self.request.confidence)
-        contenders = {name: self.spec.variant_forward(v.module) for name, v in self.modules.items()}
-        contenders["against"] = self.spec.variant_forward(self.against.module)
+        contenders = {name: self._loaded(v) for name, v in self.modules.items()}
+        contenders["against"] = self._loaded(self.against)
         spot_checks: list[dict] = []
         samples = time_suite(self.spec, contenders, cases, self.passes, self.device, plan,
                              progress=lambda what: self.progress.report("screening", detail=what),
