@@ -55,20 +55,44 @@ def main() -> None:
         from liger_perf.runners.papermill import PapermillRunner
 
         runner = PapermillRunner()
-    started: dict[int, float] = {}
     walls: dict[int, float] = {}
 
+    class Timed:
+        """The runner, each trial's wall clock taken around it (one GPU: one after another; several: the round's
+        wall clock over its trials, as they overlap)."""
+
+        workers = runner.workers
+
+        def mode(self, device):
+            return runner.mode(device)
+
+        def fingerprint(self, device):
+            return runner.fingerprint(device)
+
+        def run(self, request, store):
+            return self.run_many([request], store)[0]
+
+        def run_many(self, requests, store):
+            if runner.workers == 1:
+                runs = []
+                for request in requests:
+                    t = time.time()
+                    runs.append(runner.run(request, store))
+                    walls[request.trial_id] = time.time() - t
+                return runs
+            t = time.time()
+            runs = runner.run_many(requests, store)
+            for request in requests:
+                walls[request.trial_id] = (time.time() - t) / len(requests)
+            return runs
+
     def watch(event):
-        if event.request is not None and event.kind in ("trial-start", "screen-start"):
-            started[event.request.trial_id] = time.time()
-        elif event.trial is not None and event.kind in ("trial-end", "screen-end") \
-                and event.trial.trial_id in started:
-            walls[event.trial.trial_id] = time.time() - started[event.trial.trial_id]
         print(f"[{time.strftime('%H:%M:%S')}] {event.kind}: {event.message}"[:400], flush=True)
 
     rules = load_guardrails(project_root() / "guardrails.yaml", target=args.target)
     loop = OptimizeLoop(args.kernel, rules, RulesProposer(), device=args.device, budget=args.budget, root=scratch,
-                        runner=runner, screen=args.screen, on_event=watch)
+                        runner=Timed(), screen=args.screen, on_event=watch)
+
     def stop(signum, frame):  # a time limit (``timeout``): stop, and report what was done
         raise KeyboardInterrupt
 
@@ -93,6 +117,7 @@ def main() -> None:
         "trials_per_hour": round(len(full) / wall * 3600, 1) if wall else None,
         "screened_per_hour": round(screened / wall * 3600, 1) if wall else None,
         "screened_per_hour_per_gpu": round(screened / wall * 3600 / args.workers, 1) if wall else None,
+        # With several workers, trials overlap and this is per worker; trials_per_hour is what counts then.
         "median_trial_s": _median([walls.get(t.trial_id) for t in full]),
         "median_trial_in_notebook_s": _median([t.elapsed_s for t in full]),
         "median_screening_s": _median([walls.get(t.trial_id) for t in screenings]),
