@@ -51,6 +51,10 @@ class LoopOutcome:
     baseline_failed: str | None = None
 
 
+#: Screenings in a row that kept nothing, after which the loop stops (a screening spends no trial budget).
+FRUITLESS_SCREENINGS = 3
+
+
 def floor_reached(best: TrialResult, target: str, fraction: float) -> bool:
     rows = best.timing_rows("candidate", target)
     return bool(rows) and all((r.bandwidth_fraction or 0) >= fraction for r in rows)
@@ -110,6 +114,7 @@ class OptimizeLoop:
         #: has room for (0: no screening; every proposal gets a full trial).
         self.screen = screen
         self.screened = 0  # candidates screened by this invocation
+        self.fruitless_screenings = 0  # screenings in a row that kept no candidate (a proposer that never tires)
 
     # -- the loop ------------------------------------------------------------------------------------------
 
@@ -223,7 +228,9 @@ class OptimizeLoop:
         free = room - len(steps)
         proposed: list[Proposal] = []
         stop: Stop | None = None
-        while len(proposed) < (max(free, self.screen) if free > 0 else 0):
+        # Screening times the candidates: a memory target is not screened (each proposal gets a full trial).
+        batch = (max(free, self.screen) if self.guardrails.target != "memory" else free) if free > 0 else 0
+        while len(proposed) < batch:
             step = self.proposer.propose(Context(self.spec, self.guardrails.target, trials, best,
                                                  best.variant.source,
                                                  pending=[source_hash(s.source) for s in [*steps, *proposed]]))
@@ -255,7 +262,7 @@ class OptimizeLoop:
             file.write_text(step.source)
             entries.append(ScreenEntry(name=f"{i}-{step.name}"[:60], variant=str(file.resolve()),
                                        hypothesis=step.hypothesis, prediction=step.prediction,
-                                       changes=step.changes or None))
+                                       changes=step.changes or None, proposer_audit=step.audit))
         request = trial_request(self.kernel, best_file, None, store=self.store, paths=paths, kind="screening",
                                 passes=list(self.spec.passes), device=self.device_arg, ncu=False, peers=False,
                                 convergence=False, confidence=self.guardrails.confidence,
@@ -274,6 +281,7 @@ class OptimizeLoop:
                        result)
             return list(batch)
         rows = {row.name: row for row in result.screening.rows}
+        self.fruitless_screenings = 0 if any(row.kept for row in rows.values()) else self.fruitless_screenings + 1
         kept = []
         for entry, step in zip(entries, batch):
             row = rows.get(entry.name)
@@ -428,6 +436,9 @@ class OptimizeLoop:
             return f"the budget of {self.budget} trials is spent"
         if self.deadline is not None and time.time() >= self.deadline:
             return "the wall-clock budget is spent"
+        if self.fruitless_screenings >= FRUITLESS_SCREENINGS:
+            return (f"{FRUITLESS_SCREENINGS} screenings in a row kept no candidate ({self.screened} screened in this "
+                    "run): the proposer's ideas are all clearly slower or wrong")
         target = self.guardrails.target
         if target != "memory" and floor_reached(best, target, self.guardrails.floor_fraction_stop):
             return (f"the best variant's {target} runs at {self.guardrails.floor_fraction_stop:.0%} or more of the "

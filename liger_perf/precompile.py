@@ -106,8 +106,8 @@ def work_list(spec: KernelSpec, variants: Sequence[tuple[str | Path, str]], suit
     ``variants``: (path, source) of each variant, in order (an item names its variant by index); ``suite``:
     ``device.suite`` ("gpu" or "interpret"); ``timed_only``: indices of variants the trial times but does not
     gate (the current best): the timing's cases only. ``full_gate=False``: of the gate, the quick gate's cases
-    only (a staged trial, a screening: the full gate may never run; it is precompiled when it will). Pure: the same arguments give the same list in every
-    process. A variant whose knobs cannot be read (the gate will say why) gets the timing's cases only."""
+    only (a staged trial, a screening: the full gate may never run; it is precompiled when it will). Pure: the
+    same arguments give the same list in every process. A variant whose knobs cannot be read (the gate will say why) gets the timing's cases only."""
     from liger_perf import correctness
     from liger_perf.convergence import runs
     from liger_perf.errors import UserError
@@ -310,7 +310,8 @@ def precompile(spec: KernelSpec, variant_paths: Sequence[str | Path], device, wo
 
     ``variant_paths``: the variants the trial runs (the candidate, the current best...); ``gated``: those the
     gate will check (default: all); the others get the timing's cases only. ``convergence``: whether the gate's
-    convergence runs will run. ``full_gate=False``: the quick gate's cases only (see ``work_list``). Returns ``{"status": "ok" | "partial" | "skipped", "workers", "items", "failed",
+    convergence runs will run. ``full_gate=False``: the quick gate's cases only (see ``work_list``). Returns
+    ``{"status": "ok" | "partial" | "skipped", "workers", "items", "failed",
     "seconds", "first_error", "timed_out"}`` (and ``"reason"`` when skipped). Raises only for its own arguments
     (a missing file, no worker); a call or a child that fails is counted in the result, never raised."""
     paths = [Path(p) for p in variant_paths]

@@ -51,6 +51,7 @@ class ScreenEntry(BaseModel):
     hypothesis: str = ""
     prediction: str = ""
     changes: dict[str, Any] | None = None
+    proposer_audit: dict[str, Any] | None = None  # a model's prompt and replies, as a trial records them
 
 
 class TrialRequest(BaseModel):
@@ -214,6 +215,7 @@ class ScreeningRow(_Record):
     source: str = ""
     changes: dict[str, Any] | None = None
     hypothesis: str = ""
+    proposer_audit: dict[str, Any] | None = None
     quick_gate: str = ""  # "pass", or why it failed
     ratio: float | None = None  # geomean over the target's shapes, candidate / current best (< 1 is better)
     ci_low: float | None = None

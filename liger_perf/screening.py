@@ -7,6 +7,11 @@ gate interleaved with the current best, with few repetitions, on the target pass
 interval lies wholly above 1 (simultaneous over every candidate and shape) is clearly slower and is dropped,
 with its ratios and the reason recorded; every other one gets a full trial, best first. Nothing is ever
 accepted on a screening measurement: the full trial measures again, and its full gate decides.
+
+The candidates of a batch run in one process (as a trial's candidate and best do): one that writes out of its
+bounds at a shape its quick gate never met can disturb another's timing or spot check. Nothing is accepted on a
+screening, so the harm is limited to which candidates get a full trial; a candidate dropped for a spot check that
+failed counts as tried all the same.
 """
 
 from __future__ import annotations
@@ -53,7 +58,8 @@ class Screen(Trial):
             sha = source_hash(source)
             shas.append(sha)
             self.entries.append({"name": entry.name, "sha256": sha, "source": source, "changes": entry.changes,
-                                 "hypothesis": entry.hypothesis, "quick_gate": "", "ratio": None, "ci_low": None,
+                                 "hypothesis": entry.hypothesis, "proposer_audit": entry.proposer_audit,
+                                 "quick_gate": "", "ratio": None, "ci_low": None,
                                  "ci_high": None, "kept": False, "reason": why, "path": entry.variant})
         # The notebook is about the batch: its "variant" names the batch, "against" the best it was timed with.
         self.data["variant"] = {"path": "", "sha256": source_hash("\n".join(shas)), "knobs": None,
@@ -87,6 +93,12 @@ class Screen(Trial):
                           f"interleaved with the current best (`{self.request.variant}`); a candidate whose "
                           "simultaneous interval lies wholly above 1 is dropped, every other one gets a full "
                           "trial. Nothing is accepted here.")
+
+    def show_proposer(self) -> None:
+        models = {e["name"]: (e["proposer_audit"] or {}).get("model") for e in self.entries}
+        _display(markdown="**Proposers:** " + ", ".join(f"{name}: {f'model `{m}`' if m else 'rules or by hand'}"
+                                                        for name, m in models.items())
+                 + " (a model's prompt and replies are kept in this notebook's result, `screening.rows`)")
 
     def show_source(self) -> None:
         for entry in self.entries:
@@ -134,7 +146,16 @@ class Screen(Trial):
             return
         reps = self.request.repetitions or SCREEN_REPETITIONS[self.device.mode]
         plan = dataclasses.replace(TimingPlan.default(self.device, reps), confidence=self.request.confidence)
-        contenders = {name: self._loaded(v) for name, v in self.modules.items()}
+        contenders = {}
+        for entry in self.entries:
+            if entry["name"] in self.modules:
+                try:  # its second import (the loaded copies timing deals over its slots)
+                    contenders[entry["name"]] = self._loaded(self.modules[entry["name"]])
+                except Exception as e:  # the candidate's own failure, as at its first import
+                    entry["reason"] = f"its second import failed: {type(e).__name__}: {e}"[:500]
+                    del self.modules[entry["name"]]
+        if not contenders:
+            return
         contenders["against"] = self._loaded(self.against)
         spot_checks: list[dict] = []
         samples = time_suite(self.spec, contenders, cases, self.passes, self.device, plan,

@@ -237,7 +237,7 @@ def time_case(spec: KernelSpec, contenders: Mapping[str, ForwardFn], case: Case,
                 torch.cuda.empty_cache()  # fresh allocations, not only the old blocks dealt out anew
             pool = allocate()
             warm(pool, min(1, plan.warmup))
-        drawn = rng.integers(slots, size=len(names))  # independently per contender and repetition
+        slot_of = rng.integers(slots, size=len(names))  # independently per contender and repetition
         for i in rng.permutation(len(names)):
             name = names[i]
             if rep == spot_rep and name in spot:
@@ -246,7 +246,7 @@ def time_case(spec: KernelSpec, contenders: Mapping[str, ForwardFn], case: Case,
                 def thunk(call=call, name=name):
                     spot_outputs[name] = call()
             else:
-                thunk = pool[name][drawn[i]].arm()
+                thunk = pool[name][slot_of[i]].arm()
             measured[name].append(timer.measure(thunk))
             del thunk  # holds a slot's buffers: none outlives its pool
     timer.synchronize()

@@ -21,7 +21,7 @@ for which in "$@"; do
     throughput) timeout -s TERM ${TP_LIMIT:-330} python3 scripts/throughput.py fused_add_rms_norm --budget 4 \
                   --screen 4 --workers 1 --out reports/throughput.json --keep "$R/notebooks" > "$R/throughput.log" 2>&1 ;;
     aa) python3 scripts/aa_trials.py fused_add_rms_norm --trials 20 --root reports/aa \
-          --deadline-s $(( LIMIT - (start - T0) - 60 )) >> reports/aa/aa.log 2>&1 ;;
+          --deadline-s $(( LIMIT - (start - T0) - 60 > 1 ? LIMIT - (start - T0) - 60 : 1 )) >> reports/aa/aa.log 2>&1 ;;
     *) continue ;;
   esac
   echo "$which: exit $?, $(( $(date +%s) - start )) s" | tee -a "$R/steps.txt"

@@ -245,3 +245,61 @@ def test_a_screening_that_did_not_complete_gives_every_candidate_a_full_trial(tm
     steps = loop._round([baseline], baseline, room=1, best_file=baseline_path("relu_squared"), budget_left=2)
     assert [s.name for s in steps] == ["p0", "p1"]  # every candidate, within the budget left
     assert "did not complete" in loop.events[-1].message
+
+
+def _endless():
+    from liger_perf.proposers import Proposal
+
+    class Endless:
+        name = "test"
+
+        def __init__(self):
+            self.n = 0
+
+        def propose(self, context):
+            self.n += 1
+            return Proposal(f"p{self.n}", context.best_source + f"\n# {self.n}\n", "", "")
+
+    return Endless()
+
+
+def _baseline():
+    return TrialResult.model_validate({"kernel": "relu_squared", "status": "complete", "device": "interpret",
+                                       "variant": {"sha256": "b", "source": "x"}, "trial_id": 0})
+
+
+def test_screenings_that_keep_nothing_stop_the_loop_though_they_spend_no_trial(tmp_path):
+    from liger_perf import loop as loop_module
+
+    runner = _ScreeningRunner(keep=set())
+    loop = loop_module.OptimizeLoop("relu_squared", Guardrails(), _endless(), device="interpret", budget=5,
+                                    root=tmp_path, runner=runner, screen=3)
+    baseline = _baseline()
+    for _ in range(loop_module.FRUITLESS_SCREENINGS):
+        assert not loop._stop_reason([baseline], baseline, 0)
+        assert loop._round([baseline], baseline, room=1, best_file=baseline_path("relu_squared"),
+                           budget_left=5) == []
+    assert "kept no candidate" in loop._stop_reason([baseline], baseline, 0)
+
+
+def test_a_memory_target_is_not_screened(tmp_path):
+    from liger_perf import loop as loop_module
+
+    runner = _ScreeningRunner(keep=set())
+    loop = loop_module.OptimizeLoop("relu_squared", Guardrails(target="memory"), _endless(), device="interpret",
+                                    budget=5, root=tmp_path, runner=runner, screen=3)
+    baseline = _baseline()
+    steps = loop._round([baseline], baseline, room=1, best_file=baseline_path("relu_squared"), budget_left=5)
+    assert not runner.requests and len(steps) == 1  # screening times; one proposal, as without screening
+
+
+def test_a_candidate_screening_kept_but_never_trialled_may_be_proposed_again():
+    from liger_perf.proposers import Context, tried_sources
+    from liger_perf.registry import get_spec
+
+    screening = TrialResult.model_validate({
+        "kernel": "relu_squared", "status": "complete", "kind": "screening", "variant": {"sha256": "batch"},
+        "screening": {"target": "backward", "rows": [{"name": "0-kept", "sha256": "k", "kept": True},
+                                                     {"name": "1-dropped", "sha256": "d", "kept": False}]}})
+    tried = tried_sources(Context(get_spec("relu_squared"), "backward", [_baseline(), screening], _baseline(), "x"))
+    assert "d" in tried and "k" not in tried

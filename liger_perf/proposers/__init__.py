@@ -46,10 +46,13 @@ class Stop:
 
 
 def tried_sources(context: Context) -> set[str]:
-    """The sha256 of every variant the history has run or screened, and of the round's candidates chosen so far: a proposer
-    never proposes one again. A trial the harness failed before it reached its variant does not count: that
+    """The sha256 of every variant the history has run or screened out, and of the round's candidates chosen so
+    far: a proposer never proposes one again. A trial the harness failed before it reached its variant does not count: that
     variant was never tried."""
-    screened = {row.sha256 for t in context.trials if t.screening is not None for row in t.screening.rows}
+    # A candidate a screening dropped was tried; one it kept is tried by its full trial (if the budget or a
+    # killed loop cut that short, it may be proposed again).
+    screened = {row.sha256 for t in context.trials if t.screening is not None for row in t.screening.rows
+                if not row.kept}
     return {t.variant_sha for t in context.trials if t.status != HARNESS_ERROR} | screened | set(context.pending)
 
 
