@@ -1,8 +1,11 @@
-"""One trial, step by step, as the trial notebook runs it: fingerprint, gate, timings, memory, NCU, result.
+"""One trial, step by step, as the trial notebook runs it: fingerprint, precompilation, gate, timings, memory,
+the trial's own provisional judgement and full gate (a staged trial), NCU, result.
 
 Each step shows a person its table and keeps what a program needs; ``result()`` emits the one structured
 result (see ``liger_perf.record``). When the gate fails (or the variant does not even load) the later steps
-say they were skipped and the result records why: a wrong variant is never timed.
+say they were skipped and the result records why: a wrong variant is never timed. A staged trial
+(``TrialRequest.gate``) runs the quick gate before the timing and the full gate only when its timing would be
+accepted; for that one question it asks the judge (``decide``), the one place the run layer reads the judge.
 """
 
 from __future__ import annotations
