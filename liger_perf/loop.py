@@ -233,7 +233,9 @@ class OptimizeLoop:
         while len(proposed) < batch:
             step = self.proposer.propose(Context(self.spec, self.guardrails.target, trials, best,
                                                  best.variant.source,
-                                                 pending=[source_hash(s.source) for s in [*steps, *proposed]]))
+                                                 pending=[source_hash(s.source) for s in [*steps, *proposed]],
+                                                 pending_notes=[f"{s.name}: {s.hypothesis}"[:300]
+                                                                for s in [*steps, *proposed]]))
             if isinstance(step, Stop):
                 stop = step
                 break

@@ -101,6 +101,17 @@ def test_a_long_history_is_summarised_never_cut():
     assert all(f"#{i:04d} t{i}:" in prompt for i in range(40))
 
 
+def test_a_batch_s_later_proposals_are_shown_the_ones_already_chosen():
+    """Asked for a batch (a round of several workers, a screening), the model sees the round's earlier choices:
+    without them every request of the batch is the same prompt, and the replies repeat one another."""
+    context = _context()
+    settings = LlmSettings(base_url="http://x", model="m")
+    assert "Already chosen for this round" not in build_prompt(context, settings)
+    context.pending_notes = ["bwd-tile-8192: larger backward tiles", "num-warps-8: more warps"]
+    prompt = build_prompt(context, settings)
+    assert "Already chosen for this round" in prompt and "- num-warps-8: more warps" in prompt
+
+
 def test_static_checks():
     spec = get_spec("relu_squared")
     assert check_generated_source(BASELINE, spec) == ""

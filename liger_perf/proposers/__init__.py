@@ -25,6 +25,8 @@ class Context:
     best_source: str
     #: sha256 of the candidates already chosen for the round being filled: propose something else
     pending: list[str] = field(default_factory=list)
+    #: Those candidates' names and hypotheses (a batch's earlier proposals), for a proposer that writes code
+    pending_notes: list[str] = field(default_factory=list)
 
 
 @dataclass

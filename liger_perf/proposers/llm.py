@@ -159,6 +159,8 @@ def build_prompt(context: Context, settings: LlmSettings) -> str:
             "## The current best's NCU profile\n" + "\n".join(_ncu_lines(context.best, limit=40)),
             "## What the rules proposer diagnoses\n" + ("\n".join(diagnoses) or "(no NCU diagnosis)"),
             f"## Every earlier trial, oldest first ({len(trials)})\n" + "\n".join(table), note,
+            ("## Already chosen for this round (propose something different from each)\n"
+             + "\n".join(f"- {n}" for n in context.pending_notes)) if context.pending_notes else "",
             "## Reply\nReply with one JSON object and nothing else: {\"hypothesis\": \"why the change should help, "
             "citing the profile\", \"prediction\": {\"forward\": \"...\", \"backward\": \"...\"}, \"name\": "
             "\"short-kebab-name\", \"source\": \"the complete new module\"}. The module must define "
@@ -250,7 +252,8 @@ class LlmProposer:
         if problem:
             return problem, None
         if source_hash(source) in tried:
-            return "that module is already in the history; propose something new", None
+            return ("that module is already in the history or chosen for this round; propose something new",
+                    None)
         prediction = data.get("prediction")
         prediction = "; ".join(f"{k}: {v}" for k, v in prediction.items()) if isinstance(prediction, dict) \
             else str(prediction or "")
