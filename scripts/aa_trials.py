@@ -16,12 +16,11 @@ import time
 from pathlib import Path
 
 from liger_perf.guardrails import load_guardrails
-from liger_perf.history import accepted_chain, load_trials, trial_variant_file
+from liger_perf.history import best_trial, load_trials, trial_variant_file
 from liger_perf.judge import judge
 from liger_perf.record import record_verdict
 from liger_perf.registry import baseline_path, project_root
 from liger_perf.runners import run_trial
-from liger_perf.variants import source_hash
 
 
 def excluding(trial) -> list[str]:
@@ -44,10 +43,9 @@ def main() -> None:
     started = time.time()
     rules = load_guardrails(project_root() / "guardrails.yaml")
     mode = "interpret" if args.device == "interpret" else "cuda"
-    history = [t for t in load_trials(args.kernel) if t.device == mode]
-    baseline, chain = accepted_chain(history, source_hash(baseline_path(args.kernel).read_text()))
-    best = chain[-1] if chain else baseline
+    baseline, best = best_trial(args.kernel, mode=mode)
     best_file = trial_variant_file(args.kernel, best) if best is not None else baseline_path(args.kernel)
+    best = best or baseline
     notebooks = args.root / "notebooks"
     copy = args.root / "variants" / f"{args.kernel}-a-a-copy.py"
     copy.parent.mkdir(parents=True, exist_ok=True)
