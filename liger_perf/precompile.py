@@ -51,6 +51,7 @@ ERROR_CHARS = 300
 #: The line a child prints last: ``{"precompile": {...}}``.
 REPORT_KEY = "precompile"
 INTERPRETED_REASON = "the Triton interpreter compiles nothing"
+PARTS = ("all", "quick", "rest")  # which of a trial's calls: see ``work_list``
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,13 +101,14 @@ def _suite_device(suite: str):
 
 
 def work_list(spec: KernelSpec, variants: Sequence[tuple[str | Path, str]], suite: str,
-              timed_only: Iterable[int] = (), convergence: bool = True, full_gate: bool = True) -> list[WorkItem]:
+              timed_only: Iterable[int] = (), convergence: bool = True, part: str = "all") -> list[WorkItem]:
     """Every call that compiles what a trial's gate and timing will compile, each once, in a fixed order.
 
     ``variants``: (path, source) of each variant, in order (an item names its variant by index); ``suite``:
     ``device.suite`` ("gpu" or "interpret"); ``timed_only``: indices of variants the trial times but does not
-    gate (the current best): the timing's cases only. ``full_gate=False``: of the gate, the quick gate's cases
-    only (a staged trial, a screening: the full gate may never run; it is precompiled when it will). Pure: the
+    gate (the current best): the timing's cases only. ``part`` (``PARTS``): "all"; "quick", the quick gate's and
+    the timing's cases (a staged trial, a screening: the full gate may never run); "rest", the full gate's own
+    cases, precompiled when it will run (the quick and timing calls are compiled by then). Pure: the
     same arguments give the same list in every process. A variant whose knobs cannot be read (the gate will say why) gets the timing's cases only."""
     from liger_perf import correctness
     from liger_perf.convergence import runs
@@ -124,25 +126,25 @@ def work_list(spec: KernelSpec, variants: Sequence[tuple[str | Path, str]], suit
 
         if index not in timed_only:
             try:
-                gated = correctness.gate_cases(spec, Variant(Path(path), source, None), device) if full_gate else []
+                gated = (correctness.gate_cases(spec, Variant(Path(path), source, None), device)
+                         if part != "quick" else [])
             except UserError:  # unreadable knobs: the gate fails the variant itself
                 gated = []
-            quick = getattr(correctness, "quick_gate_cases", None)  # a staged trial's first gate
-            gated += quick(spec, device) if quick else []
+            gated += correctness.quick_gate_cases(spec, device) if part != "rest" else []
             for g in gated:
                 if g.kind == "large":  # seconds to fill 2**31 elements, for a bench case's specialisation
                     continue
                 add(Case(g.shape(spec), g.case.dtype, g.case.config), "gate" if g.kind != "quick" else "quick",
                     g.probe.inputs, g.probe.cotangents)
-            if full_gate and not device.interpreted:  # determinism_rows: the widest-grid check shape, contiguous
+            if part != "quick" and not device.interpreted:  # determinism_rows: the widest-grid check shape
                 widest = max((tuple(s) for s in spec.check_shapes[suite]), key=lambda s: s[0])
                 for config in spec.check_configs:
                     for dtype in spec.dtypes[suite]:
                         add(Case(widest, dtype, dict(config)), "determinism")
-            if convergence and full_gate:
+            if convergence and part != "quick":
                 for config, dtype in runs(spec, device):
                     add(Case((), dtype, config), "convergence", pass_="convergence")
-        for case in spec.cases(suite, "bench"):
+        for case in spec.cases(suite, "bench") if part != "rest" else []:
             add(case, "bench")
     unique = {}
     for item in items:
@@ -232,7 +234,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timed-only", action="append", type=int, default=[], metavar="INDEX",
                         help="a variant (by index) the trial times but does not gate: its timing's cases only")
     parser.add_argument("--no-convergence", action="store_true", help="leave out the convergence runs' step")
-    parser.add_argument("--quick", action="store_true", help="of the gate, the quick gate's cases only")
+    parser.add_argument("--part", choices=PARTS, default="all", help="which calls (see work_list)")
     # For tests on a machine without a GPU: run the share under the interpreter, and only its first items.
     parser.add_argument("--device", default="cuda", choices=("cuda", "interpret"), help=argparse.SUPPRESS)
     parser.add_argument("--limit", type=int, default=None, help=argparse.SUPPRESS)
@@ -255,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         spec = get_spec(args.kernel)
         paths = [Path(p) for p in args.variants.split(",") if p] + [Path(p) for p in args.variant]
         items = work_list(spec, [(p, variant_source(p)) for p in paths], device.suite, args.timed_only,
-                          convergence=not args.no_convergence, full_gate=not args.quick)
+                          convergence=not args.no_convergence, part=args.part)
         mine = shares(items, count)[index][: args.limit]
     except Exception as e:  # noqa: BLE001 - reported, not raised: the parent reads the line
         report.update(error=_short(f"{type(e).__name__}: {e}"), seconds=round(time.perf_counter() - started, 2))
@@ -315,13 +317,13 @@ def child_environment() -> dict[str, str]:
 
 def precompile(spec: KernelSpec, variant_paths: Sequence[str | Path], device, workers: int | None = None,
                timeout_s: float = 600, gated: Sequence[str | Path] | None = None,
-               convergence: bool = True, full_gate: bool = True) -> dict[str, Any]:
+               convergence: bool = True, part: str = "all") -> dict[str, Any]:
     """Compile what the trial's gate and timing will need, in ``workers`` processes (default: one per core, at
     most 8), waiting at most ``timeout_s`` (children still running then are killed).
 
     ``variant_paths``: the variants the trial runs (the candidate, the current best...); ``gated``: those the
     gate will check (default: all); the others get the timing's cases only. ``convergence``: whether the gate's
-    convergence runs will run. ``full_gate=False``: the quick gate's cases only (see ``work_list``). Returns
+    convergence runs will run. ``part``: which of the calls (see ``work_list``). Returns
     ``{"status": "ok" | "partial" | "skipped", "workers", "items", "failed",
     "seconds", "first_error", "timed_out"}`` (and ``"reason"`` when skipped). Raises only for its own arguments
     (a missing file, no worker); a call or a child that fails is counted in the result, never raised."""
@@ -339,22 +341,22 @@ def precompile(spec: KernelSpec, variant_paths: Sequence[str | Path], device, wo
     gated_set = None if gated is None else {Path(p).resolve() for p in gated}
     timed_only = [i for i, p in enumerate(paths) if gated_set is not None and p.resolve() not in gated_set]
     return launch(spec, paths, "cuda", workers or default_workers(), timeout_s, timed_only=timed_only,
-                  convergence=convergence, full_gate=full_gate)
+                  convergence=convergence, part=part)
 
 
 def launch(spec: KernelSpec, paths: Sequence[Path], child_device: str, workers: int, timeout_s: float,
            timed_only: Sequence[int] = (), convergence: bool = True, limit: int | None = None,
-           full_gate: bool = True) -> dict[str, Any]:
+           part: str = "all") -> dict[str, Any]:
     """Start one child per non-empty share, wait for them (killing those past ``timeout_s``) and add up their
     reports. ``child_device``: "cuda", or "interpret" for tests (``limit``: calls per child at most)."""
     started = time.perf_counter()
     suite = "interpret" if child_device == "interpret" else "gpu"
-    items = work_list(spec, [(p, variant_source(p)) for p in paths], suite, timed_only, convergence, full_gate)
+    items = work_list(spec, [(p, variant_source(p)) for p in paths], suite, timed_only, convergence, part)
     dealt = shares(items, workers)
     env = child_environment()
     base = [sys.executable, "-m", "liger_perf.precompile", spec.name, *(f"--variant={p}" for p in paths),
             *(f"--timed-only={i}" for i in timed_only), f"--device={child_device}",
-            *([] if convergence else ["--no-convergence"]), *([] if full_gate else ["--quick"]),
+            *([] if convergence else ["--no-convergence"]), f"--part={part}",
             *([] if limit is None else [f"--limit={limit}"])]
     children = []  # (share index, planned items, Popen or None, output file, why it did not start)
     for index, share in enumerate(dealt):

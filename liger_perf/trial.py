@@ -170,20 +170,20 @@ class Trial:
         else:
             gated = [self.request.variant]
             paths = [p for p in (self.request.variant, self.request.against) if p]
-        # A staged trial or a screening needs the quick gate's cases and the timing's; the full gate's are
+        # A staged trial or a screening needs the quick gate's cases and the timing's; the full gate's own are
         # compiled (in parallel again) only when it will run.
-        full = self.request.gate == "full" and self.data["kind"] != "screening"
-        self._precompile(paths, gated, full)
+        staged = self.request.gate == "staged" or self.data["kind"] == "screening"
+        self._precompile(paths, gated, "quick" if staged else "all")
 
-    def _precompile(self, paths: list[str], gated: list[str], full: bool) -> None:
+    def _precompile(self, paths: list[str], gated: list[str], part: str) -> None:
         from liger_perf.precompile import precompile
 
-        self.progress.report("precompiling", detail=f"{len(paths)} variants, {'full' if full else 'quick'} gate")
+        self.progress.report("precompiling", detail=f"{len(paths)} variants, calls: {part}")
         # At most a few minutes: what is not compiled by then compiles in the gate, as it would have.
         outcome = precompile(self.spec, paths, self.device, gated=gated, convergence=self.request.convergence,
-                             timeout_s=240, full_gate=full)
-        self.data.setdefault("precompile", {})["full" if full else "quick"] = outcome
-        _display(markdown=f"*Precompilation ({'full' if full else 'quick'} gate): {outcome['status']}"
+                             timeout_s=240, part=part)
+        self.data.setdefault("precompile", {})[part] = outcome
+        _display(markdown=f"*Precompilation ({part}): {outcome['status']}"
                           + (f" ({outcome['reason']})" if outcome.get("reason") else
                              f", {outcome.get('items', 0)} calls in {outcome.get('workers', 0)} processes, "
                              f"{outcome.get('failed', 0)} failed, {outcome.get('seconds', 0):.1f} s"
@@ -210,7 +210,7 @@ class Trial:
             _display(markdown=f"## Full correctness gate: not run\n\n{self.decision}")
             return
         quick_seconds = self.data["correctness"].get("quick_seconds")
-        self._precompile([self.request.variant], [self.request.variant], full=True)
+        self._precompile([self.request.variant], [self.request.variant], "rest")
         self._gate("full")
         self.data["correctness"]["quick_seconds"] = quick_seconds
 

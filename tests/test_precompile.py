@@ -84,7 +84,7 @@ def test_work_list_covers_gate_and_timing_once(kernel):
             assert not any(tuple(i.case.shape) == tuple(spec.large_shape()) for i in items)
         else:
             assert key in candidate, (g.kind, key)
-    for g in getattr(correctness, "quick_gate_cases", lambda *a: [])(spec, gpu):
+    for g in correctness.quick_gate_cases(spec, gpu):
         assert _key(g.case, g.shape(spec), g.probe.inputs, g.probe.cotangents) in candidate
     bench = {_key(c, c.shape) for c in spec.cases("gpu", "bench")}
     assert bench <= candidate
@@ -109,6 +109,21 @@ def _groups(items):
     for item in items:
         found.setdefault(item.group(), []).append(item)
     return found.values()
+
+
+@pytest.mark.parametrize("kernel", ["relu_squared", "fused_add_rms_norm"])
+def test_a_staged_trial_precompiles_its_quick_part_first_and_the_rest_only_for_the_full_gate(kernel):
+    """"quick": the quick gate's and the timing's calls (nothing of the full gate beyond them); "rest": the full
+    gate's own calls, none of the timing's; together, every call of "all"."""
+    spec = get_spec(kernel)
+    path = baseline_path(kernel)
+    variants = _sources(path, path)
+    every, quick, rest = (work_list(spec, variants, "gpu", timed_only=[1], part=p) for p in ("all", "quick", "rest"))
+    assert {i.origin for i in quick} == {"quick", "bench"}
+    assert "bench" not in {i.origin for i in rest} and "quick" not in {i.origin for i in rest}
+    assert {i.origin for i in rest} >= {"gate", "determinism", "convergence"}
+    assert all(i.variant == 0 for i in rest)  # the current best is only timed
+    assert {i.key() for i in quick} | {i.key() for i in rest} == {i.key() for i in every}
 
 
 def test_work_list_under_the_interpreter_has_no_gpu_cases():
