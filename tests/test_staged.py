@@ -139,6 +139,27 @@ def test_screening_drops_a_clearly_slower_and_a_wrong_candidate_and_says_why(tmp
     assert result.screening.timing and result.ncu.status == "unavailable"
 
 
+def _endless():
+    from liger_perf.proposers import Proposal
+
+    class Endless:
+        name = "test"
+
+        def __init__(self):
+            self.n = 0
+
+        def propose(self, context):  # p0, p1, ...: each a different source
+            self.n += 1
+            return Proposal(f"p{self.n - 1}", context.best_source + f"\n# {self.n - 1}\n", "", "")
+
+    return Endless()
+
+
+def _baseline():
+    return TrialResult.model_validate({"kernel": "relu_squared", "status": "complete", "device": "interpret",
+                                       "variant": {"sha256": "b", "source": "x"}, "trial_id": 0})
+
+
 class _ScreeningRunner:
     """Answers a screening request with a canned outcome and records every request: the loop's side of
     screening, without running anything."""
@@ -191,8 +212,7 @@ def test_the_loop_gives_a_full_trial_only_to_the_candidates_screening_kept(tmp_p
             return Proposal(name, context.best_source + f"\n# {name}\n", f"try {name}", "")
 
     runner = _ScreeningRunner(keep={"fast"})
-    baseline = TrialResult.model_validate({"kernel": "relu_squared", "status": "complete", "device": "interpret",
-                                           "variant": {"sha256": "b", "source": "x"}, "trial_id": 0})
+    baseline = _baseline()
     loop = loop_module.OptimizeLoop("relu_squared", Guardrails(), Batch(), device="interpret", budget=5,
                                     root=tmp_path, runner=runner, screen=3)
     monkeypatch.setattr(loop, "_best_file", lambda best: baseline_path("relu_squared"))
@@ -208,19 +228,10 @@ def test_the_loop_gives_a_full_trial_only_to_the_candidates_screening_kept(tmp_p
 @pytest.mark.parametrize("screen, expected", [(0, 1), (1, 1)])
 def test_without_screening_the_round_is_the_proposals_it_has_room_for(tmp_path, screen, expected):
     from liger_perf import loop as loop_module
-    from liger_perf.proposers import Proposal
-
-    class Many:
-        name = "test"
-
-        def propose(self, context):
-            n = len(context.pending)
-            return Proposal(f"p{n}", context.best_source + f"\n# {n}\n", "", "")
 
     runner = _ScreeningRunner(keep=set())
-    baseline = TrialResult.model_validate({"kernel": "relu_squared", "status": "complete", "device": "interpret",
-                                           "variant": {"sha256": "b", "source": "x"}, "trial_id": 0})
-    loop = loop_module.OptimizeLoop("relu_squared", Guardrails(), Many(), device="interpret", budget=5,
+    baseline = _baseline()
+    loop = loop_module.OptimizeLoop("relu_squared", Guardrails(), _endless(), device="interpret", budget=5,
                                     root=tmp_path, runner=runner, screen=screen)
     steps = loop._round([baseline], baseline, room=1, best_file=baseline_path("relu_squared"), budget_left=5)
     assert len(steps) == expected and not runner.requests  # nothing screened: a batch no larger than the room
@@ -228,44 +239,14 @@ def test_without_screening_the_round_is_the_proposals_it_has_room_for(tmp_path, 
 
 def test_a_screening_that_did_not_complete_gives_every_candidate_a_full_trial(tmp_path):
     from liger_perf import loop as loop_module
-    from liger_perf.proposers import Proposal
-
-    class Two:
-        name = "test"
-
-        def propose(self, context):
-            n = len(context.pending)
-            return Proposal(f"p{n}", context.best_source + f"\n# {n}\n", "", "")
 
     runner = _ScreeningRunner(keep=set(), screening_status="crashed")
-    baseline = TrialResult.model_validate({"kernel": "relu_squared", "status": "complete", "device": "interpret",
-                                           "variant": {"sha256": "b", "source": "x"}, "trial_id": 0})
-    loop = loop_module.OptimizeLoop("relu_squared", Guardrails(), Two(), device="interpret", budget=5,
+    baseline = _baseline()
+    loop = loop_module.OptimizeLoop("relu_squared", Guardrails(), _endless(), device="interpret", budget=5,
                                     root=tmp_path, runner=runner, screen=3)
     steps = loop._round([baseline], baseline, room=1, best_file=baseline_path("relu_squared"), budget_left=2)
     assert [s.name for s in steps] == ["p0", "p1"]  # every candidate, within the budget left
     assert "did not complete" in loop.events[-1].message
-
-
-def _endless():
-    from liger_perf.proposers import Proposal
-
-    class Endless:
-        name = "test"
-
-        def __init__(self):
-            self.n = 0
-
-        def propose(self, context):
-            self.n += 1
-            return Proposal(f"p{self.n}", context.best_source + f"\n# {self.n}\n", "", "")
-
-    return Endless()
-
-
-def _baseline():
-    return TrialResult.model_validate({"kernel": "relu_squared", "status": "complete", "device": "interpret",
-                                       "variant": {"sha256": "b", "source": "x"}, "trial_id": 0})
 
 
 def test_screenings_that_keep_nothing_stop_the_loop_though_they_spend_no_trial(tmp_path):
