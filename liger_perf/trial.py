@@ -209,10 +209,8 @@ class Trial:
             self.data["correctness"]["full_gate"] = f"not run: {self.decision}"
             _display(markdown=f"## Full correctness gate: not run\n\n{self.decision}")
             return
-        quick_seconds = self.data["correctness"].get("quick_seconds")
         self._precompile([self.request.variant], [self.request.variant], "rest")
         self._gate("full")
-        self.data["correctness"]["quick_seconds"] = quick_seconds
 
     @_step("decide", "provisional judgement")
     def decide(self) -> None:
@@ -257,6 +255,7 @@ class Trial:
         rows = result.rows
         columns = ["case", "layout", "seed", "output", "against", "reason"]
         worst = result.worst_tolerance_used
+        quick_before = self.data.get("correctness", {}).get("quick_seconds")  # a staged trial's, kept
         self.data["correctness"] = {
             "passed": result.passed, "comparisons": len(rows), "cases": int(rows["case"].nunique()) if len(rows) else 0,
             "interpreted": result.interpreted, "draws": int(rows["seed"].nunique()) if len(rows) else 0,
@@ -265,7 +264,7 @@ class Trial:
             "convergence": ("skipped" if stage == "quick" or result.convergence_skipped or result.convergence.empty
                             else "pass" if (result.convergence["verdict"] == "pass").all() else "FAIL"),
             "stage": stage, "full_gate": "" if stage == "full" else "not run yet",
-            "quick_seconds": round(time.time() - started, 2) if stage == "quick" else None,
+            "quick_seconds": round(time.time() - started, 2) if stage == "quick" else quick_before,
         }
         summary = (rows.groupby(["dtype", "config", "against"], sort=False)
                    .agg(comparisons=("verdict", "size"), failed=("verdict", lambda v: int((v != "pass").sum())),
