@@ -4,24 +4,34 @@ import copy
 
 from liger_perf.history import load_trials
 from liger_perf.proposers import Context, Proposal, Stop
-from liger_perf.proposers.rules import RulesProposer, diagnose
+from liger_perf.proposers.rules import RulesProposer, diagnose, knob_pass
 from liger_perf.registry import baseline_path, get_spec
 from liger_perf.schema import Ncu
-from liger_perf.variants import read_knobs, source_hash
+from liger_perf.variants import read_knobs, source_hash, with_knobs
 
+from broken_variants import ROOT
 from made_trials import make_trial
+
+
+def _recorded_trials(kernel):
+    """The kernel's recorded H200 history, read from its folder (``notebooks/<device>/`` once histories are
+    kept per device class, ``notebooks/`` before)."""
+    for folder in (ROOT / "notebooks" / "nvidia-h200", ROOT / "notebooks"):
+        if (folder / kernel).is_dir():
+            return load_trials(kernel, folder)
+    raise AssertionError(f"no recorded history of {kernel} under {ROOT / 'notebooks'}")
 
 
 def _context(kernel, target, extra_trials=()):
     # The first baseline trial recorded on the H200, alone: later loop runs add to the history, and these
     # tests are about what the proposer does from that one profile.
-    baseline = next(t for t in load_trials(kernel) if t.name == "baseline" and t.device == "cuda")
+    baseline = next(t for t in _recorded_trials(kernel) if t.name == "baseline" and t.device == "cuda")
     return Context(get_spec(kernel), target, [baseline, *extra_trials], baseline,
                    baseline_path(kernel).read_text())
 
 
 def test_diagnoses_the_fused_backward_spills_at_the_widest_rows_first():
-    baseline = next(t for t in load_trials("fused_add_rms_norm") if t.name == "baseline")
+    baseline = next(t for t in _recorded_trials("fused_add_rms_norm") if t.name == "baseline")
     diagnoses = diagnose(baseline, "backward")
     assert diagnoses[0].name == "spills" and "2048x32768" in diagnoses[0].evidence
     assert "local-memory traffic" in diagnoses[0].evidence
@@ -93,3 +103,119 @@ def test_says_why_it_stops_when_nothing_is_left():
     while isinstance(step := proposer.propose(context), Proposal):
         context.trials.append(make_trial(name=step.name, variant={"sha256": source_hash(step.source), "knobs": {}}))
     assert isinstance(step, Stop) and "nothing left to try for forward" in step.reason
+
+
+# -- a spec without remedies: the proposer searches KNOB_CHOICES ---------------------------------------------
+
+def _without_remedies(kernel, target):
+    context = _context(kernel, target)
+    context.spec = copy.copy(context.spec)  # a copy: the registry may hand every caller the same spec
+    context.spec.remedies = {}
+    return context
+
+
+def _moved(context, proposal):
+    """The one knob a proposal changes, with its value before and after; the source must say the same."""
+    before, choices = read_knobs(context.best_source)
+    after, _ = read_knobs(proposal.source)
+    moved = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+    assert len(moved) == 1 and proposal.changes == {k: new for k, (_, new) in moved.items()}
+    ((knob, (old, new)),) = moved.items()
+    assert new in choices[knob] and new != old
+    return knob, old, new
+
+
+def _run(context, proposal):
+    context.trials.append(make_trial(trial_id=len(context.trials), name=proposal.name,
+                                     variant={"sha256": source_hash(proposal.source), "knobs": {}}))
+
+
+def test_a_spec_without_remedies_explores_one_knob_at_a_time():
+    context = _without_remedies("relu_squared", "forward")
+    first = RulesProposer().propose(context)
+    assert isinstance(first, Proposal)
+    knob, old, new = _moved(context, first)
+    assert first.diagnosis.startswith("explore-knobs")
+    assert "Exploring KNOB_CHOICES, not a hand-written remedy" in first.hypothesis
+    assert f"knob {knob} from {old!r} to {new!r}" in first.hypothesis and first.prediction
+    _run(context, first)
+    second = RulesProposer().propose(context)
+    assert isinstance(second, Proposal) and second.source != first.source
+    _moved(context, second)
+
+
+def test_the_nearest_values_of_a_knob_come_first():
+    context = _without_remedies("relu_squared", "forward")
+    context.best = copy.deepcopy(context.best)
+    context.best.ncu = Ncu(status="unavailable", reason="test")  # no diagnosis: the plain walk
+    knobs, choices = read_knobs(context.best_source)
+    distances = {}
+    while isinstance(step := RulesProposer().propose(context), Proposal):
+        knob, old, new = _moved(context, step)
+        distances.setdefault(knob, []).append(abs(choices[knob].index(new) - choices[knob].index(old)))
+        _run(context, step)
+    assert distances and all(d == sorted(d) for d in distances.values())
+    # A forward target never moves a knob that only the backward uses.
+    assert set(distances) == {k for k in knobs if knob_pass(k) != "backward"}
+
+
+def test_a_spec_without_remedies_stops_when_every_knob_choice_is_tried():
+    context = _without_remedies("relu_squared", "forward")
+    knobs, choices = read_knobs(context.best_source)
+    proposed = set()
+    while isinstance(step := RulesProposer().propose(context), Proposal):
+        ((knob, value),) = step.changes.items()
+        assert (knob, value) not in proposed  # never the same configuration twice
+        proposed.add((knob, value))
+        _run(context, step)
+    assert isinstance(step, Stop) and "nothing left to try for forward" in step.reason
+    assert "knob choices are exhausted" in step.reason
+    assert proposed == {(k, v) for k in knobs if knob_pass(k) != "backward" for v in choices[k] if v != knobs[k]}
+
+
+def test_knob_exploration_follows_the_spec_remedies_once_they_are_used_up():
+    context = _context("relu_squared", "forward")  # with the spec's hand-written remedies
+    seen = []
+    while isinstance(step := RulesProposer().propose(context), Proposal):
+        seen.append(step.diagnosis)
+        _run(context, step)
+    explored = [d.startswith("explore-knobs") for d in seen]
+    assert explored[0] is False and True in explored
+    assert explored == sorted(explored)  # every remedy first, then the search
+
+
+def test_the_diagnosed_pass_s_knobs_are_explored_first():
+    context = _without_remedies("fused_add_rms_norm", "full")
+    top = max(((p, d) for p in ("forward", "backward") for d in diagnose(context.best, p)),
+              key=lambda pd: pd[1].severity)
+    assert top[0] == "backward"  # the recorded profile: the backward spills
+    proposal = RulesProposer().propose(context)
+    knob, _, _ = _moved(context, proposal)
+    assert knob_pass(knob) == "backward" and proposal.diagnosis == f"explore-knobs:{top[1].name}"
+    assert f"the backward diagnosis {top[1].name}" in proposal.hypothesis
+
+    # With the backward's profile gone, the forward's diagnosis orders the search: a forward knob first.
+    context.best = copy.deepcopy(context.best)
+    for launch in context.best.launches("backward"):
+        launch.metrics.clear()
+    assert not diagnose(context.best, "backward") and diagnose(context.best, "forward")
+    knob, _, _ = _moved(context, RulesProposer().propose(context))
+    assert knob_pass(knob) == "forward"
+
+
+def test_the_diagnosis_sets_which_way_a_knob_moves_first():
+    context = _without_remedies("fused_add_rms_norm", "backward")  # the recorded backward spills
+    assert diagnose(context.best, "backward")[0].name == "spills"
+    context.best_source = with_knobs(context.best_source, {"bwd_num_warps": 8, "bwd_tile_elements": 4096})
+    knobs, choices = read_knobs(context.best_source)
+    first = {}
+    while isinstance(step := RulesProposer().propose(context), Proposal) and len(first) < 2:
+        knob, old, new = _moved(context, step)
+        if knob in ("bwd_num_warps", "bwd_tile_elements"):
+            first.setdefault(knob, (old, new))
+        _run(context, step)
+    # Spills: spread the tile over more warps, hold a smaller tile; one step along each list first.
+    old, new = first["bwd_num_warps"]
+    assert new > old and choices["bwd_num_warps"].index(new) == choices["bwd_num_warps"].index(old) + 1
+    old, new = first["bwd_tile_elements"]
+    assert new < old and choices["bwd_tile_elements"].index(new) == choices["bwd_tile_elements"].index(old) - 1

@@ -6,6 +6,11 @@ under theoretical, fewer than one wave of blocks, and memory latency (long-score
 from its peak). Which knob changes answer which diagnosis is kernel knowledge, declared by the spec
 (``KernelSpec.remedies``); this module only ranks, filters and writes them.
 
+When the spec's remedies are used up (or a spec declares none), it searches the variant's ``KNOB_CHOICES``:
+one knob changed at a time from the current best, to a value the knob lists, in an order the diagnoses set
+(``_knob_moves``; the keyword tables ``PASS_PREFIXES``, ``KNOB_KINDS`` and ``DIAGNOSIS_PREFERENCES``). Only
+when every such move is in the history too does it stop.
+
 It never proposes a variant the history already holds, and it learns from rejections: a knob moved in one
 direction from a given value by a trial that did not improve the target is not moved that way from that value
 again (a trial that improved the target but broke a guardrail elsewhere rules nothing out).
@@ -92,6 +97,120 @@ def _direction(choices: list, old, new):
     return repr(new)
 
 
+# -- searching KNOB_CHOICES when the spec's remedies are used up -----------------------------------------------
+# Knob names say which pass and which kind of work they size; these tables read that from the name alone
+# (case-insensitive), so a new kernel needs no entry here, only the usual naming.
+
+#: A knob whose name starts with one of these belongs to that pass alone; any other knob is shared by both.
+PASS_PREFIXES = {"forward": ("fwd_", "forward_"), "backward": ("bwd_", "backward_")}
+
+#: Keyword in a knob's name (its pass prefix dropped) -> the kind of knob; the first keyword found decides.
+KNOB_KINDS = (
+    ("warps", "warps"),  # warps per program
+    ("stages", "stages"),  # software-pipelining depth
+    ("rows", "rows"),  # rows per program
+    ("block", "block"),  # elements or columns a program holds at once
+    ("tile", "block"),
+    ("chunk", "block"),
+)
+
+#: Diagnosis -> the kinds of knob it points to, most telling first, each with the direction the diagnosis
+#: suggests (+1 larger, -1 smaller, 0 either way). Kinds a diagnosis does not name come after the named ones.
+DIAGNOSIS_PREFERENCES = {
+    # Too much live state per thread: spread a tile over more threads, hold less of it, pipeline less.
+    "spills": (("warps", +1), ("block", -1), ("stages", -1), ("rows", -1)),
+    # Registers cap the warps an SM holds: change the warps per program, hold less, pipeline less.
+    "register_limited_occupancy": (("warps", 0), ("block", -1), ("stages", -1), ("rows", -1)),
+    # Too few programs for the SMs: smaller blocks and fewer rows per program make more of them; more warps
+    # fill the SMs that do get one.
+    "under_one_wave": (("block", -1), ("rows", -1), ("warps", +1)),
+    # The SMs hold fewer warps than they could: more, shorter programs; smaller blocks; other warp counts.
+    "low_achieved_occupancy": (("rows", -1), ("block", -1), ("warps", 0)),
+    # Loads wait on DRAM while it idles: deeper pipelining and larger tiles keep more loads in flight.
+    "memory_latency": (("stages", +1), ("block", +1), ("rows", +1), ("warps", +1)),
+}
+
+_DIRECTION_WORDS = {1: "larger", -1: "smaller", 0: "either way"}
+
+
+def knob_pass(knob: str) -> str | None:
+    """The pass a knob belongs to by its name's prefix (``bwd_``, ``fwd_``), or None for a shared knob."""
+    lowered = knob.lower()
+    return next((p for p, prefixes in PASS_PREFIXES.items() if lowered.startswith(prefixes)), None)
+
+
+def knob_kind(knob: str) -> str | None:
+    """The kind of a knob (``warps``, ``stages``, ``rows``, ``block``) by a keyword in its name, or None."""
+    lowered = knob.lower()
+    for prefix in PASS_PREFIXES.get(knob_pass(knob), ()):
+        lowered = lowered.removeprefix(prefix)
+    return next((kind for keyword, kind in KNOB_KINDS if keyword in lowered), None)
+
+
+@dataclass
+class KnobMove:
+    """One knob changed from the current best to another value it lists, with why it comes where it does."""
+
+    knob: str
+    old: object
+    new: object
+    pass_name: str | None
+    diagnosis: Diagnosis | None
+    reason: str
+
+
+def _knob_moves(knobs: dict, choices: dict, target: str, plans: list[tuple[str | None, Diagnosis | None]]):
+    """Every single-knob move the choices allow, once each, in the order of ``plans``: for each (pass, diagnosis)
+    in turn (the most severe first; a diagnosis of None is the plain walk), the moves sorted by
+
+    1. the knob's pass: the diagnosed pass's own knobs (``bwd_*`` for the backward), then shared knobs, then
+       the other pass's;
+    2. the diagnosis's direction for the knob's kind: a move the way it suggests, then a move it has no view on
+       (a kind it does not name, or a value such as "auto" that is no step along the list), then the other way;
+    3. how near the new value is to the current one in the knob's list of choices;
+    4. the kind's place in the diagnosis's preferences, then the knob's place in ``KNOBS``.
+
+    A knob that belongs to a pass the target does not time (``bwd_*`` for ``forward``) is never moved."""
+    timed = {"forward": {"forward"}, "backward": {"backward"}}.get(target, {"forward", "backward"})
+    movable = [k for k in knobs if k in choices and (knob_pass(k) is None or knob_pass(k) in timed)]
+    seen = set()
+    for pass_name, diagnosis in plans:
+        preferences = dict(DIAGNOSIS_PREFERENCES.get(diagnosis.name, ())) if diagnosis else {}
+        kinds = list(preferences)
+        ranked = []
+        for order, knob in enumerate(movable):
+            old, listed = knobs[knob], list(choices[knob])
+            owner, kind = knob_pass(knob), knob_kind(knob)
+            pass_rank = 0 if owner == pass_name else 1 if owner is None else 2
+            wanted = preferences.get(kind)
+            for index, new in enumerate(listed):
+                if new == old:
+                    continue
+                distance = abs(index - listed.index(old)) if old in listed else index + 1
+                step = _direction(listed, old, new)
+                if diagnosis is None:
+                    tier, view = 0, "no diagnosis to order by: nearest values first"
+                elif wanted is None:
+                    tier, view = 1, f"{diagnosis.name} points to no knob of this kind: after the kinds it names"
+                elif not isinstance(step, int):
+                    tier, view = 1, (f"{diagnosis.name} points to {kind} {_DIRECTION_WORDS[wanted]}, but "
+                                     f"{old!r} -> {new!r} is no step along the list: after the moves it points to")
+                elif wanted == 0 or step == wanted:
+                    tier, view = 0, f"{diagnosis.name} points to {kind} {_DIRECTION_WORDS[wanted]}"
+                else:
+                    tier, view = 2, (f"{diagnosis.name} points to {kind} {_DIRECTION_WORDS[wanted]}: "
+                                     "this opposite move comes late")
+                where = (f"a {owner} knob" if owner else "a knob shared by both passes") + (
+                    f", {pass_name} diagnosed" if diagnosis else "")
+                rank = kinds.index(kind) if kind in kinds else len(kinds)
+                ranked.append(((pass_rank, tier, distance, rank, order), KnobMove(
+                    knob, old, new, pass_name, diagnosis, f"{where}; {view}")))
+        for _, move in sorted(ranked, key=lambda item: item[0]):
+            if (move.knob, repr(move.new)) not in seen:
+                seen.add((move.knob, repr(move.new)))
+                yield move
+
+
 class RulesProposer:
     name = "rules"
 
@@ -125,9 +244,32 @@ class RulesProposer:
                 name="-".join(f"{k}-{v}" for k, v in changes.items()).replace("_", "-").lower(), source=source,
                 hypothesis=f"{evidence}. {remedy.why}", prediction=remedy.effect, changes=changes,
                 diagnosis=diagnosis.name if diagnosis else "explore")
+        remedies_left = "all tried or ruled out" if plan else "none for this target and its diagnoses"
+        for move in _knob_moves(knobs, choices, context.target,
+                                [*diagnoses, *((p, None) for p in passes)]):
+            changes = {move.knob: move.new}
+            if (move.knob, repr(move.old), _direction(choices[move.knob], move.old, move.new)) in rejected_moves:
+                skipped.append(f"{changes} (moves a knob the way a rejected trial did)")
+                continue
+            source = with_knobs(context.best_source, changes)
+            if source_hash(source) in tried:
+                continue
+            diagnosis = move.diagnosis
+            ordered_by = (f"the {move.pass_name} diagnosis {diagnosis.name} ({diagnosis.evidence})" if diagnosis
+                          else "no diagnosis (" + ("the NCU profile shows none" if best.ncu and
+                                                   best.ncu.status == "ok" else "no NCU profile") + ")")
+            return Proposal(
+                name=f"explore-{move.knob}-{move.new}".replace("_", "-").lower(), source=source,
+                hypothesis=(f"Exploring KNOB_CHOICES, not a hand-written remedy (the spec's remedies: "
+                            f"{remedies_left}): knob {move.knob} from {move.old!r} to {move.new!r}, the only knob "
+                            f"changed from the current best. Ordered by {ordered_by}: {move.reason}."),
+                prediction=(f"unknown: a search step; the trial measures what {move.knob}={move.new!r} does to "
+                            f"{context.target}"),
+                changes=changes, diagnosis=f"explore-knobs:{diagnosis.name}" if diagnosis else "explore-knobs")
         names = ", ".join(f"{p}:{d.name}" for p, d in diagnoses) or "none"
         return Stop(f"nothing left to try for {context.target}: diagnoses [{names}]; every remedy the spec lists "
-                    f"for them and every exploration move is already in the history"
+                    f"for them and every exploration move is already in the history, and the knob choices are "
+                    f"exhausted too (every one-knob move KNOB_CHOICES allows from the current best is in it)"
                     + (f" or was ruled out by a rejection ({'; '.join(skipped[:3])})" if skipped else ""))
 
     @staticmethod
@@ -148,4 +290,5 @@ class RulesProposer:
         return moves
 
 
-__all__ = ["Diagnosis", "RulesProposer", "Remedy", "diagnose"]
+__all__ = ["DIAGNOSIS_PREFERENCES", "Diagnosis", "KNOB_KINDS", "KnobMove", "PASS_PREFIXES", "RulesProposer",
+           "Remedy", "diagnose", "knob_kind", "knob_pass"]
