@@ -27,6 +27,7 @@ from liger_perf.sandbox import run_contained
 from liger_perf.history import geomean
 from liger_perf.report import markdown_table
 from liger_perf.store import Store
+from liger_perf.workspace import current
 
 BEST = "best"
 
@@ -37,7 +38,7 @@ def measure(kernel: str, variant: str, device_arg: str, repetitions: int) -> dic
 
     device = select_device(device_arg)  # before any variant is imported
     from liger_perf.fingerprint import fingerprint
-    from liger_perf.registry import baseline_path, get_spec, project_root
+    from liger_perf.registry import baseline_path, get_spec
     from liger_perf.timing import (TimingPlan, copy_bandwidth, peak_memory, peer_contenders, summarize,
                                    time_suite)
     from liger_perf.variants import load_variant
@@ -57,7 +58,7 @@ def measure(kernel: str, variant: str, device_arg: str, repetitions: int) -> dic
     summary = summarize(samples, BEST, spec, bandwidth, plan)
     memory = peak_memory(spec, contenders, cases, device)
     return {"kernel": kernel, "variant": {"path": str(variant), "sha256": best.sha256},
-            "device": device.mode, "measured_at": time.time(), "fingerprint": fingerprint(device, project_root()),
+            "device": device.mode, "measured_at": time.time(), "fingerprint": fingerprint(device, current().root),
             "repetitions": plan.repetitions, "copy_bandwidth_bytes_per_s": bandwidth,
             "contenders": list(contenders), "unavailable": unavailable,
             "rows": summary.to_dict("records"), "memory": memory.to_dict("records")}
@@ -118,14 +119,15 @@ def memory_table(data: dict) -> pd.DataFrame:
     return out.reset_index()
 
 
-def write_bench_report(kernel: str, data: dict, out: Path | None = None) -> Path:
+def write_bench_report(kernel: str, data: dict, out: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out = out or Store().kernel_reports(kernel)
     out.mkdir(parents=True, exist_ok=True)
+    # Committed and read on other machines: the variant named inside the workspace, not by this machine's path.
+    data = {**data, "variant": {**data["variant"], "path": current().relative(data["variant"]["path"])}}
     (out / "bench.json").write_text(json.dumps(data, indent=1, default=float))
     fp = data["fingerprint"]
     when = datetime.fromtimestamp(data["measured_at"], timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -150,13 +152,13 @@ def write_bench_report(kernel: str, data: dict, out: Path | None = None) -> Path
     return out / "bench.md"
 
 
-def best_variant_file(kernel: str, mode: str) -> Path:
-    """The best accepted variant of ``kernel``'s history on this device mode, else the baseline."""
+def best_variant_file(kernel: str, store: Store) -> Path:
+    """The best accepted variant of ``kernel``'s history in ``store`` (this device's), else the baseline."""
     from liger_perf.history import best_trial, trial_variant_file
     from liger_perf.registry import baseline_path
 
-    _, best = best_trial(kernel, mode=mode)
-    return baseline_path(kernel) if best is None else trial_variant_file(kernel, best)
+    _, best = best_trial(kernel, store.notebooks)
+    return baseline_path(kernel) if best is None else trial_variant_file(kernel, best, store.notebooks)
 
 
 def _plot(data: dict, out: Path, plt) -> list[Path]:

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from liger_perf.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_JOB_ERROR, UserError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="An NCU-profile-driven optimization loop for Triton kernels.")
 # Wide enough for the gate's table when the output is a pipe or a notebook rather than a terminal.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -25,19 +25,89 @@ err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 GATE_DONE = "LIGER_PERF_GATE_DONE"  # set in check's own process: the file it writes once the gate has passed
 
 
+def _version(value: bool) -> None:
+    if value:
+        from liger_perf import __version__
+
+        console.print(f"liger-perf {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def workspace_option(
+    workspace: Optional[Path] = typer.Option(None, "--workspace", "-w", envvar="LIGER_PERF_WORKSPACE",
+                                             help="the workspace (kernels/, notebooks/, reports/, guardrails.yaml); "
+                                                  "default: the nearest folder upward with a guardrails.yaml, "
+                                                  "else the current one"),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="print the version and exit"),
+) -> None:
+    """An NCU-profile-driven optimization loop for Triton kernels."""
+    from liger_perf import workspace as ws
+
+    # Stated once for this process and every process it starts (they run in folders of their own).
+    ws.use(workspace if workspace is not None else ws.current().root)
+
+
+@app.command("init")
+def init_command(
+    folder: Path = typer.Argument(Path("."), help="the workspace folder to create or complete"),
+) -> None:
+    """Make a workspace: kernels/, notebooks/, reports/, a commented guardrails.yaml and nightly.yaml, .gitignore."""
+    from liger_perf.workspace import init_workspace
+
+    for path, made in init_workspace(folder):
+        console.print(f"{'created' if made else 'kept   '} {path}", markup=False)
+    console.print(f"workspace: {folder.absolute()} (next: `liger-perf new NAME --reference module:function`, or "
+                  "`liger-perf kernels` for the built-in ones)", markup=False)
+
+
+@app.command("new")
+def new_command(
+    name: str = typer.Argument(..., help="the kernel's name: a Python identifier (kernels/NAME/ in the workspace)"),
+    reference: str = typer.Option(..., help="module:function, the PyTorch reference; its signature becomes the "
+                                            "interface (importable from the current folder)"),
+    shapes: Optional[str] = typer.Option(None, help="the GPU suite's shapes, e.g. 4096x4096,8192x8192"),
+    dtypes: Optional[str] = typer.Option(None, help="the GPU suite's dtypes, e.g. float32,bfloat16"),
+    baseline: Optional[Path] = typer.Option(None, help="an existing Triton module to wrap as the baseline, instead "
+                                                       "of the generated one (with --entry)"),
+    entry: Optional[str] = typer.Option(None, help="the function of --baseline that the kernel calls"),
+    force: bool = typer.Option(False, "--force", help="overwrite kernels/NAME/ if it exists"),
+) -> None:
+    """Scaffold kernels/NAME/spec.py and baseline.py from a PyTorch reference (a Triton baseline for an
+    elementwise one), ready for `check` and `optimize`."""
+    from liger_perf.scaffold import parse_dtypes, parse_shapes, scaffold_kernel
+    from liger_perf.workspace import current
+
+    if (baseline is None) != (entry is None):
+        raise UserError("--baseline and --entry go together: the module and the function in it to call")
+    written = scaffold_kernel(current().kernels, name, reference,
+                              shapes=parse_shapes(shapes) if shapes else None,
+                              dtypes=parse_dtypes(dtypes) if dtypes else None, baseline=baseline, entry=entry,
+                              force=force)
+    for path in written:
+        console.print(f"wrote {path}", markup=False, highlight=False)
+    console.print(f"next: `liger-perf check {name}`, then `liger-perf optimize {name}`", markup=False)
+
+
 @app.command("kernels")
 def kernels_command() -> None:
     """List the registered kernels with their passes, suites and dtypes."""
-    from liger_perf.registry import get_spec, kernel_names
+    from liger_perf.registry import get_spec, kernel_names, kernel_origin
     from liger_perf.spec import dtype_name, shape_label
 
-    table = Table("kernel", "passes", "suite", "shapes", "dtypes")
+    from liger_perf.workspace import current
+
+    table = Table("kernel", "from", "passes", "suite", "shapes", "dtypes")
     for name in kernel_names():
         spec = get_spec(name)
+        origin = kernel_origin(name)
         for suite, shapes in spec.suites.items():
-            table.add_row(name, ", ".join(spec.passes), suite, " ".join(shape_label(s) for s in shapes),
+            table.add_row(name, origin, ", ".join(spec.passes), suite, " ".join(shape_label(s) for s in shapes),
                           ", ".join(dtype_name(d) for d in spec.dtypes[suite]))
+            name, origin = "", ""
     console.print(table)
+    console.print(f"workspace: {current().root}", markup=False, highlight=False)
 
 
 @app.command("check")
@@ -130,11 +200,12 @@ def trial_command(
     timeout: float = typer.Option(3600, help="seconds each step of the trial (a notebook cell) may run before "
                                              "the trial is recorded as crashed"),
 ) -> None:
-    """Run one trial: a Papermill-executed notebook under notebooks/<kernel>/ (gate, timings, memory, NCU)."""
+    """Run one trial: a Papermill-executed notebook under notebooks/<device>/<kernel>/ (gate, timings, memory, NCU)."""
     from rich.markup import escape
 
     from liger_perf.registry import baseline_path, get_spec
-    from liger_perf.runners import run_trial
+    from liger_perf.runners import history_device, run_trial
+    from liger_perf.runners.papermill import PapermillRunner
     from liger_perf.schema import HARNESS_ERROR
     from liger_perf.store import Store
 
@@ -144,12 +215,14 @@ def trial_command(
     if unknown or not pass_list:
         raise UserError(f"--passes {passes!r}: {kernel} has the passes {', '.join(spec.passes)}")
     variant = variant or baseline_path(kernel)
+    runner = PapermillRunner()
+    store = Store(device=history_device(runner, device))  # this device's history
     # One writer per kernel history: a trial beside a running optimize would race it for numbers and files.
-    with Store().lock("optimize", kernel, label="trial"), \
+    with store.lock("optimize", kernel, label="trial"), \
             console.status(f"trial of {kernel}: {variant} (executing the notebook)..."):
-        run = run_trial(kernel, variant, against, name=name, hypothesis=hypothesis, prediction=prediction,
-                        passes=pass_list, device=device, repetitions=repetitions, ncu=ncu, peers=peers,
-                        timeout_s=timeout)
+        run = run_trial(kernel, variant, against, root=store.notebooks, runner=runner, name=name,
+                        hypothesis=hypothesis, prediction=prediction, passes=pass_list, device=device,
+                        repetitions=repetitions, ncu=ncu, peers=peers, timeout_s=timeout)
     result = run.result
     console.print(f"[bold]{escape(str(run.notebook))}[/bold]: status {result.status}"
                   + (f" ({escape(result.reason)})" if result.reason else ""))
@@ -164,33 +237,78 @@ def trial_command(
         raise typer.Exit(EXIT_FAILED)
 
 
+READ_DEVICE_HELP = ("whose history: auto (this machine's GPU, else the recorded GPU history, else the "
+                    "interpreter's) | cuda | interpret | a device by name, e.g. nvidia-h200")
+
+
+def _history_store(kernel: str, device: str):
+    """The store of the history a read-only command reads (no GPU needed to read a GPU's)."""
+    from liger_perf.history import warn
+    from liger_perf.store import Store, reading_device
+
+    return Store(device=reading_device(kernel, device, warn=warn))
+
+
 @app.command("history")
 def history_command(
     kernel: str = typer.Argument(..., help="a registered kernel"),
     format: str = typer.Option("table", "--format", help="table (one row per trial) | csv | json (every metric)"),
+    device: str = typer.Option("auto", help=READ_DEVICE_HELP),
 ) -> None:
     """Print a kernel's trial history, read from its notebooks."""
-    from liger_perf.history import history_frame, load_trials, trials_frame
-    from liger_perf.registry import get_spec
+    from liger_perf.history import history_frame, load_trials
 
     if format not in ("table", "csv", "json"):
         raise UserError(f"--format {format!r}: use table, csv or json")
+    from liger_perf.registry import get_spec
+
     get_spec(kernel)
-    trials = load_trials(kernel)
+    store = _history_store(kernel, device)
+    trials = load_trials(kernel, store.notebooks)
     if format == "csv":
         sys.stdout.write(history_frame(kernel, trials=trials).to_csv(index=False))
     elif format == "json":
         sys.stdout.write(history_frame(kernel, trials=trials).to_json(orient="records", indent=1) + "\n")
     else:
-        table = Table("trial", "name", "device", "status", "verdict", "changes", "hypothesis",
-                      title=f"{kernel}: trials")
-        def text(value) -> str:  # a column with some None comes back from pandas as NaN
-            return "-" if value is None or value != value or value == "" else str(value)
+        console.print(history_table(kernel, store.device, trials))
 
-        for t in trials_frame(trials).to_dict("records"):
-            table.add_row(f"{int(t['trial_id']):04d}", text(t["name"]), text(t["device"]), text(t["status"]),
-                          text(t["verdict"]), text(t["changes"]), text(t["hypothesis"])[:80])
-        console.print(table)
+
+NAME_WIDTH, TABLE_WIDTH = 24, 100
+
+
+def history_table(kernel: str, device: str, trials) -> Table:
+    """One row per trial, 100 columns wide: its verdict (or how it ended) and its gain on the target, the
+    speedup over the best it ran against (that best's time / its time: above 1 is faster)."""
+    table = Table(title=f"{kernel} on {device}: trials", caption_justify="left",
+                  caption="speedup: the target pass's time of the best it ran against / its own (geomean over "
+                          "the suite; above 1 is faster)")
+    # Fixed widths (rich would squeeze a short column to nothing before it cuts a long one): 100 columns in all,
+    # 3 per column and 1 for the borders and padding.
+    widths = {"trial": 5, "name": NAME_WIDTH, "verdict": 13, "speedup": 8}
+    widths["hypothesis"] = TABLE_WIDTH - sum(widths.values()) - 3 * len(widths) - 4
+    for header, width in widths.items():  # a name is broken at its hyphens by _wrap_name, never mid-word
+        table.add_column(header, width=width, no_wrap=True, overflow="ellipsis")
+    for t in trials:
+        verdict = t.verdict or {"complete": "-", "failed-correctness": "gate failed", "invalid-variant": "invalid"}.get(t.status, t.status)
+        judged = t.judged
+        ratio = judged.target_ratio if judged is not None else None
+        speedup = f"{1 / ratio:.3f}x" if ratio else "-"
+        table.add_row(f"{t.trial_id:04d}", _wrap_name(t.name, NAME_WIDTH), verdict, speedup,
+                      (t.hypothesis or t.reason or "-").replace("\n", " "))
+    return table
+
+
+def _wrap_name(name: str, width: int) -> str:
+    """A trial name on lines of at most ``width``, broken after a hyphen (a part longer than that stays whole)."""
+    lines, line = [], ""
+    for part in name.split("-"):
+        piece = part if not line else f"-{part}"
+        if line and len(line) + len(piece) > width:
+            lines.append(line + "-")
+            line = part
+        else:
+            line += piece
+    return "\n".join([*lines, line])
 
 
 @app.command("optimize")
@@ -204,7 +322,8 @@ def optimize_command(
     model: Optional[str] = typer.Option(None, help="the LLM's model name (or LIGER_PERF_MODEL)"),
     llm_config: Optional[Path] = typer.Option(None, help="YAML with base_url, api_key, model, timeout_s, ..."),
     device: str = typer.Option("auto", help="auto | cuda | interpret"),
-    guardrails: Optional[Path] = typer.Option(None, help="acceptance rules; default: the project's guardrails.yaml"),
+    guardrails: Optional[Path] = typer.Option(None, help="acceptance rules; default: the workspace's guardrails.yaml "
+                                                         "(the defaults where it has none)"),
     interactive: bool = typer.Option(False, help="after the baseline trial, show the diagnosis and the plan and "
                                                  "wait for a yes"),
     repetitions: int = typer.Option(0, min=0, help="timed repetitions per contender; 0: 100 on a GPU, 5 "
@@ -230,13 +349,14 @@ def optimize_command(
     from liger_perf.loop import OptimizeLoop
     from liger_perf.progress import describe, latest
     from liger_perf.proposers import get_proposer
-    from liger_perf.registry import get_spec, project_root
+    from liger_perf.registry import get_spec
     from liger_perf.report import write_report
+    from liger_perf.workspace import current
 
     get_spec(kernel)
     if target is not None and target not in TARGETS:
         raise UserError(f"--target {target!r}: use one of {', '.join(TARGETS)}")
-    rules = load_guardrails(guardrails or project_root() / "guardrails.yaml", target=target)
+    rules = load_guardrails(guardrails or current().guardrails, target=target)
     from liger_perf.sandbox import require_sandbox, sandbox_required
 
     require_sandbox(proposer, unsandboxed)
@@ -270,7 +390,12 @@ def optimize_command(
 
     # Live progress of the trials under way (each one's step, from its progress file); the time a trial took
     # here before is the estimate.
-    done_before = [t.elapsed_s for t in load_trials(kernel) if t.device == mode and t.kind == "experiment"
+    from liger_perf.runners import history_device
+    from liger_perf.runners.papermill import PapermillRunner
+    from liger_perf.store import Store
+
+    store = Store(device=history_device(runner or PapermillRunner(), device))  # the trials' device's history
+    done_before = [t.elapsed_s for t in load_trials(kernel, store.notebooks) if t.kind == "experiment"
                    and t.status == "complete" and t.elapsed_s][-5:]
     expected_s = sorted(done_before)[len(done_before) // 2] if done_before else None
     running: dict[int, tuple[str, str, float]] = {}  # trial number -> (label, artifacts folder, start)
@@ -295,7 +420,8 @@ def optimize_command(
                                                         if best is not None else ""), markup=False)
 
     try:
-        loop = OptimizeLoop(kernel, rules, chosen, device=device, budget=budget, repetitions=repetitions,
+        loop = OptimizeLoop(kernel, rules, chosen, device=device, budget=budget, root=store.notebooks,
+                            repetitions=repetitions,
                             convergence=convergence, confirm=confirm, on_event=show,
                             deadline=None if max_minutes is None else time.time() + 60 * max_minutes, runner=runner,
                             screen=screen)
@@ -308,7 +434,7 @@ def optimize_command(
     finally:
         if runner is not None:
             runner.close()
-    report = write_report(kernel, [t for t in load_trials(kernel) if t.device == mode])
+    report = write_report(kernel, load_trials(kernel, store.notebooks), store.kernel_reports(kernel))
     console.print(f"report: {report}")
     if outcome.harness_error:
         console.print(f"the harness failed (exit code {EXIT_JOB_ERROR}): {outcome.harness_error}", markup=False)
@@ -327,23 +453,25 @@ def bench_command(
                                                    "interpreted"),
     timeout: float = typer.Option(1800, help="seconds the measurement may run before it is stopped"),
 ) -> None:
-    """Best variant, baseline, liger-kernel, eager and torch.compile side by side in one run -> reports/<kernel>/."""
+    """Best variant, baseline, liger-kernel, eager and torch.compile side by side in one run -> reports/<device>/<kernel>/."""
     from liger_perf.bench import best_variant_file, run_bench, summary_table, write_bench_report
     from liger_perf.device import select_device
     from liger_perf.registry import get_spec
+    from liger_perf.store import Store
     from liger_perf.variants import read_source
 
     get_spec(kernel)
-    mode = select_device(device).mode
+    here = select_device(device)
+    mode, store = here.mode, Store(device=here.device_class)
     if variant is not None:
         read_source(variant)  # a missing file is a one-line error here, not in the child process
-    chosen = variant or best_variant_file(kernel, mode)
+    chosen = variant or best_variant_file(kernel, store)
     if mode == "interpret":
         console.print("No CUDA device: benchmarking under the Triton interpreter on the CPU (CPU timings; no "
                       "torch.compile, liger-kernel or peak memory).")
     with console.status(f"bench of {kernel}: {chosen} beside the baseline and the peers..."):
         data = run_bench(kernel, chosen, device=device, repetitions=repetitions, timeout_s=timeout)
-    path = write_bench_report(kernel, data)
+    path = write_bench_report(kernel, data, store.kernel_reports(kernel))
     table = summary_table(data)
     rich_table = Table(*table.columns)
     for row in table.itertuples(index=False):
@@ -354,15 +482,14 @@ def bench_command(
 
 @app.command("diff")
 def diff_command(kernel: str = typer.Argument(..., help="a registered kernel"),
-                 device: str = typer.Option("auto", help="whose history: auto | cuda | interpret")) -> None:
+                 device: str = typer.Option("auto", help=READ_DEVICE_HELP)) -> None:
     """The unified diff from the baseline to the best accepted variant."""
-    from liger_perf.device import select_device
     from liger_perf.history import best_trial
     from liger_perf.registry import get_spec
     from liger_perf.report import variant_diff
 
     get_spec(kernel)
-    _, best = best_trial(kernel, mode=select_device(device).mode)
+    _, best = best_trial(kernel, _history_store(kernel, device).notebooks)
     if best is None:
         err_console.print(f"{kernel}: no accepted variant yet; the baseline is the best")
         return
@@ -371,22 +498,21 @@ def diff_command(kernel: str = typer.Argument(..., help="a registered kernel"),
 
 @app.command("report")
 def report_command(kernel: str = typer.Argument(..., help="a registered kernel"),
-                   device: str = typer.Option("auto", help="whose history: auto | cuda | interpret")) -> None:
-    """Write reports/<kernel>/report.md (every trial, best vs baseline and peers, plots, the winning diff)."""
-    from liger_perf.device import select_device
+                   device: str = typer.Option("auto", help=READ_DEVICE_HELP)) -> None:
+    """Write reports/<device>/<kernel>/report.md (every trial, best vs baseline and peers, plots, the diff)."""
     from liger_perf.history import load_trials
     from liger_perf.registry import get_spec
     from liger_perf.report import write_report
 
     get_spec(kernel)
-    mode = select_device(device).mode
-    path = write_report(kernel, [t for t in load_trials(kernel) if t.device == mode])
+    store = _history_store(kernel, device)
+    path = write_report(kernel, load_trials(kernel, store.notebooks), store.kernel_reports(kernel))
     console.print(f"report: {path}")
 
 
 @app.command("nightly")
 def nightly_command(
-    config: Optional[Path] = typer.Option(None, help="the job's YAML; default: nightly.yaml in the project"),
+    config: Optional[Path] = typer.Option(None, help="the job's YAML; default: the workspace's nightly.yaml"),
     print_schedule: Optional[str] = typer.Option(None, "--print-schedule",
                                                  help="cron | systemd | github: print a ready schedule and exit"),
 ) -> None:
@@ -395,12 +521,15 @@ def nightly_command(
     Exit code 1 when a regression was found (so that a scheduler can alert), else 3 when the job itself had errors
     (a trial the harness could not run, a kernel's job that failed: never a regression), 2 on bad input."""
     from liger_perf.nightly import Nightly, load_config, schedule
-    from liger_perf.registry import project_root
+    from liger_perf.workspace import current
 
     if print_schedule is not None:
         sys.stdout.write(schedule(print_schedule, config))
         return
-    job = load_config(config or project_root() / "nightly.yaml")
+    if config is None and not current().nightly.is_file():
+        raise UserError(f"no nightly.yaml in the workspace {current().root}: `liger-perf init` writes a commented "
+                        "one (or pass --config FILE)")
+    job = load_config(config or current().nightly)
     code, summary = Nightly(job, echo=lambda text: console.print(text, markup=False)).run()
     console.print(f"summary: {summary}" + {EXIT_FAILED: f"  (regressions found: exit code {EXIT_FAILED})",
                                            EXIT_JOB_ERROR: f"  (errors of the job, no regression: exit code "

@@ -30,6 +30,13 @@ class Device:
         """Which of a spec's suites fits this device: the full GPU suite, or the small interpreter one."""
         return "interpret" if self.interpreted else "gpu"
 
+    @property
+    def device_class(self) -> str:
+        """Whose history this device's trials join (``workspace.device_class``)."""
+        from liger_perf.workspace import device_class
+
+        return device_class(None if self.interpreted else torch.cuda.get_device_name(self.torch_device))
+
     def describe(self) -> str:
         if self.interpreted:
             return "Triton interpreter on the CPU (TRITON_INTERPRET=1): correctness only, timings are CPU timings"

@@ -49,6 +49,9 @@ class Guardrails(BaseModel):
         return self
 
 
-def load_guardrails(path: str | Path, **overrides) -> Guardrails:
-    """Read and validate ``path``; ``overrides`` (such as the command line's ``--target``) win over the file."""
+def load_guardrails(path: str | Path | None, **overrides) -> Guardrails:
+    """Read and validate ``path`` (None: the defaults above, for a workspace without a ``guardrails.yaml``);
+    ``overrides`` (such as the command line's ``--target``) win over the file."""
+    if path is None:
+        return Guardrails(**{k: v for k, v in overrides.items() if v is not None})
     return load_yaml_model(path, Guardrails, **overrides)

@@ -88,8 +88,8 @@ def _first_line(error: BaseException) -> str:
     return lines[0][:120] if lines else ""
 
 
-def load_trials(kernel: str, root: Path | None = None) -> list[TrialResult]:
-    """Every readable trial of ``kernel``, in trial order."""
+def load_trials(kernel: str, root: Path) -> list[TrialResult]:
+    """Every readable trial of ``kernel`` in the history folder ``root`` (``notebooks/<device>``), in order."""
     trials = [t for p in Store(root).trial_notebooks(kernel) if (t := read_trial(p, kernel)) is not None]
     return trials
 
@@ -128,7 +128,8 @@ def _append_rows(trial: TrialResult, index: int, cols: dict[str, list]) -> None:
 
 
 def history_frame(kernel: str, root: Path | None = None, trials: list[TrialResult] | None = None) -> pd.DataFrame:
-    """One row per trial, pass, shape, dtype, contender and metric (``COLUMNS``)."""
+    """One row per trial, pass, shape, dtype, contender and metric (``COLUMNS``); of ``trials``, else of the
+    history folder ``root``."""
     trials = load_trials(kernel, root) if trials is None else trials
     cols: dict[str, list] = {c: [] for c in ["trial", *MEASUREMENT_COLUMNS]}
     for index, trial in enumerate(trials):
@@ -220,9 +221,9 @@ def trial_variant_file(kernel: str, trial: TrialResult, root: Path | None = None
     return rebuilt
 
 
-def best_trial(kernel: str, root: Path | None = None, mode: str | None = None,
+def best_trial(kernel: str, root: Path, mode: str | None = None,
                ) -> tuple[TrialResult | None, TrialResult | None]:
-    """(baseline trial, best accepted trial or None) of a kernel's history, for ``diff`` and ``report``."""
+    """(baseline trial, best accepted trial or None) of a kernel's history in ``root``, for ``diff``, ``bench``."""
     baseline_sha = source_hash(baseline_path(kernel).read_text())
     trials = [t for t in load_trials(kernel, root) if mode is None or t.device == mode]
     baseline, chain = accepted_chain(trials, baseline_sha)

@@ -27,7 +27,7 @@ from liger_perf.schema import NCU_DURATION, JudgedRatio, Key, TrialResult, Verdi
 
 #: A contender's median CUDA-event time over the sum of its kernels' NCU durations in the same case: at least
 #: the kernels' own time (less a margin for clocks and noise), at most twice it (launch gaps). Over the H200
-#: trials in notebooks/fused_add_rms_norm/ (0002-0014) it lies between 0.95 and 1.54. Outside, the trial's
+#: trials in notebooks/nvidia-h200/fused_add_rms_norm/ (0002-0014) it lies between 0.95 and 1.54. Outside, the trial's
 #: timings are not to be trusted: a timer patched at run time, or the current best slowed by the candidate.
 NCU_AGREEMENT = (0.8, 2.0)
 

@@ -20,7 +20,7 @@ from liger_perf.judge import judge
 from liger_perf.proposers import Context, Proposal, Proposer, Stop
 from liger_perf.record import record_verdict
 from liger_perf.registry import baseline_path, get_spec
-from liger_perf.runners import Runner, trial_request
+from liger_perf.runners import Runner, history_device, trial_request
 from liger_perf.schema import HARNESS_ERROR, TrialRequest, TrialResult
 from liger_perf.store import Store, trial_number
 from liger_perf.variants import source_hash
@@ -99,7 +99,8 @@ class OptimizeLoop:
         self.kernel, self.guardrails, self.proposer, self.budget = kernel, guardrails, proposer, budget
         self.device_arg, self.runner = device, runner
         self.mode = runner.mode(device)  # the device mode the trials will record
-        self.store = Store(root)
+        # The history of the device the trials run on (a Dask cluster's GPUs, not this machine's).
+        self.store = Store(root) if root is not None else Store(device=history_device(runner, device))
         self.root = self.store.notebooks
         self.repetitions, self.convergence = repetitions, convergence
         self.confirm, self.on_event = confirm, on_event
@@ -130,7 +131,10 @@ class OptimizeLoop:
             if baseline is None:
                 request = self._request(Proposal("baseline", "", "", ""), None, variant_file=self.baseline_file,
                                         peers=True)
-                self._emit("trial-start", "baseline trial (with peers: eager, torch.compile, liger-kernel)",
+                from liger_perf.timing import peers_here
+
+                peers, _ = peers_here(self.spec, self.mode == "interpret")  # only those timed on this device
+                self._emit("trial-start", f"baseline trial (with peers: {', '.join(peers)})",
                            index=1, request=request)
                 baseline = self._run_all([request])[0]
                 self._emit("trial-end", f"baseline: {baseline.status}", baseline)

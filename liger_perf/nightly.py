@@ -38,10 +38,11 @@ from liger_perf.history import (accepted_chain, chain_ratios, geomean, load_tria
 from liger_perf.loop import OptimizeLoop
 from liger_perf.proposers import get_proposer
 from liger_perf.record import jsonable
-from liger_perf.registry import baseline_path, kernel_names, project_root
-from liger_perf.runners import Runner, run_trial
+from liger_perf.registry import baseline_path, kernel_names
+from liger_perf.runners import Runner, history_device, run_trial
 from liger_perf.schema import HARNESS_ERROR, Fingerprint, TrialResult
 from liger_perf.store import Store
+from liger_perf.workspace import current
 from liger_perf.variants import source_hash
 
 _ABSOLUTE = re.compile(r"(?<![\w.~:/])/(?:[^\s/\"':,()\[\]]+/)+[^\s/\"':,()\[\]]*")
@@ -65,6 +66,9 @@ class KernelJob(BaseModel):
         return name
 
 
+DEFAULT_GUARDRAILS = "guardrails.yaml"
+
+
 class NightlyConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -73,7 +77,7 @@ class NightlyConfig(BaseModel):
     device: Literal["auto", "cuda", "interpret"] = "auto"
     proposer: Literal["rules", "llm", "auto"] = "rules"
     model: str | None = None
-    guardrails: str = "guardrails.yaml"
+    guardrails: str = DEFAULT_GUARDRAILS
     repetitions: int = Field(0, ge=0)  # 0: the trial's default for the device
     convergence: bool = True
     #: Candidates per round screened in one notebook before full trials (0: none); the interpreter never screens.
@@ -103,13 +107,15 @@ class Nightly:
     def __init__(self, config: NightlyConfig, root: Path | None = None, reports: Path | None = None,
                  echo=print, runner: Runner | None = None):
         self.config = config
-        self.store = Store(root, reports)
-        self.root = self.store.notebooks
         if runner is None:
             from liger_perf.runners.papermill import PapermillRunner
 
             runner = PapermillRunner()
         self.runner = runner
+        # The history (and the summaries) of the device the trials run on.
+        self.store = (Store(root, reports) if root is not None else
+                      Store(None, reports, device=history_device(runner, config.device)))
+        self.root = self.store.notebooks
         self.echo = echo
         self.started = time.time()
         self.now = dt.datetime.now()
@@ -178,7 +184,10 @@ class Nightly:
 
     def _kernel(self, job: KernelJob, entry: dict, budget_left: int) -> None:
         guardrails = Path(self.config.guardrails)
-        rules = load_guardrails(guardrails if guardrails.is_absolute() else project_root() / guardrails,
+        guardrails = guardrails if guardrails.is_absolute() else current().root / guardrails
+        # A workspace without the file (the default name) has the default rules; a named file must exist.
+        rules = load_guardrails(guardrails if guardrails.is_file() or self.config.guardrails != DEFAULT_GUARDRAILS
+                                else None,
                                 target=job.target)
         mode = self.runner.mode(self.config.device)
         baseline_sha = source_hash(baseline_path(job.name).read_text())
@@ -276,10 +285,12 @@ class Nightly:
         absolute paths mean nothing."""
         if text is None:
             return None
-        workspace = self.root.absolute().parent
+        workspace = current().root
+        if not self.root.absolute().is_relative_to(workspace):  # a history kept elsewhere: the folder holding it
+            workspace = self.root.absolute().parent
         if isinstance(text, Path):
             return os.path.relpath(text.absolute(), workspace)
-        bases = {workspace, self.root.resolve().parent, project_root()}
+        bases = {workspace, self.root.resolve().parent, current().root}
         for base in sorted(bases, key=lambda b: len(str(b)), reverse=True):  # the deepest first
             text = text.replace(f"{base}/", "").replace(str(base), ".")
         # Whatever else is absolute (site-packages in a traceback, a temporary folder): its last two parts.
@@ -403,7 +414,7 @@ def schedule(kind: str, config: Path | None) -> str:
     templates = {"cron": _CRON, "systemd": _SYSTEMD, "github": _GITHUB}
     if kind not in templates:
         raise UserError(f"--print-schedule {kind!r}: use cron, systemd or github")
-    root = project_root()
+    root = current().root
     config_arg = ""
     if config:
         config = Path(config).resolve()

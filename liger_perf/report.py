@@ -1,8 +1,9 @@
-"""``reports/<kernel>/``: a markdown report of the history, with plots, and the winning change as a diff.
+"""``reports/<device>/<kernel>/``: a markdown report of one history, with plots, and the winning change as a diff.
 
-Everything in it is read from the trial notebooks. Ratios between the best variant and the baseline are the
-product of the side-by-side ratios of the accepted chain (each measured in one run); times for the plots are the
-baseline trial's medians scaled by those ratios, and peers' times are from the baseline trial itself.
+Everything in it is read from the trial notebooks. One convention for people, as in ``bench``: a **speedup** is
+the other's time over this one's (above 1: faster). The best variant's speedup over the baseline is the inverse
+of the product of the accepted chain's side-by-side time ratios (each measured in one run); times for the plots
+are the baseline trial's medians scaled by those ratios, and peers' times are from the baseline trial itself.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import pandas as pd
 from liger_perf.history import accepted_chain, chain_ratios, geomean, geomean_ratio
 from liger_perf.registry import baseline_path
 from liger_perf.schema import TrialResult
-from liger_perf.store import Store
 from liger_perf.variants import source_hash
 
 
@@ -54,16 +54,17 @@ def trials_table(trials: list[TrialResult], passes: list[str]) -> pd.DataFrame:
             "trial": f"{t.trial_id:04d}", "name": t.name, "device": t.device,
             "changes": ", ".join(f"{k}={v}" for k, v in (t.changes or {}).items()) or "-",
             "hypothesis": (t.hypothesis or "-").replace("|", "/"),
-            **{f"{p} ratio": _fmt(geomean_ratio(t, p)) for p in passes},
-            "memory ratio": _fmt(geomean(memory)) if memory else "-",
+            **{f"{p} speedup": _fmt(1 / geomean_ratio(t, p)) for p in passes},
+            "peak memory ratio": _fmt(geomean(memory)) if memory else "-",
             "status": t.status, "verdict": t.verdict or "-",
             "reasons": "; ".join(t.verdict_reasons or [t.reason]).replace("|", "/"),
         })
     return pd.DataFrame(rows)
 
 
-def write_report(kernel: str, trials: list[TrialResult], out: Path | None = None) -> Path:
-    """Write ``report.md`` (and PNG plots) for the trials of one device mode; return the report's path."""
+def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
+    """Write ``report.md`` (and PNG plots) into ``out`` for the trials of one device class (one history);
+    return the report's path."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -72,7 +73,6 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path | None = None
     from liger_perf.registry import get_spec
 
     spec = get_spec(kernel)
-    out = out or Store().kernel_reports(kernel)
     out.mkdir(parents=True, exist_ok=True)
     baseline_sha = source_hash(baseline_path(kernel).read_text())
     baseline, chain = accepted_chain(trials, baseline_sha)
@@ -91,15 +91,16 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path | None = None
               "Best: " + (f"trial {best.trial_id:04d} `{best.name}`" if best else "the baseline (nothing "
                                                                                  "accepted yet)"), "",
               "## Every trial", "",
-              "Ratios are the candidate's time over the current best's, geometric mean over shapes and dtypes, "
-              "measured side by side in the trial (< 1 is faster).", ""]
+              "Speedup: the time of the best the trial ran against over the candidate's, geometric mean over "
+              "shapes and dtypes, measured side by side in the trial (above 1: faster). Peak memory ratio: the "
+              "candidate's peak over the best's (below 1: less memory).", ""]
     lines += [markdown_table(trials_table(trials, list(spec.passes))), ""]
 
     if baseline is not None:
         rows = []
         for r in baseline.timing_rows("candidate"):
             ratio = ratios.get(r.key, 1.0)
-            row = {"pass": r.pass_name, "shape": r.shape, "dtype": r.dtype, "best / baseline": _fmt(ratio)}
+            row = {"pass": r.pass_name, "shape": r.shape, "dtype": r.dtype, "speedup vs baseline": _fmt(1 / ratio)}
             best_fraction = None
             if best is not None:
                 best_fraction = next((b.bandwidth_fraction for b in best.timing_rows("candidate") if b.key == r.key),
@@ -108,11 +109,12 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path | None = None
                                                           else r.bandwidth_fraction or math.nan), 1)
             for p in baseline.timing_rows():
                 if p.key == r.key and p.contender not in ("candidate", "against") and p.ratio:
-                    row[f"best / {p.contender}"] = _fmt(ratio / p.ratio)
+                    row[f"speedup vs {p.contender}"] = _fmt(p.ratio / ratio)
             rows.append(row)
         lines += ["## Best against the baseline and the peers, per shape", "",
-                  "best / baseline: product of the accepted chain's side-by-side ratios; best / peer: that, "
-                  f"over the peer's ratio to the baseline in trial {baseline.trial_id:04d}.", "",
+                  "Speedup of the best (the other's time / the best's; above 1: faster). Vs the baseline: the "
+                  "inverse of the product of the accepted chain's side-by-side time ratios; vs a peer: the peer's "
+                  f"time ratio to the baseline in trial {baseline.trial_id:04d} over the best's.", "",
                   markdown_table(pd.DataFrame(rows)), ""]
         plots = _plot_times(baseline, ratios, out, plt)
         lines += [f"![{p.stem}]({p.name})" for p in plots] + [""]

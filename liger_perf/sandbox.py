@@ -107,7 +107,7 @@ def needed_paths(extra: Iterable[Path | str] = ()) -> list[tuple[str, str]]:
     and its import path, the package, the kernels, the CUDA toolkit, NCU, the folders the allow-listed
     environment names (libraries, ptxas, Jupyter), and ``extra`` (the variants). Never the working folder of the
     caller nor a whole emptied place (``python -m`` from ``$HOME`` puts it on ``sys.path``)."""
-    from liger_perf.registry import kernels_dir
+    from liger_perf.registry import kernel_folders
 
     listed = lambda name: os.environ.get(name, "").split(os.pathsep)  # noqa: E731
     here = os.path.realpath(os.getcwd())
@@ -116,7 +116,7 @@ def needed_paths(extra: Iterable[Path | str] = ()) -> list[tuple[str, str]]:
              *listed("JUPYTER_PATH"), os.environ.get("CUDA_HOME", ""), os.environ.get("CONDA_PREFIX", ""),
              os.environ.get("TRITON_PTXAS_PATH", ""), os.environ.get("TRITON_LIBCUDA_PATH", ""),
              os.path.dirname(sys.executable),
-             str(Path(__file__).resolve().parent.parent), str(kernels_dir()),
+             str(Path(__file__).resolve().parent.parent), *(str(folder) for folder, _ in kernel_folders()),
              *(os.path.dirname(p) for p in filter(None, [shutil.which("ncu")])), *map(str, extra)]
     refused = {os.path.realpath(p) for p in ["/", *_hidden_roots()]}
     pairs = set()

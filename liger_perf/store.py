@@ -1,17 +1,19 @@
 """The workspace's files: the one owner of every path liger-perf reads or writes, and of trial numbering.
 
-    notebooks/<kernel>/NNNN-<name>.ipynb             a trial: the history (committed)
-    notebooks/<kernel>/.NNNN-<name>.partial.ipynb    a trial being written (renamed into place when it ends)
-    notebooks/<kernel>/variants/NNNN-<name>.py       the module a proposed trial ran
-    notebooks/<kernel>/variants/NNNN-screen-.../     a screening's candidate modules
-    notebooks/<kernel>/artifacts/NNNN-<name>/        large outputs (the .ncu-rep), not committed
-    notebooks/<kernel>/.optimize.lock                one optimize loop per kernel
-    notebooks/.nightly.lock                          one nightly job per workspace
-    reports/<kernel>/, reports/nightly/              what people read
+One store is the history of one device class (``workspace.device_class``: ``nvidia-h200``, ``interpret``):
 
-The notebooks folder is ``notebooks/`` of the project or ``$LIGER_PERF_NOTEBOOKS``; the reports folder
-``reports/`` or ``$LIGER_PERF_REPORTS``. A trial's number is taken from the file names, half-written ones
-included, so a number is never used twice.
+    notebooks/<device>/<kernel>/NNNN-<name>.ipynb             a trial: the history (committed)
+    notebooks/<device>/<kernel>/.NNNN-<name>.partial.ipynb    a trial being written (renamed into place at its end)
+    notebooks/<device>/<kernel>/variants/NNNN-<name>.py       the module a proposed trial ran
+    notebooks/<device>/<kernel>/variants/NNNN-screen-.../     a screening's candidate modules
+    notebooks/<device>/<kernel>/artifacts/NNNN-<name>/        large outputs (the .ncu-rep), not committed
+    notebooks/<device>/<kernel>/.optimize.lock                one optimize loop per kernel and device
+    notebooks/<device>/.nightly.lock                          one nightly job per workspace and device
+    reports/<device>/<kernel>/, reports/<device>/nightly/     what people read
+
+So a CPU interpreter run never writes into, numbers against or reads as its own a GPU's history. The notebooks
+and reports folders are the workspace's (``liger_perf.workspace``). A trial's number is taken from the file
+names, half-written ones included, so a number is never used twice.
 """
 
 from __future__ import annotations
@@ -22,18 +24,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from liger_perf import workspace
 from liger_perf.errors import UserError
-from liger_perf.registry import project_root
+from liger_perf.workspace import NOTEBOOKS_ENV, REPORTS_ENV
 
-NOTEBOOKS_ENV, REPORTS_ENV = "LIGER_PERF_NOTEBOOKS", "LIGER_PERF_REPORTS"
 TRIAL_FILE = re.compile(r"^(\d{4,})-([A-Za-z0-9_.-]+)\.ipynb$")
 _NUMBERED = re.compile(r"^\.?(\d{4,})-")
 PARTIAL_SUFFIX = ".partial.ipynb"
-
-
-def template_path() -> Path:
-    """The trial notebook that Papermill executes."""
-    return project_root() / "notebooks" / "templates" / "trial.ipynb"
 
 
 def short_name(text: str) -> str:
@@ -61,14 +58,24 @@ class TrialPaths:
 
 
 class Store:
-    def __init__(self, notebooks: Path | None = None, reports: Path | None = None):
+    def __init__(self, notebooks: Path | None = None, reports: Path | None = None, device: str | None = None):
+        """The history in ``notebooks`` (reports in ``reports``), or, for a folder not given, the workspace's
+        folder of the device class ``device``."""
+        if device is None and notebooks is None:
+            raise TypeError("Store: name the device class or the history's folder")
+        ws = workspace.current()
+        self.device = device
         # Absolute: a trial's paths are handed to other processes (the sandbox binds them, a notebook kernel runs
         # in its own folder), where a relative path would name another place.
-        self.notebooks = (Path(notebooks) if notebooks is not None else
-                          Path(os.environ.get(NOTEBOOKS_ENV, project_root() / "notebooks"))).absolute()
-        self.reports = (Path(reports) if reports is not None else
-                        Path(os.environ.get(REPORTS_ENV, project_root() / "reports"))).absolute()
-        for folder, variable in ((self.notebooks, NOTEBOOKS_ENV), (self.reports, REPORTS_ENV)):
+        self.notebooks = Path(notebooks if notebooks is not None else ws.notebooks / device).absolute()
+        if reports is not None:
+            self.reports = Path(reports).absolute()
+        else:  # a history given by its folder is named after its device class (notebooks/<device>)
+            self.reports = (ws.reports / (device or self.notebooks.name)).absolute()
+        checked = [(self.notebooks, NOTEBOOKS_ENV), (self.reports, REPORTS_ENV)]
+        if device is not None:  # the workspace's folders above the device's, which may not exist yet
+            checked = [(ws.notebooks, NOTEBOOKS_ENV), (ws.reports, REPORTS_ENV), *checked]
+        for folder, variable in checked:
             if folder.is_symlink() and not folder.exists():
                 raise UserError(f"{folder} ({variable} or the default) is a link to nothing: point it at a folder")
             if folder.exists() and not folder.is_dir():
@@ -158,12 +165,12 @@ class Lock:
         self.kind = kind
         self.label = label or kind  # what the holder is, for the message another run gets
         self._fd: int | None = None
-        self._made_folder = False
+        self._made: list[Path] = []  # the folders taking the lock created, deepest first
 
     def __enter__(self):
         import fcntl
 
-        self._made_folder = not self.path.parent.exists()
+        self._made = [f for f in (self.path.parent, *self.path.parent.parents) if not f.exists()]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
             try:
@@ -194,6 +201,51 @@ class Lock:
             self.path.unlink(missing_ok=True)  # before the lock is released: a waiting run re-opens the path
             os.close(self._fd)
             self._fd = None
-            if self._made_folder:  # a run refused for bad input leaves nothing behind
+            for folder in self._made:  # a run refused for bad input leaves nothing behind (a non-empty one stays)
                 with contextlib.suppress(OSError):
-                    self.path.parent.rmdir()
+                    folder.rmdir()
+
+
+# -- which history a reader reads -----------------------------------------------------------------------------
+
+def recorded_devices(kernel: str) -> list[str]:
+    """The device classes that hold trials of ``kernel`` in the workspace, the most recently written first."""
+    root = workspace.current().notebooks
+    found = []
+    for folder in (root.iterdir() if root.is_dir() else []):
+        trials = [p for p in (folder / kernel).glob("*.ipynb") if trial_number(p) is not None] \
+            if (folder / kernel).is_dir() else []
+        if trials:
+            found.append((max(p.stat().st_mtime for p in trials), folder.name))
+    return [name for _, name in sorted(found, reverse=True)]
+
+
+def reading_device(kernel: str, asked: str = "auto", warn=None) -> str:
+    """Whose history ``history``, ``diff`` and ``report`` read: ``asked`` is ``auto`` (this machine's GPU; else the
+    recorded GPU history, the latest of several; else the interpreter's), ``cuda`` (the same, a GPU's only),
+    ``interpret``, or a device class by name (``nvidia-h200``). Needs no GPU: recorded results are read anywhere."""
+    recorded = recorded_devices(kernel)
+    legacy = workspace.current().notebooks / kernel
+    if warn is not None and legacy.is_dir() and any(trial_number(p) is not None for p in legacy.iterdir()):
+        warn(f"{legacy} holds trials in the layout before device folders: move them into "
+             f"{workspace.current().notebooks}/<device>/{kernel}/ (e.g. nvidia-h200), or they are not read")
+    if asked == workspace.INTERPRET:
+        return asked
+    if asked not in ("auto", "cuda"):
+        if asked not in recorded:
+            raise UserError(f"--device {asked}: no history of {kernel} for that device here; recorded: "
+                            f"{', '.join(recorded) or 'none'} (or auto, cuda, interpret)")
+        return asked
+    import torch
+
+    if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        return workspace.device_class(torch.cuda.get_device_name())
+    gpus = [name for name in recorded if name != workspace.INTERPRET]
+    if gpus:
+        if len(gpus) > 1 and warn is not None:
+            warn(f"{kernel} has histories of {', '.join(gpus)}: reading {gpus[0]}'s, the latest (--device picks)")
+        return gpus[0]
+    if asked == "cuda":
+        raise UserError(f"--device cuda: no GPU here and no GPU history of {kernel} in "
+                        f"{workspace.current().notebooks}; use --device interpret")
+    return workspace.INTERPRET

@@ -142,23 +142,32 @@ def copy_bandwidth(device: Device, nbytes: int = 2**30, repetitions: int = 10) -
     return 2 * nbytes / (ms / 1e3)
 
 
-def peer_contenders(spec: KernelSpec, device: Device) -> tuple[dict[str, ForwardFn], dict[str, str]]:
-    """The peers a kernel is compared against (PyTorch eager, ``torch.compile``, the upstream liger-kernel), and
-    for each one that cannot be measured here, why."""
-    found: dict[str, ForwardFn] = {"eager": spec.reference_forward()}
-    unavailable: dict[str, str] = {}
-    if device.interpreted:
+def peers_here(spec: KernelSpec, interpreted: bool) -> tuple[list[str], dict[str, str]]:
+    """The names of the peers a kernel is timed against here (PyTorch eager, ``torch.compile``, the upstream
+    liger-kernel), and for each one that cannot be, why."""
+    names, unavailable = ["eager"], {}
+    if interpreted:
         unavailable["torch.compile"] = "not measured under the interpreter (CPU timings)"
     else:
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
-        found["torch.compile"] = torch.compile(spec.reference_forward(), dynamic=False)
-    upstream = spec.upstream_forward()
-    if upstream is None:
+        names.append("torch.compile")
+    if spec.upstream_forward() is None:
         unavailable["liger-kernel"] = "liger-kernel is not installed (optional)"
-    elif device.interpreted:
+    elif interpreted:
         unavailable["liger-kernel"] = "not measured under the interpreter (CPU timings)"
     else:
-        found["liger-kernel"] = upstream
+        names.append("liger-kernel")
+    return names, unavailable
+
+
+def peer_contenders(spec: KernelSpec, device: Device) -> tuple[dict[str, ForwardFn], dict[str, str]]:
+    """The peers a kernel is timed against here (``peers_here``) ready to run, and why any other is not."""
+    names, unavailable = peers_here(spec, device.interpreted)
+    found: dict[str, ForwardFn] = {"eager": spec.reference_forward()}
+    if "torch.compile" in names:
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
+        found["torch.compile"] = torch.compile(spec.reference_forward(), dynamic=False)
+    if "liger-kernel" in names:
+        found["liger-kernel"] = spec.upstream_forward()
     return found, unavailable
 
 

@@ -57,7 +57,8 @@ class Trial:
         self.device = select_device(request.device)  # before any variant is imported
         from liger_perf.errors import UserError
         from liger_perf.fingerprint import fingerprint
-        from liger_perf.registry import get_spec, project_root
+        from liger_perf.registry import get_spec
+        from liger_perf.workspace import current
         from liger_perf.variants import read_knobs, read_source, source_hash
 
         self.request = request
@@ -80,7 +81,7 @@ class Trial:
             "prediction": request.prediction, "changes": request.changes,
             "variant": {"path": request.variant, "sha256": source_hash(source), "knobs": knobs, "source": source},
             "against": None, "passes": self.passes, "device": self.device.mode, "suite": self.device.suite,
-            "fingerprint": fingerprint(self.device, project_root()), "status": "running", "reason": "",
+            "fingerprint": fingerprint(self.device, current().root), "status": "running", "reason": "",
             "proposer_audit": request.proposer_audit,
             # "experiment" (judged by the loop) or "revalidation" (a nightly check of the best; never judged)
             "kind": request.kind,

@@ -19,8 +19,10 @@ from liger_perf.guardrails import load_guardrails
 from liger_perf.history import best_trial, load_trials, trial_variant_file
 from liger_perf.judge import judge
 from liger_perf.record import record_verdict
-from liger_perf.registry import baseline_path, project_root
+from liger_perf.registry import baseline_path
 from liger_perf.runners import run_trial
+from liger_perf.store import Store
+from liger_perf.workspace import current
 
 
 def excluding(trial) -> list[str]:
@@ -41,10 +43,12 @@ def main() -> None:
     args = parser.parse_args()
     args.root = args.root.absolute()
     started = time.time()
-    rules = load_guardrails(project_root() / "guardrails.yaml")
-    mode = "interpret" if args.device == "interpret" else "cuda"
-    baseline, best = best_trial(args.kernel, mode=mode)
-    best_file = trial_variant_file(args.kernel, best) if best is not None else baseline_path(args.kernel)
+    rules = load_guardrails(current().guardrails)
+    from liger_perf.device import select_device
+
+    history = Store(device=select_device(args.device).device_class).notebooks
+    baseline, best = best_trial(args.kernel, history)
+    best_file = trial_variant_file(args.kernel, best, history) if best is not None else baseline_path(args.kernel)
     best = best or baseline
     notebooks = args.root / "notebooks"
     copy = args.root / "variants" / f"{args.kernel}-a-a-copy.py"
@@ -72,7 +76,7 @@ def main() -> None:
              "intervals": len(t.candidate_ratios()), "excluding_1": excluding(t),
              "elapsed_s": t.elapsed_s, "step_seconds": t.step_seconds} for t in trials]
     summary = {"kernel": args.kernel, "against": {"trial": best.trial_id if best else None,
-                                                  "file": str(best_file.absolute().relative_to(project_root()))},
+                                                  "file": current().relative(best_file)},
                "device": trials[0].fingerprint.gpu if trials and trials[0].fingerprint else None,
                "commit": trials[0].fingerprint.git_commit if trials and trials[0].fingerprint else None,
                "trials": len(rows), "accepted": sum(r["verdict"] == "accepted" for r in rows),

@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python3 scripts/bench_history.py [N] [NOTEBOOK]
 
-Defaults: 1000 copies of notebooks/fused_add_rms_norm/0000-baseline.ipynb (a GPU trial with peers and NCU
+Defaults: 1000 copies of notebooks/nvidia-h200/fused_add_rms_norm/0000-baseline.ipynb (a GPU trial with peers and NCU
 metrics, the largest kind). Prints the time to load the trials and to build the long DataFrame, and writes it to
 reports/bench_history.json.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from liger_perf.history import history_frame, load_trials
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
-source = Path(sys.argv[2] if len(sys.argv) > 2 else "notebooks/fused_add_rms_norm/0000-baseline.ipynb")
+source = Path(sys.argv[2] if len(sys.argv) > 2 else "notebooks/nvidia-h200/fused_add_rms_norm/0000-baseline.ipynb")
 with tempfile.TemporaryDirectory() as tmp:
     folder = Path(tmp) / "fused_add_rms_norm"
     folder.mkdir()

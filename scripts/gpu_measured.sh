@@ -26,7 +26,7 @@ sed 's/^def relu_squared(X):/_REAL = torch.cuda.Event.elapsed_time\n\n\ndef _fas
   kernels/relu_squared/baseline.py > /tmp/cheat.py
 start=$(date +%s)
 LIGER_PERF_NOTEBOOKS=/tmp/nb python3 -m liger_perf trial fused_add_rms_norm --device cuda --no-peers \
-  --variant notebooks/fused_add_rms_norm/variants/0014-bwd-rows-per-program-8.py \
+  --variant notebooks/nvidia-h200/fused_add_rms_norm/variants/0014-bwd-rows-per-program-8.py \
   --against kernels/fused_add_rms_norm/baseline.py --name measured > "$R/trial.log" 2>&1
 echo "fused trial: exit code $?, $(( $(date +%s) - start )) s" | tee -a "$R/steps.txt"
 start=$(date +%s)

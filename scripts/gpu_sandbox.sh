@@ -27,7 +27,7 @@ cat /tmp/nb/relu_squared/artifacts/0000-probe/probe.json >> "$OUT/sandbox/steps.
 ls /tmp/outside.txt kernels/escaped.txt >> "$OUT/sandbox/steps.txt" 2>&1
 start=$(date +%s)
 LIGER_PERF_NOTEBOOKS=/tmp/nb python3 -m liger_perf trial fused_add_rms_norm --device cuda --no-peers \
-  --variant notebooks/fused_add_rms_norm/variants/0006-bwd-tile-elements-8192.py \
+  --variant notebooks/nvidia-h200/fused_add_rms_norm/variants/0006-bwd-tile-elements-8192.py \
   --against kernels/fused_add_rms_norm/baseline.py --name sandboxed > "$OUT/sandbox/trial.log" 2>&1
 echo "fused trial: exit code $?, $(( $(date +%s) - start )) s" | tee -a "$OUT/sandbox/steps.txt"
 cp /tmp/nb/fused_add_rms_norm/0000-sandboxed.ipynb /tmp/nb/relu_squared/0000-probe.ipynb "$OUT/sandbox/" 2>/dev/null

@@ -23,7 +23,8 @@ from liger_perf.guardrails import load_guardrails
 from liger_perf.history import load_trials
 from liger_perf.loop import OptimizeLoop
 from liger_perf.proposers.rules import RulesProposer
-from liger_perf.registry import project_root
+from liger_perf.store import Store
+from liger_perf.workspace import current
 
 
 def _median(values):
@@ -44,7 +45,9 @@ def main() -> None:
     args = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="liger-perf-throughput-"))
-    source = project_root() / "notebooks" / args.kernel
+    from liger_perf.device import select_device
+
+    source = Store(device=select_device(args.device).device_class).kernel_folder(args.kernel)
     shutil.copytree(source, scratch / args.kernel, ignore=shutil.ignore_patterns("artifacts", ".*"))
     before = {t.trial_id for t in load_trials(args.kernel, scratch)}
     if args.workers > 1:
@@ -89,7 +92,7 @@ def main() -> None:
     def watch(event):
         print(f"[{time.strftime('%H:%M:%S')}] {event.kind}: {event.message}"[:400], flush=True)
 
-    rules = load_guardrails(project_root() / "guardrails.yaml", target=args.target)
+    rules = load_guardrails(current().guardrails, target=args.target)
     loop = OptimizeLoop(args.kernel, rules, RulesProposer(), device=args.device, budget=args.budget, root=scratch,
                         runner=Timed(), screen=args.screen, on_event=watch)
 

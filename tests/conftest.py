@@ -30,14 +30,15 @@ def recorded_baselines(tmp_path, monkeypatch):
     import shutil
 
     from liger_perf.history import load_trials
-    from liger_perf.registry import KERNELS_ENV, kernels_dir
+    from liger_perf.registry import KERNELS_ENV
+    from liger_perf.workspace import builtin_kernels
 
     from broken_variants import ROOT
 
     kernels = tmp_path / "recorded-kernels"
-    shutil.copytree(kernels_dir(), kernels, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(builtin_kernels(), kernels, ignore=shutil.ignore_patterns("__pycache__", "__init__.py"))
     for folder in kernels.iterdir():
-        trials = load_trials(folder.name, ROOT / "notebooks")
+        trials = load_trials(folder.name, ROOT / "notebooks" / "nvidia-h200")
         baselines = [t for t in trials if not t.against and t.status == "complete" and t.variant.source]
         if baselines:
             used = max(baselines, key=lambda b: sum(t.against_sha == b.variant_sha for t in trials))

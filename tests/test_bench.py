@@ -21,7 +21,7 @@ def test_bench_measures_best_beside_baseline_and_eager_and_writes_the_report(tmp
     done = _bench(tmp_path, "--variant", str(variant))
     assert done.returncode == 0, done.stderr
     assert "interpreter" in done.stdout
-    out = tmp_path / "reports" / "relu_squared"
+    out = tmp_path / "reports" / "interpret" / "relu_squared"
     data = json.loads((out / "bench.json").read_text())
     assert data["contenders"] == ["best", "baseline", "eager"]
     assert set(data["unavailable"]) == {"liger-kernel", "torch.compile"}

@@ -102,7 +102,7 @@ def test_trial_then_history_from_the_command_line(tmp_path):
     assert {r["metric"] for r in rows} >= {"median_ms", "ratio", "peak_bytes"}
     assert {r["pass"] for r in rows if r["metric"] == "median_ms"} == {"forward"}
     out = run_cli("history", "relu_squared", env=env)
-    assert "baseline" in out.stdout and "complete" in out.stdout
+    assert "0000" in out.stdout and "baseline" in out.stdout and "relu_squared on interpret" in out.stdout
 
 
 def test_trial_and_history_bad_input_is_one_line(tmp_path):
@@ -148,8 +148,8 @@ def test_a_variant_that_exits_at_import_fails_the_check_and_never_passes_it(tmp_
 def test_a_trial_while_a_loop_holds_the_kernel_is_refused_in_one_line(tmp_path):
     from liger_perf.store import Store
 
-    with Store(tmp_path).lock("optimize", "relu_squared"):
+    with Store(tmp_path / "interpret").lock("optimize", "relu_squared"):
         out = run_cli("trial", "relu_squared", "--device", "interpret", env={"LIGER_PERF_NOTEBOOKS": str(tmp_path)})
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert out.returncode == 2 and len(lines) == 1 and "another optimize run (pid" in lines[0], out.stderr
-    assert not list((tmp_path / "relu_squared").glob("*.ipynb"))
+    assert not list((tmp_path / "interpret" / "relu_squared").glob("*.ipynb"))

@@ -162,7 +162,7 @@ def test_every_committed_variant_loads_without_touching_the_harness(interpret_de
     from liger_perf.variants import load_variant
 
     for kernel in ("relu_squared", "fused_add_rms_norm"):
-        for path in [baseline_path(kernel), *sorted((ROOT / "notebooks" / kernel / "variants").glob("*.py"))]:
+        for path in [baseline_path(kernel), *sorted((ROOT / "notebooks" / "nvidia-h200" / kernel / "variants").glob("*.py"))]:
             load_variant(path, get_spec(kernel))
 
 
@@ -197,5 +197,5 @@ def test_every_committed_variant_passes_the_static_check():
     from liger_perf.registry import get_spec
 
     for kernel in ("relu_squared", "fused_add_rms_norm"):
-        for path in [baseline_path(kernel), *sorted((ROOT / "notebooks" / kernel / "variants").glob("*.py"))]:
+        for path in [baseline_path(kernel), *sorted((ROOT / "notebooks" / "nvidia-h200" / kernel / "variants").glob("*.py"))]:
             assert check_generated_source(path.read_text(), get_spec(kernel)) == "", path

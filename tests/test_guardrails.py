@@ -4,13 +4,13 @@ import pytest
 
 from liger_perf.errors import UserError
 from liger_perf.guardrails import load_guardrails
-from liger_perf.registry import project_root
+from liger_perf.workspace import current
 
 
 def test_the_projects_guardrails_load():
-    rules = load_guardrails(project_root() / "guardrails.yaml")
+    rules = load_guardrails(current().root / "guardrails.yaml")
     assert rules.target == "backward" and rules.max_regression == 0.05 and rules.correctness == "hard"
-    assert load_guardrails(project_root() / "guardrails.yaml", target="memory").target == "memory"
+    assert load_guardrails(current().root / "guardrails.yaml", target="memory").target == "memory"
 
 
 @pytest.mark.parametrize("text, expected", [

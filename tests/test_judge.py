@@ -9,6 +9,8 @@ from liger_perf.history import chain_ratios, load_trials
 from liger_perf.judge import judge
 from liger_perf.schema import TrialResult, Verdict
 
+from broken_variants import ROOT
+
 SHAPES = ("2048x1024", "2048x8192")
 DTYPES = ("float32", "bfloat16")
 
@@ -142,7 +144,7 @@ def test_a_variant_that_fails_correctness_is_rejected_before_it_is_timed():
 @pytest.mark.parametrize("target", ["forward", "backward", "full"])
 def test_real_a_a_trials_from_the_h200_are_never_accepted(kernel, target):
     """The baseline against itself, recorded on the GPU: even posing as a different variant, never accepted."""
-    a_a = next(t for t in load_trials(kernel) if t.name == "a-a")
+    a_a = next(t for t in load_trials(kernel, ROOT / "notebooks" / "nvidia-h200") if t.name == "a-a")
     assert judge(a_a, Guardrails(target=target)).verdict == "rejected"  # identical source
     posing = copy.deepcopy(a_a)
     posing.variant.sha256 = "0" * 64
@@ -184,7 +186,7 @@ def _recorded_accepted_trial() -> TrialResult:
     """A real H200 trial that the loop accepted: candidate and current best, timed and profiled."""
     from pathlib import Path
 
-    trials = load_trials("fused_add_rms_norm", Path(__file__).resolve().parent.parent / "notebooks")
+    trials = load_trials("fused_add_rms_norm", Path(__file__).resolve().parent.parent / "notebooks" / "nvidia-h200")
     return next(t for t in trials if t.verdict == "accepted" and t.ncu and t.ncu.status == "ok")
 
 

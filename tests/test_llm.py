@@ -38,7 +38,7 @@ BAD = {
 def _context():
     # The first two trials recorded on the H200 (baseline and A/A): later loop runs add to the history, and
     # these tests are about what the proposers do from that starting point.
-    trials = [t for t in load_trials("relu_squared") if t.trial_id < 2]
+    trials = [t for t in load_trials("relu_squared", ROOT / "notebooks" / "nvidia-h200") if t.trial_id < 2]
     return Context(get_spec("relu_squared"), "forward", trials, trials[0], BASELINE)
 
 
@@ -162,14 +162,14 @@ def test_a_short_llm_loop_in_interpreter_mode_records_prompts_and_replies(tmp_pa
         out = _cli(["optimize", "relu_squared", "--target", "forward", "--budget", "2", "--proposer", "llm",
                     "--model", "recorded", "--repetitions", "2", "--no-convergence"], env)
     assert out.returncode == 0, out.stdout + out.stderr
-    notebooks = Store(tmp_path / "nb").trial_notebooks("relu_squared")
+    notebooks = Store(tmp_path / "nb" / "interpret").trial_notebooks("relu_squared")
     assert [p.name for p in notebooks] == ["0000-baseline.ipynb", "0001-llm-bigger-blocks.ipynb"]
     result = read_result(nbformat.read(notebooks[1], as_version=4))
     assert result.status == "complete" and result.variant.source == GOOD
     audit = result.proposer_audit
     assert audit["model"] == "recorded" and "#0000 baseline" in audit["prompt"]
     assert json.loads(audit["exchanges"][0]["reply"])["source"] == GOOD
-    assert load_trials("relu_squared", tmp_path / "nb")[1].verdict in VERDICTS
+    assert load_trials("relu_squared", tmp_path / "nb" / "interpret")[1].verdict in VERDICTS
     text = notebooks[1].read_text()
     assert "Proposer: llm" in text and "sk-test" not in text
 
@@ -180,7 +180,10 @@ def test_auto_uses_the_rules_while_they_have_moves_then_the_llm():
 
     context = _context()
     assert AutoProposer(LlmSettings()).propose(context).diagnosis != "llm"  # no endpoint: rules alone
-    with FakeOpenAI([reply(GOOD)]) as server:
+    # Not one of the knob moves the rules walk through (GOOD is one: BLOCK_SIZE 2048).
+    novel = GOOD.replace("def relu_squared(X):", "def relu_squared(X):  # the model's own", 1)
+    assert novel != GOOD
+    with FakeOpenAI([reply(novel)]) as server:
         auto = AutoProposer(LlmSettings(base_url=server.base_url, model="recorded", endpoint_retries=0))
         first = auto.propose(context)
         assert first.diagnosis != "llm" and not server.requests  # the rules still have a move

@@ -43,7 +43,7 @@ def _check_history_intact(folder):
 @pytest.mark.slow
 def test_killed_in_the_middle_of_a_trial_the_loop_resumes_from_the_notebooks(tmp_path):
     env = _env(tmp_path)
-    folder = tmp_path / "notebooks" / "relu_squared"
+    folder = tmp_path / "notebooks" / "interpret" / "relu_squared"  # the interpreter's history
     command = [sys.executable, "-m", "liger_perf", *ARGS, "--budget", "4"]
     process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                start_new_session=True)
@@ -64,8 +64,8 @@ def test_killed_in_the_middle_of_a_trial_the_loop_resumes_from_the_notebooks(tmp
     assert trials[0].name == "baseline" and len(trials) >= 2
     # The killed trial left no notebook, so its number and its proposal are taken again, and this time complete.
     assert trials[1].trial_id == 1 and trials[1].name == "block-size-4096"
-    assert (tmp_path / "reports" / "relu_squared" / "report.md").is_file()
-    report = (tmp_path / "reports" / "relu_squared" / "report.md").read_text()
+    assert (tmp_path / "reports" / "interpret" / "relu_squared" / "report.md").is_file()
+    report = (tmp_path / "reports" / "interpret" / "relu_squared" / "report.md").read_text()
     assert "| 0001 | block-size-4096 |" in report and "## The winning change" in report
     diff = subprocess.run([sys.executable, "-m", "liger_perf", "diff", "relu_squared"], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=120)

@@ -43,7 +43,7 @@ def _nightly(config, env, timeout=1200):
 
 def _summary(tmp_path):
     """The latest night's summary (each run of the job writes its own)."""
-    path = sorted((tmp_path / "reports" / "nightly").glob("*.json"))[-1]
+    path = sorted((tmp_path / "reports" / "interpret" / "nightly").glob("*.json"))[-1]
     return json.loads(path.read_text()), path.with_suffix(".md").read_text()
 
 
@@ -55,9 +55,9 @@ def test_a_nightly_run_over_both_kernels_writes_the_summary_and_a_quiet_night_en
     summary, text = _summary(tmp_path)
     assert [k["kernel"] for k in summary["kernels"]] == ["fused_add_rms_norm", "relu_squared"]
     assert summary["regressions"] == 0 and all(k["trials_run"] >= 1 and not k["errors"] for k in summary["kernels"])
-    assert all(t.status == "complete" for t in load_trials("relu_squared", tmp_path / "nb"))
+    assert all(t.status == "complete" for t in load_trials("relu_squared", tmp_path / "nb" / "interpret"))
     # The suite's one run of the fused kernel's whole interpreter gate (test_gate runs its pairwise cover).
-    assert load_trials("fused_add_rms_norm", tmp_path / "nb")[0].status == "complete"
+    assert load_trials("fused_add_rms_norm", tmp_path / "nb" / "interpret")[0].status == "complete"
     assert "## fused_add_rms_norm (backward)" in text and "0000-baseline.ipynb" in text
     assert summary["stack"]["torch"] and summary["errors"] == 0
     assert {"kind": "experiment", "status": "complete"}.items() <= summary["kernels"][1]["trials"][-1].items()
@@ -85,7 +85,7 @@ def test_a_nightly_run_over_both_kernels_writes_the_summary_and_a_quiet_night_en
 def test_a_second_run_while_the_first_holds_the_lock_exits_at_once(tmp_path):
     config, env = _setup(tmp_path, [("relu_squared", "forward", 1)])
     started = time.time()
-    with Store(tmp_path / "nb").lock("nightly"):  # this process holds it
+    with Store(tmp_path / "nb" / "interpret").lock("nightly"):  # this process holds it
         out = _nightly(config, env)
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert out.returncode == 2 and len(lines) == 1 and "another nightly run" in lines[0], out.stderr
@@ -95,7 +95,7 @@ def test_a_second_run_while_the_first_holds_the_lock_exits_at_once(tmp_path):
 @pytest.mark.slow
 def test_a_run_killed_mid_way_resumes_the_next_night(tmp_path):
     config, env = _setup(tmp_path, [("relu_squared", "forward", 3)])
-    folder = tmp_path / "nb" / "relu_squared"
+    folder = tmp_path / "nb" / "interpret" / "relu_squared"
     process = subprocess.Popen([sys.executable, "-m", "liger_perf", "nightly", "--config", str(config)], env=env,
                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 600
@@ -104,15 +104,15 @@ def test_a_run_killed_mid_way_resumes_the_next_night(tmp_path):
         time.sleep(0.2)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    (killed,) = (tmp_path / "reports" / "nightly").glob("*.json")  # what it finished, and that it did not finish
+    (killed,) = (tmp_path / "reports" / "interpret" / "nightly").glob("*.json")  # what it finished, and that it did not finish
     killed = json.loads(killed.read_text())
     assert not killed["finished"] and killed["kernels"][0]["tuning_trials"] == 1  # the baseline
     out = _nightly(config, env)
     assert out.returncode in (0, 1), out.stdout + out.stderr
-    trials = load_trials("relu_squared", tmp_path / "nb")
+    trials = load_trials("relu_squared", tmp_path / "nb" / "interpret")
     ids = [t.trial_id for t in trials]
     assert ids == sorted(set(ids)) and sum(t.name == "baseline" for t in trials) == 1
-    assert not list(folder.glob(".*.partial.ipynb")) and not list((tmp_path / "nb").glob(".*.lock"))
+    assert not list(folder.glob(".*.partial.ipynb")) and not list((tmp_path / "nb" / "interpret").glob(".*.lock"))
     assert all(t.verdict for t in trials if t.name != "baseline" and t.kind != "revalidation")
     summary, _ = _summary(tmp_path)
     assert summary["kernels"][0]["trials_run"] >= 1
@@ -121,7 +121,7 @@ def test_a_run_killed_mid_way_resumes_the_next_night(tmp_path):
 def _history_with_an_accepted_best(tmp_path, recorded_ratio=None):
     """A relu_squared history: the baseline, then a best accepted against it (its forward ratios overwritten
     with ``recorded_ratio`` when given, as if last night had measured that)."""
-    root = tmp_path / "nb"
+    root = tmp_path / "nb" / "interpret"  # the interpreter's history, where the command line's nightly reads
     fast = dict(device="interpret", repetitions=2, convergence=False, root=root)
     run_trial("relu_squared", baseline_path("relu_squared"), **fast)
     best = tmp_path / "best.py"
@@ -206,7 +206,7 @@ def test_the_night_s_budget_is_shared_by_every_run_of_that_night(tmp_path):
     out = _nightly(config, env)  # a retried job the same night: the budget is spent, nothing to do
     assert out.returncode == 0, out.stdout + out.stderr
     assert time.time() - started < 60
-    summaries = sorted((tmp_path / "reports" / "nightly").glob("*.json"))
+    summaries = sorted((tmp_path / "reports" / "interpret" / "nightly").glob("*.json"))
     first, second = (json.loads(p.read_text()) for p in summaries)
     assert first["kernels"][0]["tuning_trials"] == 1 and second["kernels"][0]["trials_run"] == 0
     assert "budget of 1 trials was spent by an earlier run" in second["kernels"][0]["stop_reason"]

@@ -17,7 +17,7 @@ from liger_perf.runners.replay import ReplayRunner
 from broken_variants import ROOT
 
 KERNEL = "fused_add_rms_norm"
-RECORDED = ROOT / "notebooks"
+RECORDED = ROOT / "notebooks" / "nvidia-h200"
 
 
 @pytest.fixture(autouse=True)

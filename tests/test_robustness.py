@@ -72,7 +72,7 @@ def test_any_file_content_is_read_or_skipped_with_a_warning_never_a_crash(conten
 
 
 def test_the_commands_skip_a_folder_of_hostile_notebooks_and_exit_cleanly(tmp_path, monkeypatch, capsys):
-    folder = tmp_path / "nb" / KERNEL
+    folder = tmp_path / "nb" / "interpret" / KERNEL  # the interpreter's history: no GPU here, none recorded
     folder.mkdir(parents=True)
     hostile = [b"[]", b"\xff\xfe\x00", b'{"cells": [1, "x", null], "nbformat": 4}', b"{" * 10,
                ("[" * 100000 + "]" * 100000).encode(), _notebook([1, 2], None).encode(),

@@ -10,7 +10,7 @@ from liger_perf.schema import TrialResult, Verdict
 
 from broken_variants import ROOT
 
-COMMITTED = sorted((ROOT / "notebooks").glob("*/[0-9][0-9][0-9][0-9]-*.ipynb"))
+COMMITTED = sorted((ROOT / "notebooks").glob("*/*/[0-9][0-9][0-9][0-9]-*.ipynb"))
 
 
 def _raw(nb, tag, mime):

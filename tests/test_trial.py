@@ -211,13 +211,13 @@ def test_a_stated_commit_wins_over_the_copy_s_own_git(monkeypatch, interpret_dev
     """A checkout copied to a GPU machine may carry the .git of an older commit: the commit the caller states is
     the one the notebooks must record."""
     from liger_perf.fingerprint import fingerprint
-    from liger_perf.registry import project_root
+    from liger_perf.workspace import current
 
     monkeypatch.setenv("LIGER_PERF_GIT_COMMIT", "c0ffee1")
-    stated = fingerprint(interpret_device, project_root())
+    stated = fingerprint(interpret_device, current().root)
     assert stated["git_commit"] == "c0ffee1" and stated["git_dirty"] is False
     monkeypatch.delenv("LIGER_PERF_GIT_COMMIT")
-    assert fingerprint(interpret_device, project_root())["git_commit"] != "c0ffee1"
+    assert fingerprint(interpret_device, current().root)["git_commit"] != "c0ffee1"
 
 
 def test_a_trial_reports_its_progress_step_by_step_for_the_terminal(history):

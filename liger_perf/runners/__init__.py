@@ -48,6 +48,16 @@ class Runner(Protocol):
         ...
 
 
+def history_device(runner: Runner, device: str) -> str:
+    """The device class whose history the trials ``runner`` runs for ``device`` join: read from the stack the
+    runner reports (a Dask cluster's GPUs, a replay's recordings), not from this machine."""
+    from liger_perf.workspace import INTERPRET, device_class
+
+    if runner.mode(device) == "interpret":
+        return INTERPRET
+    return device_class(runner.fingerprint(device).get("gpu") or "cuda")
+
+
 class OneAtATime:
     """``run_many`` for a runner that runs one trial at a time."""
 
@@ -110,14 +120,15 @@ def trial_request(kernel: str, variant: str | Path, against: str | Path | None =
 
 def run_trial(kernel: str, variant: str | Path, against: str | Path | None = None, *, root: Path | None = None,
               runner: Runner | None = None, **settings) -> TrialRun:
-    """One trial of ``variant`` (against ``against``) in the notebooks folder ``root``, on ``runner`` (default:
-    Papermill, here). ``settings``: those of ``trial_request``."""
-    store = Store(root)
-    request = trial_request(kernel, variant, against, store=store, **settings)
+    """One trial of ``variant`` (against ``against``) in the history folder ``root`` (default: the workspace's
+    history of the device it runs on), on ``runner`` (default: Papermill, here). ``settings``: those of
+    ``trial_request``."""
     if runner is None:
         from liger_perf.runners.papermill import PapermillRunner
 
         runner = PapermillRunner()
+    store = Store(root) if root is not None else Store(device=history_device(runner, settings.get("device", "auto")))
+    request = trial_request(kernel, variant, against, store=store, **settings)
     try:
         return runner.run(request, store)
     except BaseException:

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from liger_perf.runners import OneAtATime, TrialRun, file_trial
 from liger_perf.schema import HARNESS_ERROR, TrialRequest, TrialResult
-from liger_perf.store import Store, template_path
+from liger_perf.store import Store
+from liger_perf.workspace import template_path
 
 VARIANT_TAG = "variant"  # the template's cell that imports the variant: the first to run code under trial
 
@@ -41,9 +42,9 @@ class PapermillRunner(OneAtATime):
     def fingerprint(self, device: str) -> dict:
         from liger_perf.device import select_device
         from liger_perf.fingerprint import fingerprint
-        from liger_perf.registry import project_root
+        from liger_perf.workspace import current
 
-        return fingerprint(select_device(device), project_root())
+        return fingerprint(select_device(device), current().root)
 
     def _recorded_mode(self, device: str) -> str:
         try:
