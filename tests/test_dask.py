@@ -116,3 +116,29 @@ def test_a_task_refused_for_want_of_a_sandbox_is_the_harness_failure(monkeypatch
     run = runner._record(request, Refused(), store)
     assert run.result.status == "harness-error"
     assert "no sandbox" in run.result.reason
+
+
+def test_a_worker_runs_a_kernel_only_the_client_s_workspace_has(monkeypatch, tmp_path):
+    """A worker on another host has no copy of the user's workspace: the kernel's files travel with the task."""
+    import json
+    import shutil
+
+    import nbformat
+
+    from liger_perf import record
+    from liger_perf.runners import dask as dask_runner
+    from liger_perf.workspace import builtin_kernels
+
+    mine = tmp_path / "client-kernels" / "relu_cubed"
+    shutil.copytree(builtin_kernels() / "relu_squared", mine, ignore=shutil.ignore_patterns("__pycache__"))
+    (mine / "spec.py").write_text((mine / "spec.py").read_text().replace('name = "relu_squared"',
+                                                                        'name = "relu_cubed"'))
+    monkeypatch.setenv("LIGER_PERF_KERNELS", str(mine.parent))  # the client's workspace
+    store = Store(tmp_path / "notebooks", tmp_path / "reports")
+    request = trial_request("relu_cubed", mine / "baseline.py", store=store, **FAST).model_dump(mode="json")
+    files = {name: (mine / name).read_text() for name in ("spec.py", "baseline.py")}
+    monkeypatch.delenv("LIGER_PERF_KERNELS")  # the worker's host: no such kernel anywhere
+    text = dask_runner._trial_on_worker(request, files["baseline.py"], None, False, kernel_files=files)
+    result = record.read_result(nbformat.reads(text, as_version=4))
+    assert result.kernel == "relu_cubed" and result.status == "complete", json.dumps(result.reason)
+    assert "LIGER_PERF_KERNELS" not in os.environ  # the task put the worker's environment back

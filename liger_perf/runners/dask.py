@@ -21,6 +21,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from liger_perf.registry import KERNELS_ENV
 from liger_perf.runners import TrialRun, file_trial
 from liger_perf.schema import TrialRequest
 from liger_perf.store import Store
@@ -49,9 +50,12 @@ class NoSandboxOnWorker(RuntimeError):
 
 
 def _trial_on_worker(request: dict, variant_source: str, against_source: str | None, pin_gpu: bool,
-                     sandbox_required: bool = False, screen_sources: list[str] | None = None) -> str:
+                     sandbox_required: bool = False, screen_sources: list[str] | None = None,
+                     kernel_files: dict[str, str] | None = None) -> str:
     """Run one trial on this worker; its notebook as text. A trial that needs the sandbox is refused by a worker
-    without one (one that joined after the runner checked them all), before its variant is written."""
+    without one (one that joined after the runner checked them all), before its variant is written.
+    ``kernel_files``: the kernel's spec.py and baseline.py as the client's workspace has them, so that a worker
+    on another host (without that workspace) runs the same kernel."""
     from liger_perf.runners.papermill import PapermillRunner
 
     missing = _sandbox_missing_on_worker()
@@ -75,7 +79,21 @@ def _trial_on_worker(request: dict, variant_source: str, against_source: str | N
             screen.append({**entry, "variant": str(scratch / f"candidate-{i}.py")})
         local = TrialRequest.model_validate({**request, "variant": str(variant), "against": against,
                                              "screen": screen})
-        run = PapermillRunner().run(local, Store(scratch / "notebooks", scratch / "reports"))
+        saved = os.environ.get(KERNELS_ENV)
+        if kernel_files:  # found first (LIGER_PERF_KERNELS), by this process and the trial's processes
+            folder = scratch / "kernels" / local.kernel
+            folder.mkdir(parents=True)
+            for name, text in kernel_files.items():
+                (folder / name).write_text(text)
+            os.environ[KERNELS_ENV] = os.pathsep.join(filter(None, [str(folder.parent), saved]))
+        try:
+            run = PapermillRunner().run(local, Store(scratch / "notebooks", scratch / "reports"))
+        finally:
+            if kernel_files:
+                if saved is None:
+                    os.environ.pop(KERNELS_ENV, None)
+                else:
+                    os.environ[KERNELS_ENV] = saved
         return run.notebook.read_text(encoding="utf-8")
 
 
@@ -135,10 +153,14 @@ class DaskRunner:
     def run_many(self, requests: list[TrialRequest], store: Store) -> list[TrialRun]:
         from liger_perf.variants import read_source
 
+        from liger_perf.registry import kernel_folder
+
+        kernels = {kernel: {name: (kernel_folder(kernel) / name).read_text(encoding="utf-8")
+                            for name in ("spec.py", "baseline.py")} for kernel in {r.kernel for r in requests}}
         futures = [self.client.submit(_trial_on_worker, r.model_dump(mode="json"), read_source(r.variant),
                                       read_source(r.against) if r.against else None, self.pin_gpus,
                                       self.sandbox_required, [read_source(e.variant) for e in r.screen],
-                                      pure=False,
+                                      kernels[r.kernel], pure=False,
                                       key=f"trial-{r.kernel}-{r.trial_id:04d}-{os.urandom(4).hex()}")
                    for r in requests]
         return [self._record(request, future, store) for request, future in zip(requests, futures)]
