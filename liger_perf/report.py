@@ -78,6 +78,11 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
     baseline, chain = accepted_chain(trials, baseline_sha)
     best = chain[-1] if chain else None
     ratios = chain_ratios(chain)
+    earlier = None  # no trial ran today's baseline.py: the last one of an earlier baseline stands for it
+    if baseline is None:
+        earlier = next((t for t in reversed(trials) if not t.against and t.status == "complete"
+                        and t.kind == "experiment" and t.timing_rows("candidate")), None)
+        baseline = earlier
     lines = [f"# {kernel}: optimization report", ""]
     if not trials:
         lines.append("No trials yet: run `liger-perf optimize` or `liger-perf trial` first.")
@@ -114,7 +119,10 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
         lines += ["## Best against the baseline and the peers, per shape", "",
                   "Speedup of the best (the other's time / the best's; above 1: faster). Vs the baseline: the "
                   "inverse of the product of the accepted chain's side-by-side time ratios; vs a peer: the peer's "
-                  f"time ratio to the baseline in trial {baseline.trial_id:04d} over the best's.", "",
+                  f"time ratio to the baseline in trial {baseline.trial_id:04d} over the best's."
+                  + (f" No trial of this history ran today's `baseline.py`: trial {baseline.trial_id:04d} ran an "
+                     f"earlier one (sha256 `{baseline.variant_sha[:16]}`), and nothing was accepted against it."
+                     if earlier is not None else ""), "",
                   markdown_table(pd.DataFrame(rows)), ""]
         plots = _plot_times(baseline, ratios, out, plt)
         lines += [f"![{p.stem}]({p.name})" for p in plots] + [""]

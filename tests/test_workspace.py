@@ -99,6 +99,7 @@ def test_a_cpu_machine_reads_the_recorded_gpu_history_by_default(tmp_path, monke
     assert report.returncode == 0, report.stderr
     text = (ws / "reports" / "nvidia-h200" / "relu_squared" / "report.md").read_text()
     assert "NVIDIA H200" in text and "forward speedup" in text
+    assert "speedup vs torch.compile" in text  # the peers, from the baseline trial of an earlier baseline.py
     assert str(tmp_path) not in text  # no path of this machine in what is committed
 
 
