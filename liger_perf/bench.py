@@ -6,7 +6,7 @@ bandwidth measured in the same run. Every ratio is a peer's median time over the
 is that many times faster. The measurement runs in a child process under a time limit, as trials do: the best
 may be proposer-written code.
 
-Results: ``reports/<kernel>/bench.json`` (every figure), ``bench.md`` (tables) and ``bench-*.png`` (plots).
+Results: ``reports/<device>/<kernel>/bench.json`` (every figure), ``bench.md`` (tables) and ``bench-*.png`` (plots).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import threading
 import time
@@ -35,6 +36,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def workspace_option(
+    ctx: typer.Context,
     workspace: Optional[Path] = typer.Option(None, "--workspace", "-w", envvar="LIGER_PERF_WORKSPACE",
                                              help="the workspace (kernels/, notebooks/, reports/, guardrails.yaml); "
                                                   "default: the nearest folder upward with a guardrails.yaml, "
@@ -45,17 +47,23 @@ def workspace_option(
     """An NCU-profile-driven optimization loop for Triton kernels."""
     from liger_perf import workspace as ws
 
-    # Stated once for this process and every process it starts (they run in folders of their own).
-    ws.use(workspace if workspace is not None else ws.current().root)
+    # Stated once for this process and every process it starts (they run in folders of their own). A folder
+    # that does not exist is a typo, not a new workspace, except for init.
+    ws.use(workspace if workspace is not None else ws.current().root, create=ctx.invoked_subcommand == "init")
 
 
 @app.command("init")
 def init_command(
-    folder: Path = typer.Argument(Path("."), help="the workspace folder to create or complete"),
+    ctx: typer.Context,
+    folder: Optional[Path] = typer.Argument(None, help="the workspace folder to create or complete; default: "
+                                                       "--workspace, else the current folder"),
 ) -> None:
     """Make a workspace: kernels/, notebooks/, reports/, a commented guardrails.yaml and nightly.yaml, .gitignore."""
     from liger_perf.workspace import init_workspace
 
+    # Not the workspace found upward: `init` in a subfolder of one makes a new one there.
+    stated = ctx.parent.params.get("workspace") if ctx.parent is not None else None
+    folder = folder or stated or Path(".")
     for path, made in init_workspace(folder):
         console.print(f"{'created' if made else 'kept   '} {path}", markup=False)
     console.print(f"workspace: {folder.absolute()} (next: `liger-perf new NAME --reference module:function`, or "
@@ -100,8 +108,12 @@ def kernels_command() -> None:
 
     table = Table("kernel", "from", "passes", "suite", "shapes", "dtypes")
     for name in kernel_names():
-        spec = get_spec(name)
         origin = kernel_origin(name)
+        try:
+            spec = get_spec(name)
+        except UserError as e:  # one broken spec of the workspace: the others are still listed
+            table.add_row(name, origin, f"[red]cannot be loaded[/red]: {escape(str(e))}", "", "", "")
+            continue
         for suite, shapes in spec.suites.items():
             table.add_row(name, origin, ", ".join(spec.passes), suite, " ".join(shape_label(s) for s in shapes),
                           ", ".join(dtype_name(d) for d in spec.dtypes[suite]))
@@ -287,7 +299,8 @@ def history_table(kernel: str, device: str, trials) -> Table:
     widths = {"trial": 5, "name": NAME_WIDTH, "verdict": 13, "speedup": 8}
     widths["hypothesis"] = TABLE_WIDTH - sum(widths.values()) - 3 * len(widths) - 4
     for header, width in widths.items():  # a name is broken at its hyphens by _wrap_name, never mid-word
-        table.add_column(header, width=width, no_wrap=True, overflow="ellipsis")
+        table.add_column(header, width=width, no_wrap=header != "name",
+                         overflow="fold" if header == "name" else "ellipsis")
     for t in trials:
         verdict = t.verdict or {"complete": "-", "failed-correctness": "gate failed", "invalid-variant": "invalid"}.get(t.status, t.status)
         judged = t.judged
@@ -299,13 +312,13 @@ def history_table(kernel: str, device: str, trials) -> Table:
 
 
 def _wrap_name(name: str, width: int) -> str:
-    """A trial name on lines of at most ``width``, broken after a hyphen (a part longer than that stays whole)."""
+    """A trial name on lines of at most ``width``, broken after a hyphen or an underscore, never inside a word
+    (a word longer than the line stays whole)."""
     lines, line = [], ""
-    for part in name.split("-"):
-        piece = part if not line else f"-{part}"
-        if line and len(line) + len(piece) > width:
-            lines.append(line + "-")
-            line = part
+    for piece in re.findall(r"[^-_]+[-_]?|[-_]", name):
+        if line and len(line) + len(piece.rstrip("-_")) > width:
+            lines.append(line)
+            line = piece
         else:
             line += piece
     return "\n".join([*lines, line])

@@ -42,7 +42,7 @@ def _allowed(name: str) -> bool:
 def variant_environment(scratch: Path, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a process that imports a variant: the allow-listed part of ``base`` (default: this
     process's), with ``HOME`` and ``TMPDIR`` in ``scratch``, Triton's kernel cache where it was (a per-trial
-    cache would compile every kernel again), and this checkout importable."""
+    cache would compile every kernel again), and the package importable."""
     base = dict(os.environ if base is None else base)
     env = {name: value for name, value in base.items() if _allowed(name)}
     scratch = Path(scratch).resolve()

@@ -1,7 +1,7 @@
 """The optimize loop: propose, run, judge, record; resumable from the notebooks alone.
 
-Every step's state is a notebook under ``notebooks/<kernel>/`` (and the variant module it ran, under
-``notebooks/<kernel>/variants/``). Killed at any point, the same command picks up where the history ends:
+Every step's state is a notebook under ``notebooks/<device>/<kernel>/`` (and the variant module it ran, under
+``notebooks/<device>/<kernel>/variants/``). Killed at any point, the same command picks up where the history ends:
 a trial that finished without a verdict is judged, a half-written one (hidden ``.partial`` file) is dropped and
 its variant runs again under a new number, and nothing that completed runs twice.
 """

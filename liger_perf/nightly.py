@@ -10,7 +10,7 @@ for the night and of the wall clock.
 A trial that never reached its variant (the harness failed: a runner error, a missing dependency, a notebook
 kernel that could not start) and any other failure of the job itself are **errors of the job**, reported with
 their cause; they are never a regression of a kernel, and one kernel's error does not stop the others. The
-summary lands in ``reports/nightly/<date>-<time>.md`` and ``.json`` (rewritten after each kernel, so a killed
+summary lands in ``reports/<device>/nightly/<date>-<time>.md`` and ``.json`` (rewritten after each kernel, so a killed
 run leaves what it did); it names notebooks relative to the workspace. Exit codes: ``EXIT_FAILED`` (1) when a
 regression was found, else ``EXIT_JOB_ERROR`` (3) when the job had errors, else 0.
 """
@@ -199,7 +199,7 @@ class Nightly:
             self._record_new_trials(job, entry, known)
         if job.budget and not budget_left:
             entry["stop_reason"] = (f"tonight's budget of {job.budget} trials was spent by an earlier run of the "
-                                    f"job (reports/nightly/{self.now:%Y-%m-%d}-*)")
+                                    f"job ({self._relative(self._summaries())}/{self.now:%Y-%m-%d}-*)")
         elif budget_left and self.time_left() > 0:
             loop = OptimizeLoop(job.name, rules, get_proposer(self.config.proposer, model=self.config.model),
                                 device=self.config.device, budget=budget_left, root=self.root,
@@ -358,8 +358,8 @@ def _write_text(path: Path, text: str) -> None:
 
 
 _CRON = """\
-# crontab -e: every night at 02:00; the log goes beside the summaries
-0 2 * * * cd {root} && {python} {args} >> {root}/reports/nightly/cron.log 2>&1
+# crontab -e: every night at 02:00; the log goes into the workspace's reports/ (made if missing)
+0 2 * * * cd {root} && mkdir -p reports && {python} {args} >> {root}/reports/nightly-cron.log 2>&1
 """
 _SYSTEMD = """\
 # ~/.config/systemd/user/liger-perf-nightly.service
@@ -398,7 +398,7 @@ jobs:
     timeout-minutes: 480
     steps:
       - uses: actions/checkout@v4
-      - run: python3 -m pip install -e .
+      - run: {install}
       - run: python3 {args}
       - name: commit the notebooks and the summary, also when a regression failed the job
         if: always()
@@ -410,7 +410,7 @@ jobs:
 
 
 def schedule(kind: str, config: Path | None) -> str:
-    """A ready-to-use schedule for this checkout: ``cron``, ``systemd`` or ``github``."""
+    """A ready-to-use schedule for this workspace: ``cron``, ``systemd`` or ``github``."""
     templates = {"cron": _CRON, "systemd": _SYSTEMD, "github": _GITHUB}
     if kind not in templates:
         raise UserError(f"--print-schedule {kind!r}: use cron, systemd or github")
@@ -421,4 +421,12 @@ def schedule(kind: str, config: Path | None) -> str:
         if kind == "github" and config.is_relative_to(root):  # a CI checkout lives elsewhere: stay relative
             config = config.relative_to(root)
         config_arg = f" --config {config}"
-    return templates[kind].format(root=root, python=sys.executable, args=f"-m liger_perf nightly{config_arg}")
+    # This checkout installs itself; another workspace (a repository of the user's kernels) installs the
+    # liger-perf its runner has, named by the version that wrote this.
+    from liger_perf import __version__
+
+    install = ("python3 -m pip install -e ." if (root / "pyproject.toml").is_file()
+               and 'name = "liger-perf"' in (root / "pyproject.toml").read_text(errors="replace")
+               else f"python3 -m pip install 'liger-perf=={__version__}'  # or the wheel's path on the runner")
+    return templates[kind].format(root=root, python=sys.executable, args=f"-m liger_perf nightly{config_arg}",
+                                  install=install)

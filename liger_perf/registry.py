@@ -22,13 +22,13 @@ from pathlib import Path
 from liger_perf import workspace
 from liger_perf.errors import UserError
 from liger_perf.spec import KernelSpec
+from liger_perf.workspace import KERNELS_ENV
 
-KERNELS_ENV = "LIGER_PERF_KERNELS"
 
 
 def kernel_folders() -> list[tuple[Path, str]]:
     """``(folder, origin)`` of every kernels folder, in search order; a folder named twice counts once."""
-    stated = [(Path(p).expanduser().absolute(), KERNELS_ENV)
+    stated = [(Path(os.path.abspath(Path(p).expanduser())), KERNELS_ENV)
               for p in os.environ.get(KERNELS_ENV, "").split(os.pathsep) if p]
     builtin = workspace.builtin_kernels()
     found: dict[Path, tuple[Path, str]] = {}

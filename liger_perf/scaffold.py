@@ -242,7 +242,7 @@ def _interface(reference: str, func: ast.FunctionDef) -> tuple[tuple[str, ...], 
                             "options literal defaults (numbers, strings, None, tuples)") from None
         options[name] = ast.unparse(node)
     names = [a.arg for a in [*positional, *args.kwonlyargs]]
-    clashes = sorted(set(names) & RESERVED_PARAMETERS)
+    clashes = sorted(set(names) & (RESERVED_PARAMETERS | {"BLOCK_SIZE"}) | {n for n in names if n.startswith("_")})
     if clashes:
         raise UserError(f"--reference {reference}: parameter {', '.join(clashes)} is a name the generated code "
                         "uses itself: rename it")
@@ -932,8 +932,9 @@ def translate_reference(ref: Reference, probe: Probe, names: _Names) -> tuple[_K
         return pull(tuple(tensors[len(ref.inputs):]))
 
     n_in = len(ref.inputs)
-    reserved = {"tl", "triton", "offsets", "mask", "n_elements", "BLOCK_SIZE", "float", *HELPERS,
-                *(f"{n}_ptr" for n in (*names.inputs, *names.outputs, *names.gradients, *names.cotangents)),
+    # The kernels' own names start with "_" (a parameter may not: _interface), so none is a parameter's.
+    reserved = {"tl", "triton", "_offsets", "_mask", "_n_elements", "BLOCK_SIZE", "float", *HELPERS,
+                *(_pointer(n) for n in (*names.inputs, *names.outputs, *names.gradients, *names.cotangents)),
                 *names.outputs, *names.gradients}
     kernels = []
     for shape in (PROBE_SHAPE, SECOND_PROBE_SHAPE):
@@ -946,9 +947,9 @@ def translate_reference(ref: Reference, probe: Probe, names: _Names) -> tuple[_K
             raise UserError(f"--reference {ref.spec}: tracing it with make_fx failed ({type(e).__name__}: "
                             f"{_one_line(e, 160)}): write baseline.py by hand (--baseline FILE --entry FN)") from None
         try:
-            fwd = _translate(fwd_graph, list(names.inputs), reserved, [f"{n}_ptr" for n in names.outputs])
+            fwd = _translate(fwd_graph, list(names.inputs), reserved, [_pointer(n) for n in names.outputs])
             bwd = _translate(bwd_graph, [*names.inputs, *names.cotangents], reserved,
-                             [f"{n}_ptr" for n in names.gradients])
+                             [_pointer(n) for n in names.gradients])
         except Untranslatable as e:
             raise UserError(f"--reference {ref.spec} uses {e}, which liger-perf new cannot translate to Triton: "
                             "write the kernel by hand and pass it with --baseline FILE --entry FN") from None
@@ -1013,15 +1014,20 @@ _LAUNCH_SETTINGS = '''def _launch_settings():
     return {"BLOCK_SIZE": block, "num_warps": warps, "bwd_BLOCK_SIZE": bwd_block, "bwd_num_warps": bwd_warps}'''
 
 
+def _pointer(name: str) -> str:
+    """A tensor's pointer argument in a kernel: ``_<name>_ptr`` (never a parameter's name, nor a local's)."""
+    return f"_{name}_ptr"
+
+
 def _kernel_source(name: str, kernel: _Kernel, outputs: list[str], inputs: list[str]) -> tuple[str, list[str]]:
     """A flat elementwise kernel: (its source, the pointer arguments in order)."""
-    pointers = [f"{o}_ptr" for o in outputs] + [f"{i}_ptr" for i in inputs if i in kernel.loads]
-    lines = ["@triton.jit", f"def {name}({', '.join(pointers)}, n_elements, BLOCK_SIZE: tl.constexpr):",
-             "    offsets = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)",
-             "    mask = offsets < n_elements"]
+    pointers = [_pointer(o) for o in outputs] + [_pointer(i) for i in inputs if i in kernel.loads]
+    lines = ["@triton.jit", f"def {name}({', '.join(pointers)}, _n_elements, BLOCK_SIZE: tl.constexpr):",
+             "    _offsets = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)",
+             "    _mask = _offsets < _n_elements"]
     for i in inputs:
         if i in kernel.loads:
-            lines.append(f"    {i} = tl.load({i}_ptr + offsets, mask=mask, other=0.0).to(tl.float32)")
+            lines.append(f"    {i} = tl.load({_pointer(i)} + _offsets, mask=_mask, other=0.0).to(tl.float32)")
     lines += [f"    {line}" for line in kernel.body]
     for pointer, value in kernel.stores:
         if value.kind == "const":
@@ -1030,12 +1036,12 @@ def _kernel_source(name: str, kernel: _Kernel, outputs: list[str], inputs: list[
             expr = f"{value.expr}.to(tl.float32)"
         else:
             expr = value.expr
-        lines.append(f"    tl.store({pointer} + offsets, {expr}.to({pointer}.dtype.element_ty), mask=mask)")
+        lines.append(f"    tl.store({pointer} + _offsets, {expr}.to({pointer}.dtype.element_ty), mask=_mask)")
     return "\n".join(lines), pointers
 
 
 def _pointer_args(pointers: list[str], python_names: dict[str, str]) -> str:
-    return ", ".join(python_names[p.removesuffix("_ptr")] for p in pointers)
+    return ", ".join(python_names[p.removeprefix("_").removesuffix("_ptr")] for p in pointers)
 
 
 def _option_check(ref: Reference, name: str) -> list[str]:
@@ -1082,10 +1088,10 @@ def baseline_source(name: str, ref: Reference, probe: Probe, names: _Names, fwd:
     for o in outputs:
         forward_body.append(f"        {o} = torch.empty_like({first})")
     forward_body += [
-        f"        n = {first}.numel()",
+        f"        _numel = {first}.numel()",
         "        settings = _launch_settings()",
-        '        _forward_kernel[(triton.cdiv(n, settings["BLOCK_SIZE"]),)](',
-        f"            {_pointer_args(fwd_ptrs, python)}, n, BLOCK_SIZE=settings[\"BLOCK_SIZE\"], "
+        '        _forward_kernel[(triton.cdiv(_numel, settings["BLOCK_SIZE"]),)](',
+        f"            {_pointer_args(fwd_ptrs, python)}, _numel, BLOCK_SIZE=settings[\"BLOCK_SIZE\"], "
         "num_warps=settings[\"num_warps\"])",
         f"        ctx.save_for_backward({', '.join(saved)})",
         "        ctx.settings = settings",
@@ -1103,10 +1109,10 @@ def baseline_source(name: str, ref: Reference, probe: Probe, names: _Names, fwd:
     for g in names.gradients:
         backward_body.append(f"        {g} = torch.empty_like({like})")
     backward_body += [
-        f"        n = {like}.numel()",
+        f"        _numel = {like}.numel()",
         "        settings = ctx.settings",
-        '        _backward_kernel[(triton.cdiv(n, settings["bwd_BLOCK_SIZE"]),)](',
-        f"            {_pointer_args(bwd_ptrs, python)}, n, BLOCK_SIZE=settings[\"bwd_BLOCK_SIZE\"], "
+        '        _backward_kernel[(triton.cdiv(_numel, settings["bwd_BLOCK_SIZE"]),)](',
+        f"            {_pointer_args(bwd_ptrs, python)}, _numel, BLOCK_SIZE=settings[\"bwd_BLOCK_SIZE\"], "
         "num_warps=settings[\"bwd_num_warps\"])",
         f"        return {gradient_list}",
     ]

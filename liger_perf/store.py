@@ -209,15 +209,25 @@ class Lock:
 # -- which history a reader reads -----------------------------------------------------------------------------
 
 def recorded_devices(kernel: str) -> list[str]:
-    """The device classes that hold trials of ``kernel`` in the workspace, the most recently written first."""
+    """The device classes that hold trials of ``kernel`` in the workspace, the most recent first: by when the
+    last trial of each ended, as its notebook records it (a clone's file times say nothing)."""
     root = workspace.current().notebooks
     found = []
-    for folder in (root.iterdir() if root.is_dir() else []):
-        trials = [p for p in (folder / kernel).glob("*.ipynb") if trial_number(p) is not None] \
-            if (folder / kernel).is_dir() else []
+    for folder in sorted(root.iterdir() if root.is_dir() else []):
+        trials = Store(folder).trial_notebooks(kernel) if folder.is_dir() else []
         if trials:
-            found.append((max(p.stat().st_mtime for p in trials), folder.name))
-    return [name for _, name in sorted(found, reverse=True)]
+            found.append((_ended(trials[-1]), folder.name))
+    return [name for _, name in sorted(found, key=lambda pair: pair[0], reverse=True)]
+
+
+def _ended(notebook: Path) -> str:
+    """When a trial notebook's execution ended (Papermill's ISO time), '' when it cannot be read."""
+    import json
+
+    try:
+        return str(json.loads(notebook.read_text(encoding="utf-8"))["metadata"]["papermill"]["end_time"] or "")
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
 
 
 def reading_device(kernel: str, asked: str = "auto", warn=None) -> str:
@@ -238,9 +248,12 @@ def reading_device(kernel: str, asked: str = "auto", warn=None) -> str:
         return asked
     import torch
 
-    if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-        return workspace.device_class(torch.cuda.get_device_name())
     gpus = [name for name in recorded if name != workspace.INTERPRET]
+    if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        here = workspace.device_class(torch.cuda.get_device_name())
+        if here not in recorded and gpus and warn is not None:
+            warn(f"no history of {kernel} on this GPU ({here}) yet; recorded: {', '.join(gpus)} (--device picks one)")
+        return here
     if gpus:
         if len(gpus) > 1 and warn is not None:
             warn(f"{kernel} has histories of {', '.join(gpus)}: reading {gpus[0]}'s, the latest (--device picks)")

@@ -26,6 +26,7 @@ from pathlib import Path
 
 WORKSPACE_ENV = "LIGER_PERF_WORKSPACE"
 NOTEBOOKS_ENV, REPORTS_ENV = "LIGER_PERF_NOTEBOOKS", "LIGER_PERF_REPORTS"
+KERNELS_ENV = "LIGER_PERF_KERNELS"  # kernels folders added for one run (``registry``)
 #: The file that makes a folder a workspace when it is looked for from a folder below it.
 MARKER = "guardrails.yaml"
 #: The device class of the Triton interpreter's trials (a GPU's is its name, e.g. ``nvidia-h200``).
@@ -42,11 +43,11 @@ class Workspace:
 
     @property
     def notebooks(self) -> Path:
-        return Path(os.environ.get(NOTEBOOKS_ENV) or self.root / "notebooks").absolute()
+        return _absolute(os.environ.get(NOTEBOOKS_ENV) or self.root / "notebooks")
 
     @property
     def reports(self) -> Path:
-        return Path(os.environ.get(REPORTS_ENV) or self.root / "reports").absolute()
+        return _absolute(os.environ.get(REPORTS_ENV) or self.root / "reports")
 
     @property
     def guardrails(self) -> Path | None:
@@ -68,8 +69,8 @@ def find_workspace(start: Path | None = None) -> Workspace:
     """The workspace of a process started in ``start`` (default: the current folder); see the module's doc."""
     stated = os.environ.get(WORKSPACE_ENV)
     if stated:
-        return Workspace(Path(stated).expanduser().absolute())
-    here = Path(start or Path.cwd()).absolute()
+        return Workspace(_absolute(stated))
+    here = _absolute(start or Path.cwd())
     for folder in (here, *here.parents):
         if (folder / MARKER).is_file():
             return Workspace(folder)
@@ -80,15 +81,30 @@ def current() -> Workspace:
     return find_workspace()
 
 
-def use(root: Path) -> Workspace:
+def _absolute(path: str | Path) -> Path:
+    """``path`` absolute and without ``..`` (a child process in a sandbox may not see the folder it passes
+    through), links kept (a home on another disk works as written)."""
+    return Path(os.path.abspath(Path(path).expanduser()))
+
+
+def use(root: Path, create: bool = False) -> Workspace:
     """Make ``root`` this process's workspace, and that of every process it starts (a notebook kernel, a
-    contained check: they run in folders of their own)."""
+    contained check, a sandbox: they run in folders of their own, so every path they are handed is absolute).
+    ``create``: ``root`` may not exist yet (``init``)."""
     from liger_perf.errors import UserError
 
-    root = Path(root).expanduser().absolute()
+    root = _absolute(root)
     if root.exists() and not root.is_dir():
         raise UserError(f"--workspace {root}: a file, not a folder; give a folder (liger-perf init makes one)")
+    if not root.exists() and not create:
+        raise UserError(f"--workspace {root} does not exist: `liger-perf init {root}` makes a workspace there")
     os.environ[WORKSPACE_ENV] = str(root)
+    for name in (NOTEBOOKS_ENV, REPORTS_ENV):
+        if os.environ.get(name):
+            os.environ[name] = str(_absolute(os.environ[name]))
+    if os.environ.get(KERNELS_ENV):
+        os.environ[KERNELS_ENV] = os.pathsep.join(str(_absolute(p)) for p in os.environ[KERNELS_ENV].split(
+            os.pathsep) if p)
     return Workspace(root)
 
 

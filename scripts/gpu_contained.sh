@@ -35,6 +35,6 @@ print(f"{sys.argv[1]}: {len(seen['env'])} variables seen, secrets among them: {l
 print(f"{sys.argv[1]}: variables: {' '.join(sorted(seen['env']))}")
 PY
 done
-cp /tmp/nb/fused_add_rms_norm/0000-spy.ipynb "$OUT/contained/" 2>/dev/null
+cp /tmp/nb/nvidia-h200/fused_add_rms_norm/0000-spy.ipynb "$OUT/contained/" 2>/dev/null
 cd "$OUT" && tar czf run.tgz contained && rm -rf contained
 tar xzf run.tgz -O contained/steps.txt

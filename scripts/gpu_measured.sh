@@ -41,7 +41,7 @@ from liger_perf.history import load_trials
 from liger_perf.judge import judge, suspicions
 out = {}
 for kernel, target in (("fused_add_rms_norm", "backward"), ("relu_squared", "forward")):
-    for t in load_trials(kernel, Path("/tmp/nb")):
+    for t in load_trials(kernel, Path("/tmp/nb/nvidia-h200")):
         checks = t.timing.spot_checks if t.timing else []
         ratios = {}
         for contender in ("candidate", "against"):
@@ -61,6 +61,6 @@ print(json.dumps(out, indent=1))
 json.dump(out, open("/tmp/judged.json", "w"), indent=1)
 PY
 cp /tmp/judged.json "$R/judged.json"
-cp /tmp/nb/fused_add_rms_norm/0000-measured.ipynb /tmp/nb/relu_squared/0000-cheat.ipynb "$R/" 2>/dev/null
+cp /tmp/nb/nvidia-h200/fused_add_rms_norm/0000-measured.ipynb /tmp/nb/nvidia-h200/relu_squared/0000-cheat.ipynb "$R/" 2>/dev/null
 cd "$OUT" && tar czf run.tgz measured && rm -rf measured
 tar xzf run.tgz -O measured/steps.txt | grep -v '^ *"' | head -40

@@ -15,5 +15,5 @@ for night in 1 2; do
   code=$?
   echo "night $night: exit code $code, $(( ($(date +%s%N) - start) / 1000000 )) ms" | tee -a "$OUT/nights.txt"
 done
-tar czf "$OUT/run.tgz" --exclude notebooks/templates notebooks reports/nightly
+tar czf "$OUT/run.tgz" --exclude artifacts notebooks reports/nvidia-h200/nightly
 tail -n 30 "$OUT/night1.log" "$OUT/night2.log"

@@ -23,13 +23,13 @@ start=$(date +%s)
 LIGER_PERF_NOTEBOOKS=/tmp/nb python3 -m liger_perf trial relu_squared --device cuda --no-peers --no-ncu \
   --variant /tmp/probe.py --name probe > "$OUT/sandbox/probe.log" 2>&1
 echo "probe trial: exit code $?, $(( $(date +%s) - start )) s" | tee -a "$OUT/sandbox/steps.txt"
-cat /tmp/nb/relu_squared/artifacts/0000-probe/probe.json >> "$OUT/sandbox/steps.txt"; echo >> "$OUT/sandbox/steps.txt"
+cat /tmp/nb/nvidia-h200/relu_squared/artifacts/0000-probe/probe.json >> "$OUT/sandbox/steps.txt"; echo >> "$OUT/sandbox/steps.txt"
 ls /tmp/outside.txt kernels/escaped.txt >> "$OUT/sandbox/steps.txt" 2>&1
 start=$(date +%s)
 LIGER_PERF_NOTEBOOKS=/tmp/nb python3 -m liger_perf trial fused_add_rms_norm --device cuda --no-peers \
   --variant notebooks/nvidia-h200/fused_add_rms_norm/variants/0006-bwd-tile-elements-8192.py \
   --against kernels/fused_add_rms_norm/baseline.py --name sandboxed > "$OUT/sandbox/trial.log" 2>&1
 echo "fused trial: exit code $?, $(( $(date +%s) - start )) s" | tee -a "$OUT/sandbox/steps.txt"
-cp /tmp/nb/fused_add_rms_norm/0000-sandboxed.ipynb /tmp/nb/relu_squared/0000-probe.ipynb "$OUT/sandbox/" 2>/dev/null
+cp /tmp/nb/nvidia-h200/fused_add_rms_norm/0000-sandboxed.ipynb /tmp/nb/nvidia-h200/relu_squared/0000-probe.ipynb "$OUT/sandbox/" 2>/dev/null
 cd "$OUT" && tar czf run.tgz sandbox && rm -rf sandbox
 tar xzf run.tgz -O sandbox/steps.txt; tar xzf run.tgz -O sandbox/trial.log | tail -3

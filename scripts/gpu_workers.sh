@@ -19,8 +19,8 @@ for w in 1 2; do
     > "$OUT/w$w/optimize.log" 2>&1
   code=$?
   echo "workers $w: exit code $code, $(( ($(date +%s%N) - start) / 1000000 )) ms" | tee -a "$OUT/workers.txt"
-  mkdir -p "$OUT/w$w/notebooks" && cp /tmp/nb$w/fused_add_rms_norm/001[2-9]-*.ipynb "$OUT/w$w/notebooks/" 2>/dev/null
-  cp -r /tmp/nb$w/fused_add_rms_norm/variants "$OUT/w$w/variants"
+  mkdir -p "$OUT/w$w/notebooks" && cp /tmp/nb$w/nvidia-h200/fused_add_rms_norm/001[2-9]-*.ipynb "$OUT/w$w/notebooks/" 2>/dev/null
+  cp -r /tmp/nb$w/nvidia-h200/fused_add_rms_norm/variants "$OUT/w$w/variants"
 done
 kill %1 2>/dev/null
 cd "$OUT" && tar czf run.tgz workers.txt gpus.txt apps.txt w1 w2 && rm -rf w1 w2

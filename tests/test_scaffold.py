@@ -56,6 +56,14 @@ def arctan(x):
     return torch.atan(x) * 2
 
 
+def masked_scale(x, mask, offsets):
+    return x * mask * 2.0 + offsets
+
+
+def hidden(_x):
+    return _x * 2
+
+
 def scaled(x):
     return x * SCALE
 
@@ -211,6 +219,17 @@ def test_elementwise_reference_gets_a_triton_baseline_that_passes_the_gate(works
     moved.write_text(with_knobs(source, {"BLOCK_SIZE": 256, "bwd_num_warps": 8}))
     quick = check_variant(spec, load_variant(moved, spec), interpret_device, stage="quick")
     assert quick.passed
+
+
+def test_parameters_named_like_the_kernel_s_own_variables_still_work(workspace, interpret_device):
+    """``mask`` and ``offsets`` are realistic input names; the generated kernels' own names start with "_"."""
+    kernels, module = workspace
+    scaffold_kernel(kernels, "masked_scale", f"{module}:masked_scale")
+    spec = load_spec(kernels / "masked_scale")
+    result = check_variant(spec, load_variant(kernels / "masked_scale" / "baseline.py", spec), interpret_device,
+                           stage="quick")
+    assert result.passed, result.failures()[["case", "output", "against", "reason"]].head().to_string()
+    assert_one_line_error(lambda: scaffold_kernel(kernels, "hidden", f"{module}:hidden"), "_x", "rename it")
 
 
 def test_options_stay_at_their_defaults(workspace):

@@ -52,7 +52,52 @@ def test_init_makes_a_workspace_and_a_second_init_keeps_what_is_there(tmp_path):
     again = _cli("init", cwd=ws)
     assert again.returncode == 0 and "kept" in again.stdout
     assert (ws / "guardrails.yaml").read_text() == "target: forward\n"
-    assert ".optimize.lock" in (ws / ".gitignore").read_text() or "*.lock" in (ws / ".gitignore").read_text()
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    left = ["notebooks/interpret/k/.optimize.lock", "notebooks/interpret/.nightly.lock",
+            "notebooks/interpret/k/.0003-x.partial.ipynb", "notebooks/interpret/k/artifacts/0003-x/profile.ncu-rep",
+            "reports/nightly-cron.log"]
+    kept = ["notebooks/interpret/k/0003-x.ipynb", "notebooks/interpret/k/variants/0003-x.py",
+            "reports/interpret/k/report.md"]
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", *left, *kept], cwd=ws, capture_output=True,
+                             text=True).stdout.split()
+    assert ignored == left  # what a run leaves that is not history is ignored, the history is not
+
+
+def test_a_workspace_that_does_not_exist_is_a_typo_but_init_makes_it(tmp_path):
+    out = _cli("--workspace", "typo", "report", "relu_squared", cwd=tmp_path)
+    assert out.returncode == 2 and "does not exist" in out.stderr and "liger-perf init" in out.stderr
+    assert not (tmp_path / "typo").exists()
+    assert _cli("--workspace", "made", "init", cwd=tmp_path).returncode == 0 and (tmp_path / "made").is_dir()
+
+
+@pytest.mark.slow
+def test_relative_workspace_and_kernels_paths_reach_the_contained_child(tmp_path):
+    """check runs the gate in a child process in a scratch folder (inside the sandbox where there is one): the
+    paths it is handed must not depend on the caller's folder."""
+    builtin = workspace.builtin_kernels() / "relu_squared"
+    ws, elsewhere = tmp_path / "ws", tmp_path / "elsewhere"
+    _cli("init", str(ws), cwd=tmp_path)
+    elsewhere.mkdir()
+    mine = ws / "kernels" / "relu_mine"
+    shutil.copytree(builtin, mine, ignore=shutil.ignore_patterns("__pycache__"))
+    (mine / "spec.py").write_text((mine / "spec.py").read_text().replace('name = "relu_squared"', 'name = "relu_mine"'))
+    out = _cli("-w", "../ws", "check", "relu_mine", "--no-convergence", cwd=elsewhere)
+    assert out.returncode == 0 and "PASS" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+    extra = elsewhere / "more" / "relu_extra"
+    shutil.copytree(mine, extra)
+    (extra / "spec.py").write_text((extra / "spec.py").read_text().replace('"relu_mine"', '"relu_extra"'))
+    out = _cli("-w", "../ws", "check", "relu_extra", "--no-convergence", cwd=elsewhere,
+               env={"LIGER_PERF_KERNELS": "more"})
+    assert out.returncode == 0 and "PASS" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+def test_one_broken_workspace_spec_does_not_hide_the_other_kernels(tmp_path):
+    (tmp_path / "guardrails.yaml").write_text("")
+    (tmp_path / "kernels" / "broken").mkdir(parents=True)
+    (tmp_path / "kernels" / "broken" / "spec.py").write_text("import not_a_module\n")
+    (tmp_path / "kernels" / "broken" / "baseline.py").write_text("")
+    out = _cli("kernels", cwd=tmp_path)
+    assert out.returncode == 0 and "relu_squared" in out.stdout and "cannot be loaded" in out.stdout
 
 
 def test_a_workspace_kernel_wins_over_the_built_in_one_and_the_environment_adds_kernels(tmp_path, monkeypatch):
@@ -69,6 +114,41 @@ def test_a_workspace_kernel_wins_over_the_built_in_one_and_the_environment_adds_
     assert {"relu_cubed", "relu_squared", "fused_add_rms_norm"} <= set(names)  # added to, not replaced
     assert kernel_origin("relu_cubed") == "LIGER_PERF_KERNELS"
     assert get_spec("relu_cubed").name == "relu_squared"  # the copied spec, loaded from its own folder
+
+
+def test_long_names_wrap_at_hyphens_and_underscores_within_100_columns():
+    from rich.console import Console
+
+    from liger_perf.cli import history_table
+    from made_trials import make_trial
+
+    names = ["bwd_column_chunked_per_row_block_size_16384", "bwd-column-chunked-per-row-block-size-16384", "a-a"]
+    trials = [make_trial(trial_id=i, name=n, hypothesis="word " * 40) for i, n in enumerate(names)]
+    console = Console(width=160, record=True)
+    console.print(history_table("k", "interpret", trials))
+    lines = console.export_text().splitlines()
+    assert max(map(len, lines)) <= 100
+    cells = [line.split("│")[2].strip() for line in lines if line.count("│") > 3]
+    assert "bwd_column_chunked_per_" in cells and "row_block_size_16384" in cells
+    assert "bwd-column-chunked-per-" in cells and "row-block-size-16384" in cells and "a-a" in cells
+
+
+def test_of_several_gpu_histories_the_latest_trial_decides(tmp_path, monkeypatch):
+    import json
+
+    ws = _workspace_with_h200_history(tmp_path)
+    other = ws / "notebooks" / "nvidia-a100" / "relu_squared"
+    other.mkdir(parents=True)
+    for name, when in (("0000-baseline.ipynb", "2020-01-01T00:00:00"), ):
+        nb = json.loads((H200 / "relu_squared" / name).read_text())
+        nb["metadata"]["papermill"]["end_time"] = when
+        (other / name).write_text(json.dumps(nb))
+    os.utime(other / "0000-baseline.ipynb")  # written last, but ended first: the file time must not decide
+    monkeypatch.setenv(workspace.WORKSPACE_ENV, str(ws))
+    warnings = []
+    assert reading_device("relu_squared", warn=warnings.append) == "nvidia-h200"
+    assert "nvidia-h200, nvidia-a100" in warnings[0]
+    assert reading_device("relu_squared", "nvidia-a100") == "nvidia-a100"
 
 
 def _workspace_with_h200_history(tmp_path, kernel="relu_squared"):
@@ -181,6 +261,11 @@ def test_from_a_wheel_in_an_empty_folder_init_new_check_optimize_write_only_ther
     assert list((work / "notebooks" / "interpret" / "scaled_tanh").glob("0000-*.ipynb"))
     assert (work / "reports" / "interpret" / "scaled_tanh" / "report.md").is_file()
     assert _snapshot(ROOT, venv) == before  # neither this checkout nor the installed package was written
+    # Outside the workspace only the caches of Triton and PyTorch, in the home folder the test gave them.
+    caches = {"triton", ".triton", ".cache", ".config"} | {p.name for p in home.iterdir()
+                                                          if p.name.startswith(("torchinductor_", "tmp"))}
+    assert {p.name for p in home.iterdir()} <= caches
+    assert not (home / ".config").exists() or {p.name for p in (home / ".config").iterdir()} <= {"matplotlib"}
 
 
 def _importable(name: str) -> bool:

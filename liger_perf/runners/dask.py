@@ -4,7 +4,7 @@
 pinned to GPU ``i`` (``CUDA_VISIBLE_DEVICES``, set for the trial's notebook kernel). ``DaskRunner(scheduler=
 "tcp://HOST:8786")`` uses a cluster already running, whose workers were started one per GPU and pinned by whoever
 started them (``CUDA_VISIBLE_DEVICES=1 dask worker tcp://HOST:8786 --nworkers 1 --nthreads 1``), on this host
-or others with the same checkout at the same path.
+or others with liger-perf installed (the kernel's files travel with each task).
 
 A task carries the variant's (and the current best's) source, runs the trial with the Papermill runner in a
 scratch folder of its worker and returns the notebook; the client writes it into the store under the number it

@@ -1,4 +1,4 @@
-"""The local runner: executes the trial notebook with Papermill into ``notebooks/<kernel>/<NNNN>-<name>.ipynb``.
+"""The local runner: executes the trial notebook with Papermill into ``notebooks/<device>/<kernel>/<NNNN>-<name>.ipynb``.
 
 The variant's code runs only in the notebook's kernel process (never in the caller's), under a time limit.
 Papermill saves the notebook after every cell; it saves to a hidden file beside the target, which is renamed

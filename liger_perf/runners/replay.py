@@ -21,7 +21,7 @@ from liger_perf.store import Store
 
 class ReplayRunner(OneAtATime):
     def __init__(self, recorded: Path, mode: str = "cuda", workers: int = 1):
-        """``recorded``: a notebooks folder (``notebooks/`` of a checkout); ``mode``: the device mode of the
+        """``recorded``: a history folder (``notebooks/<device>/`` of a workspace); ``mode``: the device mode of the
         recordings to serve (``cuda`` for the GPU machine's); ``workers``: how many trials a round may hold, as
         if that many GPUs ran them."""
         self.recorded = Path(recorded)
