@@ -57,11 +57,16 @@ def measure(kernel: str, variant: str, device_arg: str, repetitions: int) -> dic
     samples = time_suite(spec, contenders, cases, list(spec.passes), device, plan)
     summary = summarize(samples, BEST, spec, bandwidth, plan)
     memory = peak_memory(spec, contenders, cases, device)
+    from liger_perf.accuracy import accuracy_cases
+    from liger_perf.accuracy import measure as measure_accuracy
+
+    accurate = {k: v for k, v in contenders.items() if k != "torch.compile"}  # it would compile every case again
+    accuracy = measure_accuracy(spec, accurate, device, accuracy_cases(spec, device.suite))
     return {"kernel": kernel, "variant": {"path": str(variant), "sha256": best.sha256},
             "device": device.mode, "measured_at": time.time(), "fingerprint": fingerprint(device, current().root),
             "repetitions": plan.repetitions, "copy_bandwidth_bytes_per_s": bandwidth,
             "contenders": list(contenders), "unavailable": unavailable,
-            "rows": summary.to_dict("records"), "memory": memory.to_dict("records")}
+            "rows": summary.to_dict("records"), "memory": memory.to_dict("records"), "accuracy": accuracy}
 
 
 def run_bench(kernel: str, variant: Path, device: str = "auto", repetitions: int = 0,
@@ -107,6 +112,20 @@ def summary_table(data: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def accuracy_table(data: dict) -> pd.DataFrame:
+    """Per dtype, options and output: each contender's error against float64 (the largest over the shapes, on
+    the same inputs), and the best's error over each other contender's (above 1: the best is less accurate)."""
+    frame = pd.DataFrame(data.get("accuracy") or [])
+    if frame.empty:
+        return frame
+    table = frame.pivot_table(index=["dtype", "config", "output"], columns="contender", values="error",
+                              aggfunc="max", sort=False)
+    out = table.apply(lambda column: column.map(lambda v: f"{v:.3g}"))
+    for other in [c for c in table.columns if c != BEST]:
+        out[f"{BEST} error / {other}'s"] = (table[BEST] / table[other]).round(2)
+    return out.reset_index()
+
+
 def memory_table(data: dict) -> pd.DataFrame:
     frame = pd.DataFrame(data["memory"])
     if frame.empty or frame["peak_bytes"].isna().all():
@@ -143,6 +162,11 @@ def write_bench_report(kernel: str, data: dict, out: Path) -> Path:
              *[f"- Not measured: {name} ({why})." for name, why in data.get("unavailable", {}).items()], "",
              "## Summary", "", markdown_table(summary_table(data)), "",
              "## Per shape", "", markdown_table(speedups(data)), ""]
+    accuracy = accuracy_table(data)
+    if not accuracy.empty:
+        lines += ["## Accuracy against float64 (every contender on the same inputs)", "",
+                  "‖result − float64 reference‖ / ‖reference‖, the largest over the shapes; `best error / X's` "
+                  "above 1: the best is less accurate than X.", "", markdown_table(accuracy), ""]
     memory = memory_table(data)
     if not memory.empty:
         lines += ["## Peak memory of forward + backward (above the inputs)", "", markdown_table(memory), ""]

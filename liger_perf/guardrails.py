@@ -28,6 +28,9 @@ class Guardrails(BaseModel):
     max_regression: float = Field(0.05, gt=0, lt=1)
     #: ...nor this much worse than the baseline, through the chain of accepted variants.
     max_cumulative_regression: float = Field(0.05, gt=0, lt=1)
+    #: No output or gradient (per dtype and options) may lie this much farther from the float64 reference than
+    #: the current best's, on the same inputs (``liger_perf.accuracy``).
+    max_accuracy_regression: float = Field(0.05, gt=0, lt=10)
     #: The target's suite-level interval (built from the trial's simultaneous per-shape intervals) must lie
     #: wholly on the better side at this confidence; otherwise the trial is inconclusive.
     confidence: float = Field(0.95, ge=0.5, lt=1)

@@ -171,6 +171,32 @@ def measured_ratios(result: TrialResult) -> tuple[dict[Key, tuple[float, float, 
     return times, memory
 
 
+#: A quarter of each dtype's unit roundoff: errors below it are equal (``liger_perf.accuracy``).
+ERROR_FLOOR = {"float64": 2.0 ** -55, "float32": 2.0 ** -26, "float16": 2.0 ** -13, "bfloat16": 2.0 ** -10}
+AccuracyKey = tuple[str, str, str]  # (dtype, config, output)
+
+
+def accuracy_ratios(result: TrialResult) -> dict[AccuracyKey, tuple[float, float, float]]:
+    """Per (dtype, options, output or gradient): ``(candidate's error, current best's, their ratio)``, each
+    error the geometric mean over the trial's shapes of the error against float64 (at least the dtype's
+    ``ERROR_FLOOR``). Above 1: the candidate is less accurate. Empty without both contenders' rows."""
+    errors: dict[tuple[AccuracyKey, str], list[float]] = {}
+    for r in result.accuracy_rows():
+        if r.error is not None and not math.isnan(r.error):
+            floor = ERROR_FLOOR.get(r.dtype, 0.0)
+            errors.setdefault(((r.dtype, r.config, r.output), r.contender), []).append(max(r.error, floor))
+    found = {}
+    for (key, contender), values in errors.items():
+        if contender == "candidate" and (key, "against") in errors:
+            mine, best = _geomean_inf(values), _geomean_inf(errors[(key, "against")])
+            found[key] = (mine, best, mine / best if best > 0 else math.inf)
+    return found
+
+
+def _geomean_inf(values: list[float]) -> float:
+    return math.inf if any(math.isinf(v) for v in values) else geomean(values)
+
+
 def _or(value: float | None, default: float) -> float:
     return default if value is None else value
 

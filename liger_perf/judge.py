@@ -13,7 +13,9 @@ interval too: rejected only when the whole interval lies above the limit (``max_
 from the baseline, the interval's low end times the accepted variants' ratio above
 ``max_cumulative_regression``). When only the point is above, the trial is inconclusive: possibly slower,
 never accepted, re-measured. A ratio without an interval (one repetition) is decided on its point, and peak
-memory (deterministic, no interval) on its ratio, as a regression.
+memory (deterministic, no interval) on its ratio, as a regression. So is accuracy: an output or gradient whose
+error against float64 (per dtype and options, on the inputs both contenders were given) grows by more than
+``max_accuracy_regression`` over the current best's is a regression; one that shrinks as much is reported.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from liger_perf.guardrails import Guardrails
-from liger_perf.history import geomean, measured_ratios
+from liger_perf.history import accuracy_ratios, geomean, measured_ratios
 from liger_perf.schema import NCU_DURATION, JudgedRatio, Key, TrialResult, Verdict, VerdictName
 
 
@@ -146,6 +148,16 @@ def judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[Ke
             reasons.append(f"{label}: {_pct(ratio * best_vs_baseline.get(key, 1.0))} more than the baseline "
                            f"through the accepted variants")
 
+    accuracy_limit = 1 + guardrails.max_accuracy_regression
+    better = []  # accuracy gained, reported beside the target
+    for (dtype, config, output), (mine, best, ratio) in accuracy_ratios(result).items():
+        label = f"accuracy of {output} {dtype}" + (f" [{config}]" if config else "")
+        if ratio > accuracy_limit:
+            reasons.append(f"{label}: error against float64 {ratio:.2f}x the current best's ({mine:.3g} vs "
+                           f"{best:.3g}; at most {guardrails.max_accuracy_regression:.0%} more allowed)")
+        elif ratio < 1 / accuracy_limit:
+            better.append(f"{label}: error against float64 {ratio:.2f}x the current best's ({mine:.3g} vs {best:.3g})")
+
     ratios = {**{k: v[0] for k, v in times.items()}, **memory}
     if guardrails.target == "memory":
         values = list(memory.values())
@@ -176,6 +188,6 @@ def judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[Ke
     if improved and interpreted:
         return Judgement("provisional", [target, INTERPRETER_ONLY], point, (low, high), ratios)
     if improved:
-        return Judgement("accepted", [target], point, (low, high), ratios)
+        return Judgement("accepted", [target, *better], point, (low, high), ratios)
     return Judgement("inconclusive", [f"{target}: the interval straddles 1, noise is larger than the effect; "
                                       "re-measure, never accept"], point, (low, high), ratios)

@@ -64,7 +64,7 @@ class WorkItem:
     case: Case
     inputs: str = "contiguous"  # or "padded" (a longer row stride), as the gate's probes lay them out
     cotangents: str = "contiguous"  # one of liger_perf.correctness.COTANGENT_LAYOUTS
-    origin: str = "bench"  # what needs it: "gate", "quick", "determinism", "convergence" or "bench"
+    origin: str = "bench"  # what needs it: "gate", "quick", "determinism", "convergence", "bench", "accuracy"
 
     def key(self) -> tuple:
         """What makes two items the same call (``origin`` does not)."""
@@ -111,6 +111,7 @@ def work_list(spec: KernelSpec, variants: Sequence[tuple[str | Path, str]], suit
     cases, precompiled when it will run (the quick and timing calls are compiled by then). Pure: the
     same arguments give the same list in every process. A variant whose knobs cannot be read (the gate will say why) gets the timing's cases only."""
     from liger_perf import correctness
+    from liger_perf.accuracy import accuracy_cases
     from liger_perf.convergence import runs
     from liger_perf.errors import UserError
     from liger_perf.variants import Variant
@@ -146,6 +147,8 @@ def work_list(spec: KernelSpec, variants: Sequence[tuple[str | Path, str]], suit
                     add(Case((), dtype, config), "convergence", pass_="convergence")
         for case in spec.cases(suite, "bench") if part != "rest" else []:
             add(case, "bench")
+        for case in accuracy_cases(spec, suite) if part != "rest" else []:  # the accuracy step's, after timing
+            add(case, "accuracy")
     unique = {}
     for item in items:
         unique.setdefault(item.key(), item)

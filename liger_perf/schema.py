@@ -142,6 +142,22 @@ class MemoryRow(_Record):
     peak_bytes: float | None = None  # forward + backward, above the inputs; None under the interpreter
 
 
+class AccuracyRow(_Record):
+    """One contender's error against the float64 reference, for one output or gradient at one case."""
+
+    shape: str
+    dtype: str
+    config: str = ""
+    output: str
+    contender: str
+    error: float | None = None  # ‖got − ref64‖ / ‖ref64‖; None where the reference is zero or not finite
+
+
+class Accuracy(_Record):
+    seed: int = 0
+    rows: list[AccuracyRow] = []
+
+
 class Memory(_Record):
     rows: list[MemoryRow] = []
     note: str = ""
@@ -302,6 +318,7 @@ class TrialResult(_Record):
     correctness: Correctness | None = None
     timing: Timing | None = None
     memory: Memory | None = None
+    accuracy: Accuracy | None = None
     ncu: Ncu | None = None
     screening: Screening | None = None
     peers_unavailable: dict[str, str] = {}
@@ -346,6 +363,10 @@ class TrialResult(_Record):
 
     def memory_rows(self) -> list[MemoryRow]:
         return self.memory.rows if self.memory else []
+
+    def accuracy_rows(self, contender: str | None = None) -> list[AccuracyRow]:
+        rows = self.accuracy.rows if self.accuracy else []
+        return [r for r in rows if contender is None or r.contender == contender]
 
     def launches(self, pass_name: str | None = None, contender: str = "candidate") -> list[NcuLaunch]:
         launches = self.ncu.launches if self.ncu else []

@@ -215,6 +215,9 @@ class Screen(Trial):
     def finish_gate(self) -> None:
         return
 
+    def accuracy(self) -> None:
+        return  # a screening only chooses which candidates get a full trial, which measures it
+
     def profile(self) -> None:
         self.data["ncu"] = {"status": "unavailable", "reason": "a screening is not profiled"}
 

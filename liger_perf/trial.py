@@ -317,6 +317,7 @@ class Trial:
         plan = dataclasses.replace(TimingPlan.default(self.device, self.request.repetitions),
                                    confidence=self.request.confidence)
         contenders = self.contenders()
+        self._timed = contenders  # the accuracy step measures the same loaded modules
         reference = "against" if "against" in contenders else "candidate"
         cases = self.spec.cases(self.device.suite, "bench")
         bandwidth = copy_bandwidth(self.device)
@@ -355,6 +356,34 @@ class Trial:
         else:
             _display(memory.pivot_table(index=["shape", "dtype"], columns="contender", values="peak_bytes",
                                         sort=False))
+
+    @_step("accuracy", "accuracy against float64")
+    def accuracy(self) -> None:
+        """Each contender's error against the float64 reference on the same inputs (``liger_perf.accuracy``):
+        the judge holds the candidate's to the current best's. torch.compile is left out (it would compile
+        again for every dtype and option set); eager and liger-kernel, where timed, are measured too."""
+        from liger_perf.accuracy import ACCURACY_SEED, accuracy_cases, measure
+
+        contenders = {name: copies[0] if isinstance(copies, (list, tuple)) else copies
+                      for name, copies in getattr(self, "_timed", {}).items() if name != "torch.compile"}
+        if not contenders:
+            return
+        cases = accuracy_cases(self.spec, self.device.suite)
+        done = iter(range(1, len(cases) + 1))
+        rows = measure(self.spec, contenders, self.device, cases,
+                       progress=lambda what: self.progress.report("accuracy", next(done, len(cases)), len(cases),
+                                                                  what))
+        self.data["accuracy"] = {"seed": ACCURACY_SEED, "rows": rows}
+        import pandas as pd
+
+        frame = pd.DataFrame(rows)
+        table = (frame.groupby(["dtype", "config", "output", "contender"], sort=False)["error"].max()
+                 .unstack("contender").reset_index())
+        _display(markdown="## Accuracy against float64\n\n‖result − float64 reference‖ / ‖reference‖ over each "
+                          "tensor, every contender on the same inputs and incoming gradients; the largest over "
+                          "the shapes. The judge compares the candidate's with the current best's (geometric "
+                          "mean over the shapes, per dtype, options and output).")
+        _display(table)
 
     @_step("profile", "NCU profile")
     def profile(self) -> None:

@@ -33,6 +33,12 @@ def test_bench_measures_best_beside_baseline_and_eager_and_writes_the_report(tmp
     report = (out / "bench.md").read_text()
     assert "geomean peer / best" in report and "baseline / best" in report and "Not measured: torch.compile" in report
     assert all((out / f"bench-{p}.png").stat().st_size > 1000 for p in ("forward", "backward", "full"))
+    # Accuracy: every contender but torch.compile on the same inputs; the knob changes no rounding.
+    accuracy = data["accuracy"]
+    assert {r["contender"] for r in accuracy} == {"best", "baseline", "eager"}
+    errors = {(r["shape"], r["dtype"], r["output"], r["contender"]): r["error"] for r in accuracy}
+    assert all(errors[k[:3] + ("best",)] == errors[k[:3] + ("baseline",)] for k in errors)
+    assert "## Accuracy against float64" in report and "best error / baseline's" in report
     assert not (out / ".bench.partial.json").exists()
 
 

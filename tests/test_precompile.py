@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from liger_perf import correctness
+from liger_perf.accuracy import accuracy_cases
 from liger_perf.device import Device
 from liger_perf.precompile import (INTERPRETED_REASON, WorkItem, child_environment, config_key, launch,
                                    precompile, shares, variant_source, work_list)
@@ -87,8 +88,10 @@ def test_work_list_covers_gate_and_timing_once(kernel):
     for g in correctness.quick_gate_cases(spec, gpu):
         assert _key(g.case, g.shape(spec), g.probe.inputs, g.probe.cotangents) in candidate
     bench = {_key(c, c.shape) for c in spec.cases("gpu", "bench")}
-    assert bench <= candidate
-    assert _case_keys(items, 1) == bench  # the current best is timed, not gated: the timing's cases only
+    accuracy = {_key(c, c.shape) for c in accuracy_cases(spec, "gpu")}
+    assert bench | accuracy <= candidate
+    # The current best is timed and measured for accuracy, not gated: those cases only.
+    assert _case_keys(items, 1) == bench | accuracy
     assert {i.origin for i in items if i.variant == 0} >= {"gate", "determinism", "convergence", "bench"}
 
     for n in (1, 3, 8):
@@ -119,8 +122,8 @@ def test_a_staged_trial_precompiles_its_quick_part_first_and_the_rest_only_for_t
     path = baseline_path(kernel)
     variants = _sources(path, path)
     every, quick, rest = (work_list(spec, variants, "gpu", timed_only=[1], part=p) for p in ("all", "quick", "rest"))
-    assert {i.origin for i in quick} == {"quick", "bench"}
-    assert "bench" not in {i.origin for i in rest} and "quick" not in {i.origin for i in rest}
+    assert {"quick", "bench"} <= {i.origin for i in quick} <= {"quick", "bench", "accuracy"}
+    assert not {i.origin for i in rest} & {"bench", "quick", "accuracy"}
     assert {i.origin for i in rest} >= {"gate", "determinism", "convergence"}
     assert all(i.variant == 0 for i in rest)  # the current best is only timed
     assert {i.key() for i in quick} | {i.key() for i in rest} == {i.key() for i in every}

@@ -28,7 +28,7 @@ def _staged(variant: Path, tmp_path: Path, **extra) -> TrialRequest:
 
 
 def _run_steps(trial) -> dict:
-    for step in ("load_variants", "precompile", "check", "time", "decide", "finish_gate", "profile"):
+    for step in ("load_variants", "precompile", "check", "time", "accuracy", "decide", "finish_gate", "profile"):
         getattr(trial, step)()
     return trial.result()
 
