@@ -89,12 +89,18 @@ def new_command(
 
     if (baseline is None) != (entry is None):
         raise UserError("--baseline and --entry go together: the module and the function in it to call")
+    from liger_perf.registry import kernel_names, kernel_origin
+
+    shadowed = name in kernel_names() and kernel_origin(name) == "built-in"
     written = scaffold_kernel(current().kernels, name, reference,
                               shapes=parse_shapes(shapes) if shapes else None,
                               dtypes=parse_dtypes(dtypes) if dtypes else None, baseline=baseline, entry=entry,
                               force=force)
     for path in written:
         console.print(f"wrote {path}", markup=False, highlight=False)
+    if shadowed:
+        console.print(f"note: in this workspace {name} is now this kernel, not the built-in one of that name",
+                      markup=False)
     console.print(f"next: `liger-perf check {name}`, then `liger-perf optimize {name}`", markup=False)
 
 

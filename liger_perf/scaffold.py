@@ -148,6 +148,12 @@ def load_reference(reference: str) -> Reference:
     finally:
         if sys.path and sys.path[0] == cwd:
             del sys.path[0]
+    local = Path(cwd, *module_name.split(".")).with_suffix(".py")
+    found = getattr(module, "__file__", None)
+    if local.is_file() and (found is None or Path(found).resolve() != local.resolve()):
+        raise UserError(f"--reference {reference}: {local.name} in this folder is hidden by the module "
+                        f"{module_name} of {'Python' if found is None else found}, imported first: rename "
+                        f"{local.name} (and the reference)")
     fn = getattr(module, func_name, None)
     if fn is None:
         defined = sorted(n for n, v in vars(module).items() if inspect.isfunction(v) and not n.startswith("_"))
