@@ -355,8 +355,10 @@ def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Equal bit for bit (NaN payloads included), where ``torch.equal`` calls NaN unequal to itself."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    return torch.equal(a.detach().reshape(-1).contiguous().view(torch.uint8),
-                       b.detach().reshape(-1).contiguous().view(torch.uint8))
+    # A copy with stride 1: contiguous() leaves a one-element tensor of another stride as it is, and a view as
+    # bytes needs stride 1.
+    return torch.equal(a.detach().reshape(-1).clone(memory_format=torch.contiguous_format).view(torch.uint8),
+                       b.detach().reshape(-1).clone(memory_format=torch.contiguous_format).view(torch.uint8))
 
 
 def _row(base: dict, output: str, against: str, verdict: dict[str, Any]) -> dict[str, Any]:

@@ -255,6 +255,8 @@ def test_scalar_outputs_and_integer_inputs_do_not_crash_the_layout_checks():
     from liger_perf.correctness import _bitwise_equal, _padded
 
     assert _bitwise_equal(torch.tensor(float("nan")), torch.tensor(float("nan")))
+    one = torch.zeros(2)[::2]  # one element of stride 2: contiguous() keeps its stride, a byte view needs 1
+    assert _bitwise_equal(one, one.clone()) and not _bitwise_equal(one, one + 1)
     index = torch.randperm(9)
     assert torch.equal(_padded(index, 3), index)
     assert _padded(torch.randn(9), 3).stride() == (2,)
