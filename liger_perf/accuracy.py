@@ -39,21 +39,26 @@ def accuracy_cases(spec: KernelSpec, suite: str) -> list[Case]:
             + [Case(shapes[0], d, c) for c in others for d in dtypes])
 
 
-def _error(got: torch.Tensor, exact: torch.Tensor) -> float:
-    """``‖got − exact‖ / ‖exact‖`` in float64; inf for a non-finite result where the reference is finite."""
+def _error(got: torch.Tensor, exact: torch.Tensor) -> dict[str, Any]:
+    """``{"error": ‖got − exact‖ / ‖exact‖ in float64, "nonfinite": bool}``: error None and nonfinite True for a
+    result that is not finite where the reference is (JSON has no infinity); error None alone where the reference
+    is zero or not finite (nothing to be relative to: not a measurement)."""
     exact = exact.detach().double()
     scale = float(torch.linalg.vector_norm(exact))
     if not math.isfinite(scale) or scale == 0.0:
-        return math.nan  # nothing to be relative to: not a measurement
+        return {"error": None, "nonfinite": False}
     diff = float(torch.linalg.vector_norm(got.detach().double() - exact))
-    return diff / scale if math.isfinite(diff) else math.inf
+    return {"error": diff / scale, "nonfinite": False} if math.isfinite(diff) else {"error": None, "nonfinite": True}
 
 
 def measure(spec: KernelSpec, contenders: Mapping[str, Callable], device: Device, cases: list[Case],
-            seed: int = ACCURACY_SEED, progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """Rows ``{shape, dtype, config, output, contender, error}``: each contender's error against float64 on
-    each case, every contender on the same inputs and incoming gradients. ``contenders``: forwards
-    (``spec.variant_forward(module)``)."""
+            seed: int = ACCURACY_SEED, progress: Callable[[str], None] | None = None,
+            own: tuple[str, ...] = ("candidate", "best")) -> list[dict[str, Any]]:
+    """Rows ``{shape, dtype, config, output, contender, error, nonfinite, reduction, raised}``: each
+    contender's error against float64 on each case, every contender on the same inputs and incoming gradients
+    (``reduction``: the output is a sum over rows, ``spec.row_reductions``). ``contenders``: forwards
+    (``spec.variant_forward(module)``). A contender named in ``own`` that raises ends the measurement (it is the
+    one measured); another one (the current best, a peer on a case it never ran) is recorded as having raised."""
     names = (*spec.outputs, *spec.gradient_names())
     rows = []
     for case in cases:
@@ -71,12 +76,21 @@ def measure(spec: KernelSpec, contenders: Mapping[str, Callable], device: Device
         base = {"shape": shape_label(case.shape), "dtype": dtype_name(case.dtype), "config": case.config_label()}
         for contender, forward in contenders.items():
             leaves = {k: t.detach().clone().requires_grad_(k in spec.differentiable) for k, t in inputs.items()}
-            outputs = _as_tuple(forward(leaves, case.config))
-            grads = torch.autograd.grad(outputs, [leaves[n] for n in spec.differentiable],
-                                        [c.clone() for c in cotangents])
-            device.synchronize()
+            try:
+                outputs = _as_tuple(forward(leaves, case.config))
+                grads = torch.autograd.grad(outputs, [leaves[n] for n in spec.differentiable],
+                                            [c.clone() for c in cotangents])
+                device.synchronize()
+            except Exception as e:
+                if contender in own:
+                    raise
+                rows += [{**base, "output": name, "contender": contender, "error": None, "nonfinite": False,
+                          "reduction": name in spec.row_reductions, "raised": f"{type(e).__name__}: {e}"[:300]}
+                         for name in names]
+                continue
             for name, got in zip(names, (*outputs, *grads)):
-                rows.append({**base, "output": name, "contender": contender, "error": _error(got, exact[name])})
+                rows.append({**base, "output": name, "contender": contender, **_error(got, exact[name]),
+                             "reduction": name in spec.row_reductions, "raised": ""})
             del leaves, outputs, grads
         del exact, inputs
     return rows

@@ -178,23 +178,36 @@ AccuracyKey = tuple[str, str, str]  # (dtype, config, output)
 
 def accuracy_ratios(result: TrialResult) -> dict[AccuracyKey, tuple[float, float, float]]:
     """Per (dtype, options, output or gradient): ``(candidate's error, current best's, their ratio)``, each
-    error the geometric mean over the trial's shapes of the error against float64 (at least the dtype's
-    ``ERROR_FLOOR``). Above 1: the candidate is less accurate. Empty without both contenders' rows."""
-    errors: dict[tuple[AccuracyKey, str], list[float]] = {}
+    the geometric mean, over the shapes where both were measured, of the error against float64 (at least the
+    dtype's ``ERROR_FLOOR``). Above 1: the candidate is less accurate; inf where the candidate's result was not
+    finite where the reference and the best's were. Empty without both contenders' rows."""
+    paired: dict[AccuracyKey, dict[str, dict[str, object]]] = {}
     for r in result.accuracy_rows():
-        if r.error is not None and not math.isnan(r.error):
-            floor = ERROR_FLOOR.get(r.dtype, 0.0)
-            errors.setdefault(((r.dtype, r.config, r.output), r.contender), []).append(max(r.error, floor))
+        if r.contender in ("candidate", "against"):
+            paired.setdefault((r.dtype, r.config, r.output), {}).setdefault(r.shape, {})[r.contender] = r
     found = {}
-    for (key, contender), values in errors.items():
-        if contender == "candidate" and (key, "against") in errors:
-            mine, best = _geomean_inf(values), _geomean_inf(errors[(key, "against")])
-            found[key] = (mine, best, mine / best if best > 0 else math.inf)
+    for key, shapes in paired.items():
+        floor = ERROR_FLOOR.get(key[0], 0.0) or 1e-300  # an exact 0 is as good as any: never log(0)
+        mine, best, broken = [], [], False
+        for rows in shapes.values():
+            cand, against = rows.get("candidate"), rows.get("against")
+            if cand is None or against is None or against.error is None:
+                continue  # the best raised, or nothing to be relative to: no comparison at this shape
+            if cand.nonfinite:
+                broken = True
+            elif cand.error is not None:
+                mine.append(max(cand.error, floor))
+                best.append(max(against.error, floor))
+        if broken:
+            found[key] = (math.inf, geomean(best) if best else math.nan, math.inf)
+        elif mine:
+            found[key] = (geomean(mine), geomean(best), geomean(mine) / geomean(best))
     return found
 
 
-def _geomean_inf(values: list[float]) -> float:
-    return math.inf if any(math.isinf(v) for v in values) else geomean(values)
+def accuracy_reductions(result: TrialResult) -> set[AccuracyKey]:
+    """The keys of ``accuracy_ratios`` whose output is a sum over rows (its error moves with the order of a sum)."""
+    return {(r.dtype, r.config, r.output) for r in result.accuracy_rows() if r.reduction}
 
 
 def _or(value: float | None, default: float) -> float:

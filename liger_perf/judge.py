@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from liger_perf.guardrails import Guardrails
-from liger_perf.history import accuracy_ratios, geomean, measured_ratios
+from liger_perf.history import accuracy_ratios, accuracy_reductions, geomean, measured_ratios
 from liger_perf.schema import NCU_DURATION, JudgedRatio, Key, TrialResult, Verdict, VerdictName
 
 
@@ -36,6 +36,13 @@ NCU_AGREEMENT = (0.8, 2.0)
 
 INTERPRETER_ONLY = ("provisional, never accepted: its correctness gate ran under the Triton interpreter, which runs "
                     "programs one at a time (no race shows) and rounds bfloat16 as no GPU does; a GPU trial decides")
+
+
+#: A sum over rows (dW) summed in another order moves its float32 error by about ±12 %: the best against the
+#: baseline on the H200, 0.888-0.946 (reports/accuracy/0000-best-vs-baseline.ipynb), 1.06-1.13 the other way
+#: round. Its guard allows this much at least: it is there for a rounding more (a half-precision accumulator
+#: moves the error tenfold), not for the order of a sum.
+SUM_ORDER_SLACK = 0.25
 
 
 NO_FULL_GATE = ("never accepted without the full correctness gate, which this trial did not run (its own provisional "
@@ -148,14 +155,21 @@ def judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[Ke
             reasons.append(f"{label}: {_pct(ratio * best_vs_baseline.get(key, 1.0))} more than the baseline "
                            f"through the accepted variants")
 
-    accuracy_limit = 1 + guardrails.max_accuracy_regression
     better = []  # accuracy gained, reported beside the target
-    for (dtype, config, output), (mine, best, ratio) in accuracy_ratios(result).items():
+    reductions = accuracy_reductions(result)
+    for key, (mine, best, ratio) in accuracy_ratios(result).items():
+        dtype, config, output = key
         label = f"accuracy of {output} {dtype}" + (f" [{config}]" if config else "")
-        if ratio > accuracy_limit:
+        allowed = guardrails.max_accuracy_regression
+        if key in reductions:
+            allowed = max(allowed, SUM_ORDER_SLACK)
+        if math.isinf(ratio):
+            reasons.append(f"{label}: results that are not finite where the float64 reference and the current "
+                           "best's are")
+        elif ratio > 1 + allowed:
             reasons.append(f"{label}: error against float64 {ratio:.2f}x the current best's ({mine:.3g} vs "
-                           f"{best:.3g}; at most {guardrails.max_accuracy_regression:.0%} more allowed)")
-        elif ratio < 1 / accuracy_limit:
+                           f"{best:.3g}; at most {allowed:.0%} more allowed)")
+        elif ratio < 1 / (1 + allowed):
             better.append(f"{label}: error against float64 {ratio:.2f}x the current best's ({mine:.3g} vs {best:.3g})")
 
     ratios = {**{k: v[0] for k, v in times.items()}, **memory}

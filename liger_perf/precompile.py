@@ -51,7 +51,7 @@ ERROR_CHARS = 300
 #: The line a child prints last: ``{"precompile": {...}}``.
 REPORT_KEY = "precompile"
 INTERPRETED_REASON = "the Triton interpreter compiles nothing"
-PARTS = ("all", "quick", "rest")  # which of a trial's calls: see ``work_list``
+PARTS = ("all", "quick", "rest", "screen")  # which of a trial's calls: see ``work_list``
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,9 +106,10 @@ def work_list(spec: KernelSpec, variants: Sequence[tuple[str | Path, str]], suit
 
     ``variants``: (path, source) of each variant, in order (an item names its variant by index); ``suite``:
     ``device.suite`` ("gpu" or "interpret"); ``timed_only``: indices of variants the trial times but does not
-    gate (the current best): the timing's cases only. ``part`` (``PARTS``): "all"; "quick", the quick gate's and
-    the timing's cases (a staged trial, a screening: the full gate may never run); "rest", the full gate's own
-    cases, precompiled when it will run (the quick and timing calls are compiled by then). Pure: the
+    gate (the current best): the timing's and the accuracy step's cases only. ``part`` (``PARTS``): "all";
+    "quick", the quick gate's, the timing's and the accuracy step's cases (a staged trial: the full gate may never
+    run); "screen", the quick gate's and the timing's (a screening measures no accuracy); "rest", the full gate's
+    own cases, precompiled when it will run (the others are compiled by then). Pure: the
     same arguments give the same list in every process. A variant whose knobs cannot be read (the gate will say why) gets the timing's cases only."""
     from liger_perf import correctness
     from liger_perf.accuracy import accuracy_cases
@@ -128,7 +129,7 @@ def work_list(spec: KernelSpec, variants: Sequence[tuple[str | Path, str]], suit
         if index not in timed_only:
             try:
                 gated = (correctness.gate_cases(spec, Variant(Path(path), source, None), device)
-                         if part != "quick" else [])
+                         if part in ("all", "rest") else [])
             except UserError:  # unreadable knobs: the gate fails the variant itself
                 gated = []
             gated += correctness.quick_gate_cases(spec, device) if part != "rest" else []
@@ -137,17 +138,17 @@ def work_list(spec: KernelSpec, variants: Sequence[tuple[str | Path, str]], suit
                     continue
                 add(Case(g.shape(spec), g.case.dtype, g.case.config), "gate" if g.kind != "quick" else "quick",
                     g.probe.inputs, g.probe.cotangents)
-            if part != "quick" and not device.interpreted:  # determinism_rows: the widest-grid check shape
+            if part in ("all", "rest") and not device.interpreted:  # determinism_rows: the widest-grid check shape
                 widest = max((tuple(s) for s in spec.check_shapes[suite]), key=lambda s: s[0])
                 for config in spec.check_configs:
                     for dtype in spec.dtypes[suite]:
                         add(Case(widest, dtype, dict(config)), "determinism")
-            if convergence and part != "quick":
+            if convergence and part in ("all", "rest"):
                 for config, dtype in runs(spec, device):
                     add(Case((), dtype, config), "convergence", pass_="convergence")
         for case in spec.cases(suite, "bench") if part != "rest" else []:
             add(case, "bench")
-        for case in accuracy_cases(spec, suite) if part != "rest" else []:  # the accuracy step's, after timing
+        for case in accuracy_cases(spec, suite) if part in ("all", "quick") else []:  # a full trial's, not a screening's
             add(case, "accuracy")
     unique = {}
     for item in items:

@@ -150,7 +150,10 @@ class AccuracyRow(_Record):
     config: str = ""
     output: str
     contender: str
-    error: float | None = None  # ‖got − ref64‖ / ‖ref64‖; None where the reference is zero or not finite
+    error: float | None = None  # ‖got − ref64‖ / ‖ref64‖; None where it is not a number (see below)
+    nonfinite: bool = False  # the result was not finite where the reference is
+    reduction: bool = False  # a sum over rows (``KernelSpec.row_reductions``): its order moves the error
+    raised: str = ""  # the contender raised on this case (the current best or a peer; never the candidate)
 
 
 class Accuracy(_Record):

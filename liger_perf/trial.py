@@ -173,8 +173,9 @@ class Trial:
             paths = [p for p in (self.request.variant, self.request.against) if p]
         # A staged trial or a screening needs the quick gate's cases and the timing's; the full gate's own are
         # compiled (in parallel again) only when it will run.
-        staged = self.request.gate == "staged" or self.data["kind"] == "screening"
-        self._precompile(paths, gated, "quick" if staged else "all")
+        staged = self.request.gate == "staged"
+        self._precompile(paths, gated, "screen" if self.data["kind"] == "screening" else
+                         "quick" if staged else "all")
 
     def _precompile(self, paths: list[str], gated: list[str], part: str) -> None:
         from liger_perf.precompile import precompile

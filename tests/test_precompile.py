@@ -124,6 +124,10 @@ def test_a_staged_trial_precompiles_its_quick_part_first_and_the_rest_only_for_t
     every, quick, rest = (work_list(spec, variants, "gpu", timed_only=[1], part=p) for p in ("all", "quick", "rest"))
     assert {"quick", "bench"} <= {i.origin for i in quick} <= {"quick", "bench", "accuracy"}
     assert not {i.origin for i in rest} & {"bench", "quick", "accuracy"}
+    # A screening's: the quick gate and the timing, no accuracy cases (it measures none).
+    screen = work_list(spec, variants, "gpu", timed_only=[1], part="screen")
+    assert {i.origin for i in screen} == {"quick", "bench"} and not any(i.origin == "accuracy" for i in screen)
+    assert {i.key() for i in screen} <= {i.key() for i in quick}
     assert {i.origin for i in rest} >= {"gate", "determinism", "convergence"}
     assert all(i.variant == 0 for i in rest)  # the current best is only timed
     assert {i.key() for i in quick} | {i.key() for i in rest} == {i.key() for i in every}
