@@ -8,7 +8,6 @@ is corrupt, half-written or of another format is skipped with a one-line warning
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -142,13 +141,6 @@ def history_frame(kernel: str, root: Path | None = None, trials: list[TrialResul
         frame[column] = measurements[column].to_numpy()
     frame["value"] = pd.to_numeric(frame["value"], errors="coerce")
     return frame[COLUMNS]
-
-
-def trials_frame(trials: list[TrialResult]) -> pd.DataFrame:
-    """One row per trial: its parameters, status and verdict."""
-    return pd.DataFrame([{**_trial_columns(t), "reason": t.reason,
-                          "changes": json.dumps(t.changes) if t.changes else ""} for t in trials],
-                        columns=TRIAL_COLUMNS + ["reason", "changes"])
 
 
 # -- queries of the history: the accepted chain, its ratios, the module a trial ran ----------------------------

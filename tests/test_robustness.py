@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from liger_perf import record
-from liger_perf.history import history_frame, load_trials, trials_frame
+from liger_perf.history import history_frame, load_trials
 from liger_perf.report import variant_diff, write_report
 
 from broken_variants import ROOT
@@ -48,7 +48,9 @@ CONTENTS = (st.binary(max_size=200)
 def _read_everything(root: Path) -> list:
     trials = load_trials(KERNEL, root)
     history_frame(KERNEL, root, trials)
-    trials_frame(trials)
+    from liger_perf.cli import history_table
+
+    history_table(KERNEL, "interpret", trials)  # the history command's table
     with tempfile.TemporaryDirectory() as out:
         write_report(KERNEL, trials, Path(out))
     variant_diff(KERNEL, None)
