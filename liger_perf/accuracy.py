@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from liger_perf.device import Device
+from liger_perf.passes import as_tuple
 from liger_perf.spec import Case, KernelSpec, dtype_name, shape_label
 
 ACCURACY_SEED = 20261201
@@ -67,7 +68,7 @@ def measure(spec: KernelSpec, contenders: Mapping[str, Callable], device: Device
         generator = torch.Generator().manual_seed(seed)
         inputs = spec.make_inputs(case.shape, case.dtype, device.torch_device, generator, case.config)
         wide = {k: t.detach().double().requires_grad_(k in spec.differentiable) for k, t in inputs.items()}
-        out64 = _as_tuple(spec.reference_forward()(wide, case.config))
+        out64 = as_tuple(spec.reference_forward()(wide, case.config))
         cotangents = spec.grad_outputs(tuple(o.detach().to(case.dtype) for o in out64), generator)
         grads64 = torch.autograd.grad(out64, [wide[n] for n in spec.differentiable],
                                       [c.double() for c in cotangents])
@@ -77,7 +78,7 @@ def measure(spec: KernelSpec, contenders: Mapping[str, Callable], device: Device
         for contender, forward in contenders.items():
             leaves = {k: t.detach().clone().requires_grad_(k in spec.differentiable) for k, t in inputs.items()}
             try:
-                outputs = _as_tuple(forward(leaves, case.config))
+                outputs = as_tuple(forward(leaves, case.config))
                 grads = torch.autograd.grad(outputs, [leaves[n] for n in spec.differentiable],
                                             [c.clone() for c in cotangents])
                 device.synchronize()
@@ -94,7 +95,3 @@ def measure(spec: KernelSpec, contenders: Mapping[str, Callable], device: Device
             del leaves, outputs, grads
         del exact, inputs
     return rows
-
-
-def _as_tuple(outputs) -> tuple:
-    return tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)

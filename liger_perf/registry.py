@@ -28,7 +28,7 @@ from liger_perf.workspace import KERNELS_ENV
 
 def kernel_folders() -> list[tuple[Path, str]]:
     """``(folder, origin)`` of every kernels folder, in search order; a folder named twice counts once."""
-    stated = [(Path(os.path.abspath(Path(p).expanduser())), KERNELS_ENV)
+    stated = [(workspace.absolute_path(p), KERNELS_ENV)
               for p in os.environ.get(KERNELS_ENV, "").split(os.pathsep) if p]
     builtin = workspace.builtin_kernels()
     found: dict[Path, tuple[Path, str]] = {}

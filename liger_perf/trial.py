@@ -364,8 +364,9 @@ class Trial:
         the judge holds the candidate's to the current best's. torch.compile is left out (it would compile
         again for every dtype and option set); eager and liger-kernel, where timed, are measured too."""
         from liger_perf.accuracy import ACCURACY_SEED, accuracy_cases, measure
+        from liger_perf.timing import instances
 
-        contenders = {name: copies[0] if isinstance(copies, (list, tuple)) else copies
+        contenders = {name: instances(copies)[0]
                       for name, copies in getattr(self, "_timed", {}).items() if name != "torch.compile"}
         if not contenders:
             return

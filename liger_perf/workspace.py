@@ -43,11 +43,11 @@ class Workspace:
 
     @property
     def notebooks(self) -> Path:
-        return _absolute(os.environ.get(NOTEBOOKS_ENV) or self.root / "notebooks")
+        return absolute_path(os.environ.get(NOTEBOOKS_ENV) or self.root / "notebooks")
 
     @property
     def reports(self) -> Path:
-        return _absolute(os.environ.get(REPORTS_ENV) or self.root / "reports")
+        return absolute_path(os.environ.get(REPORTS_ENV) or self.root / "reports")
 
     @property
     def guardrails(self) -> Path | None:
@@ -69,8 +69,8 @@ def find_workspace(start: Path | None = None) -> Workspace:
     """The workspace of a process started in ``start`` (default: the current folder); see the module's doc."""
     stated = os.environ.get(WORKSPACE_ENV)
     if stated:
-        return Workspace(_absolute(stated))
-    here = _absolute(start or Path.cwd())
+        return Workspace(absolute_path(stated))
+    here = absolute_path(start or Path.cwd())
     for folder in (here, *here.parents):
         if (folder / MARKER).is_file():
             return Workspace(folder)
@@ -81,7 +81,7 @@ def current() -> Workspace:
     return find_workspace()
 
 
-def _absolute(path: str | Path) -> Path:
+def absolute_path(path: str | Path) -> Path:
     """``path`` absolute and without ``..`` (a child process in a sandbox may not see the folder it passes
     through), links kept (a home on another disk works as written)."""
     return Path(os.path.abspath(Path(path).expanduser()))
@@ -93,7 +93,7 @@ def use(root: Path, create: bool = False) -> Workspace:
     ``create``: ``root`` may not exist yet (``init``)."""
     from liger_perf.errors import UserError
 
-    root = _absolute(root)
+    root = absolute_path(root)
     if root.exists() and not root.is_dir():
         raise UserError(f"--workspace {root}: a file, not a folder; give a folder (liger-perf init makes one)")
     if not root.exists() and not create:
@@ -101,9 +101,9 @@ def use(root: Path, create: bool = False) -> Workspace:
     os.environ[WORKSPACE_ENV] = str(root)
     for name in (NOTEBOOKS_ENV, REPORTS_ENV):
         if os.environ.get(name):
-            os.environ[name] = str(_absolute(os.environ[name]))
+            os.environ[name] = str(absolute_path(os.environ[name]))
     if os.environ.get(KERNELS_ENV):
-        os.environ[KERNELS_ENV] = os.pathsep.join(str(_absolute(p)) for p in os.environ[KERNELS_ENV].split(
+        os.environ[KERNELS_ENV] = os.pathsep.join(str(absolute_path(p)) for p in os.environ[KERNELS_ENV].split(
             os.pathsep) if p)
     return Workspace(root)
 
