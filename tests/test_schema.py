@@ -14,8 +14,12 @@ COMMITTED = sorted((ROOT / "notebooks").glob("*/*/[0-9][0-9][0-9][0-9]-*.ipynb")
 
 
 def _raw(nb, tag, mime):
+    """The tagged cell's output of ``mime`` as JSON, wherever it stands among the cell's outputs (a screening's
+    result cell displays its table before it)."""
     cell = next((c for c in nb.cells if tag in c.metadata.get("tags", [])), None)
-    return cell.outputs[0]["data"][mime] if cell is not None and cell.outputs else None
+    found = [o["data"][mime] for o in (cell.outputs if cell is not None else []) if mime in o.get("data", {})]
+    assert len(found) <= 1, f"{len(found)} {mime} outputs in the {tag} cell"
+    return found[0] if found else None
 
 
 def _assert_kept(raw, typed, where=""):
