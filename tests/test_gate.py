@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from liger_perf.correctness import PoisonAllocations, check_variant, compare
+from liger_perf.correctness import PoisonAllocations, _at_least_as_exact, check_variant, compare
 from liger_perf.registry import baseline_path, get_spec
 from liger_perf.spec import Tolerance
 from liger_perf.variants import load_variant
@@ -139,6 +139,32 @@ def test_compare_wants_special_values_where_pytorch_has_them_and_nowhere_else():
     assert compare(torch.tensor([1.0, 2.0, 3.5, -4.0]), ref, tol, exact=exact)["verdict"] == "FAIL"
     nan_input = (torch.tensor([1.0, nan, 3.0, -4.0], dtype=torch.float64), tight)
     assert compare(torch.tensor([1.0, 2.0, 3.0, -4.0]), ref, tol, exact=nan_input)["verdict"] == "FAIL"
+
+
+def test_a_gradient_nearer_float64_than_autograd_passes_and_one_further_away_does_not():
+    """The rounded-once rule (``_at_least_as_exact``): a float16 gradient beyond autograd's same-dtype tolerance
+    passes when it is no further from the float64 gradient than autograd's (plus the same-dtype norm
+    tolerance); a wrong scale of 0.2 % does not, nor an unexpected NaN, nor the wrong dtype."""
+    generator = torch.Generator().manual_seed(0)
+    exact64 = torch.randn(4096, generator=generator, dtype=torch.float64)
+    autograd = (exact64.half().double() * (1 + 5e-4 * torch.randn(4096, generator=generator, dtype=torch.float64))
+                ).half()  # rounded at several steps: about an ulp off
+    once = exact64.half()  # rounded once: the nearest float16
+    same = Tolerance(atol=1e-4, rtol=1e-4, norm=1e-4)
+    wide = Tolerance(atol=2e-2, rtol=2e-2, norm=1e-2)
+
+    def judged(out):
+        verdict = compare(out, autograd, same, check_dtype=True)
+        return _at_least_as_exact(verdict, out, autograd, exact64, same, wide)
+
+    assert compare(once, autograd, same)["verdict"] == "FAIL"  # beyond the same-dtype tolerance
+    verdict = judged(once)
+    assert verdict["verdict"] == "pass" and "as close to the float64 gradient" in verdict["reason"]
+    assert judged((once.double() * 1.002).half())["verdict"] == "FAIL"  # a wrong scale, within float64's tolerance
+    assert judged(once.float())["verdict"] == "FAIL"  # the dtype contract still holds
+    with_nan = once.clone()
+    with_nan[7] = float("nan")  # a special value autograd does not have: never reconsidered
+    assert judged(with_nan)["verdict"] == "FAIL"
 
 
 def test_tolerance_used_says_how_close_a_pass_came():
