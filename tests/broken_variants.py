@@ -120,6 +120,13 @@ BROKEN = (
          ("                tl.store(RSTD + row64, rstd)\n                for start in range(0, n_cols, BLOCK_SIZE):",
           "                tl.store(RSTD + row64, rstd)\n"
           "                for start in range(0, n_cols - BLOCK_SIZE + 1, BLOCK_SIZE):"))),
+    BrokenVariant(
+        "fused_add_rms_norm", "fused_dw_counters_never_reset",
+        "the in-launch dW reduction leaves its ticket counters where the launch left them, so the next backward "
+        "never sees a last ticket and returns dW unwritten", "dW",
+        (('    "bwd_fused_dw_max_cols": 0,', '    "bwd_fused_dw_max_cols": 32768,'),
+         ("        tl.atomic_xchg(COUNTERS + 1 + group, 0)\n", ""),
+         ("            tl.atomic_xchg(COUNTERS, 0)\n", ""))),
     # -- what only a GPU shows --------------------------------------------------------------------------------
     BrokenVariant(
         "fused_add_rms_norm", "forward_offsets_in_32_bits",

@@ -44,6 +44,14 @@ ALGORITHMS = {
     "row_tiles": ({"bwd_tile_elements": 512, "bwd_num_warps": "auto", "dw_reduction": "triton", "num_stages": 2,
                    "fwd_rows_per_program": 2},
                   {"bwd_chunk_mode": 0, "bwd_tile_rows": 4, "bwd_BLOCK_SIZE": 128}),
+    # The dW reduction inside the launch, with two rows per program: several groups, so both levels run.
+    "fused_dw_reduction": ({"bwd_fused_dw_max_cols": 1024, "bwd_rows_per_program": 2, "bwd_elements_per_thread": 4},
+                           {"bwd_chunk_mode": 0, "bwd_tile_rows": 1, "bwd_num_warps": 1}),
+    "fused_dw_per_row_chunks": ({"bwd_fused_dw_max_cols": 1024, "bwd_column_chunked": "per_row", "BLOCK_SIZE": 64},
+                                {"bwd_chunk_mode": 1, "bwd_BLOCK_SIZE": 64}),
+    # Gradients rounded where autograd rounds them (the baseline rounds them once).
+    "gradients_rounded_as_autograd": ({"bwd_grad_rounding": "autograd", "bwd_tile_elements": 512},
+                                      {"bwd_chunk_mode": 0, "bwd_tile_rows": 4}),
 }
 
 
@@ -84,3 +92,34 @@ def test_the_baseline_takes_the_one_row_unchunked_path():
     assert settings["bwd_chunk_mode"] == 0 and settings["bwd_tile_rows"] == 1
     assert settings["BLOCK_SIZE"] == settings["bwd_BLOCK_SIZE"] == 8192
     assert settings["num_warps"] == settings["bwd_num_warps"] == 16
+
+
+def test_the_fused_dw_reduction_is_deterministic_and_leaves_its_counters_at_zero(tmp_path, interpret_device):
+    """Two backward passes give bitwise the same dW, equal to the separate reduction's to float32 rounding, and
+    each launch hands its ticket counters back at zero (else the next launch never finds its last ticket)."""
+    import torch
+
+    spec = get_spec("fused_add_rms_norm")
+    source = baseline_path(spec.name).read_text()
+    dws = {}
+    for name, knobs in {"fused": {"bwd_fused_dw_max_cols": 1024, "bwd_rows_per_program": 2},
+                        "separate": {"bwd_rows_per_program": 2, "dw_reduction": "triton"}}.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(with_knobs(source, knobs))
+        module = load_variant(path, spec).module
+        generator = torch.Generator().manual_seed(3)
+        X, R = torch.randn(37, 100, generator=generator), torch.randn(37, 100, generator=generator)
+        W = torch.randn(100, generator=generator, requires_grad=True)
+        dY = torch.randn(37, 100, generator=generator)
+        runs = []
+        for _ in range(2):
+            W.grad = None
+            Y, S = module.fused_add_rms_norm(X, R, W)
+            Y.backward(dY)
+            runs.append(W.grad.clone())
+            assert all(int(c.abs().sum()) == 0 for c in module._TICKET_COUNTERS.values())
+        assert torch.equal(runs[0], runs[1])
+        assert bool(module._TICKET_COUNTERS) == (name == "fused")  # the in-launch path was taken, or not
+        dws[name] = runs[0]
+    assert dws["fused"].abs().sum() > 0
+    torch.testing.assert_close(dws["fused"], dws["separate"], rtol=1e-5, atol=1e-5)
