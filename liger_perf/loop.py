@@ -239,7 +239,8 @@ class OptimizeLoop:
                                                  best.variant.source,
                                                  pending=[source_hash(s.source) for s in [*steps, *proposed]],
                                                  pending_notes=[f"{s.name}: {s.hypothesis}"[:300]
-                                                                for s in [*steps, *proposed]]))
+                                                                for s in [*steps, *proposed]],
+                                                 baseline_source=self.baseline_file.read_text()))
             if isinstance(step, Stop):
                 stop = step
                 break

@@ -66,6 +66,21 @@ class Remedy:
 
 
 @dataclass(frozen=True)
+class Footprint:
+    """What one kernel launch asks of the GPU, as the kernel author estimates it for given knobs.
+
+    ``threads``: per block (warps x 32); ``shared_bytes``: shared memory per block (software-pipelining buffers,
+    reduction scratch); ``registers``: an estimate of the registers per thread the live values need, or None;
+    ``elements``: the largest block-level tensor, in elements."""
+
+    kernel: str
+    threads: int
+    shared_bytes: int = 0
+    registers: int | None = None
+    elements: int = 0
+
+
+@dataclass(frozen=True)
 class Case:
     """One point of a check or a benchmark: a shape, a dtype and the kernel's options."""
 
@@ -120,8 +135,9 @@ class KernelSpec(ABC):
     bench_config: Mapping[str, Any] = {}
     tolerances: Mapping[torch.dtype, Tolerances]
     #: Kernel knowledge for the rules proposer: per pass, per diagnosis (``spills``,
-    #: ``register_limited_occupancy``, ``low_achieved_occupancy``, ``under_one_wave``, ``memory_latency``), the
-    #: knob changes worth trying, best first; ``explore`` lists moves to try when no diagnosis is left.
+    #: ``register_limited_occupancy``, ``low_achieved_occupancy``, ``under_one_wave``, ``memory_latency``,
+    #: ``extra_launches``), the knob changes worth trying, best first; ``explore`` lists moves to try when no
+    #: diagnosis is left.
     remedies: Mapping[str, Mapping[str, Sequence[Remedy]]] = {}
 
     @abstractmethod
@@ -155,6 +171,13 @@ class KernelSpec(ABC):
 
         Built from ``generator`` alone, so two calls with equally seeded generators give the same model and data.
         """
+
+    def launch_footprints(self, knobs: Mapping[str, Any], pass_name: str, shape: Shape,
+                          dtype: torch.dtype) -> list[Footprint]:
+        """The launches ``pass_name`` makes at ``shape`` and ``dtype`` with the variant's ``knobs`` (read from its
+        source, never imported), for the rules proposer's launch model (``liger_perf.proposers.resources``).
+        Empty (the default): no model, nothing is ruled out."""
+        return []
 
     def upstream_forward(self) -> ForwardFn | None:
         """The upstream ``liger-kernel`` implementation, a peer to compare against; None when that package (an

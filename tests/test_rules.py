@@ -7,6 +7,7 @@ from liger_perf.proposers import Context, Proposal, Stop
 from liger_perf.proposers.rules import RulesProposer, diagnose, knob_pass
 from liger_perf.registry import baseline_path, get_spec
 from liger_perf.schema import Ncu
+from liger_perf.spec import Remedy
 from liger_perf.variants import read_knobs, source_hash, with_knobs
 
 from broken_variants import ROOT
@@ -219,3 +220,77 @@ def test_the_diagnosis_sets_which_way_a_knob_moves_first():
     assert new > old and choices["bwd_num_warps"].index(new) == choices["bwd_num_warps"].index(old) + 1
     old, new = first["bwd_tile_elements"]
     assert new < old and choices["bwd_tile_elements"].index(new) == choices["bwd_tile_elements"].index(old) - 1
+
+
+# -- the launch model, extra launches, and knob settings the history ran on an older baseline --------------------
+
+def _recorded(kernel, trial_id):
+    return next(t for t in _recorded_trials(kernel) if t.trial_id == trial_id)
+
+
+def _on_todays_baseline(trial):
+    """The recorded trial's knobs written onto today's baseline (knobs it lacks at today's defaults)."""
+    return with_knobs(baseline_path(trial.kernel).read_text(), dict(trial.variant.knobs))
+
+
+def test_the_launch_model_foresees_trial_0008_s_shared_memory_failure_and_0017_s_spills():
+    """Trial 0008 crashed on the H200 (OutOfResources: 393288 bytes of shared memory > 232448); trial 0017
+    spilled at 2048x16384 and nowhere else. The spec's launch model says both before anything runs."""
+    import torch
+
+    from liger_perf.proposers.resources import launch_problem, limits_for, spilling_shapes
+
+    spec = get_spec("fused_add_rms_norm")
+    crashed, best = _recorded("fused_add_rms_norm", 8), _recorded("fused_add_rms_norm", 17)
+    assert crashed.status == "crashed" and "shared memory" in crashed.reason
+    limits = limits_for(best.fingerprint.compute_capability)
+    shapes, dtypes = spec.suites["gpu"], [torch.float32, torch.bfloat16]
+    assert crashed.variant.knobs is None  # it crashed before they were read: its best's, and its change
+    crashed_knobs, _ = read_knobs(with_knobs(_on_todays_baseline(_recorded("fused_add_rms_norm", 6)),
+                                             crashed.changes))
+    problem = launch_problem(spec, crashed_knobs, ["backward"], shapes, dtypes, limits)
+    assert problem and "shared memory" in problem and "2048x16384 float32" in problem
+    best_knobs, _ = read_knobs(_on_todays_baseline(best))
+    assert launch_problem(spec, best_knobs, ["forward", "backward"], shapes, dtypes, limits) is None
+    recorded_spills = {f"{launch.shape} {launch.dtype}" for launch in best.launches("backward")
+                       if (launch.metrics.get("l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum") or 0) > 0}
+    assert set(spilling_shapes(spec, best_knobs, "backward", [(2048, h) for h in (1024, 4096, 8192, 16384)],
+                               dtypes, limits)) == recorded_spills == {"2048x16384 float32", "2048x16384 bfloat16"}
+
+
+def test_a_remedy_that_cannot_launch_is_skipped_for_the_next():
+    spec = copy.copy(get_spec("fused_add_rms_norm"))
+    spec.remedies = {"backward": {"spills": [Remedy({"num_stages": 3}, "deeper pipelining", "faster"),
+                                             Remedy({"num_stages": 2}, "pipelining", "faster")]}}
+    best = _recorded("fused_add_rms_norm", 17)
+    proposal = RulesProposer().propose(Context(spec, "backward", [best], best, _on_todays_baseline(best)))
+    assert proposal.changes == {"num_stages": 2}
+
+
+def test_extra_launches_are_diagnosed_where_the_dw_reduction_takes_a_large_share():
+    best = _recorded("fused_add_rms_norm", 17)
+    extra = next(d for d in diagnose(best, "backward") if d.name == "extra_launches")
+    assert "2048x1024 float32" in extra.evidence and "reduce_kernel" in extra.evidence
+    assert 0.3 < extra.severity < 0.5  # 9.3 of 22.8 us in trial 0017's profile
+    remedy = get_spec("fused_add_rms_norm").remedies["backward"]["extra_launches"][0]
+    assert "bwd_fused_dw_max_cols" in remedy.changes
+
+
+def test_knob_settings_the_history_ran_on_an_older_baseline_are_not_proposed_again():
+    """Every source changes with the baseline; the settings do not. From the best of the recorded history,
+    rewritten onto today's baseline, no proposal repeats a recorded trial's knob settings."""
+    trials = _recorded_trials("fused_add_rms_norm")
+    best = _recorded("fused_add_rms_norm", 17)
+    source = _on_todays_baseline(best)
+    defaults, _ = read_knobs(baseline_path("fused_add_rms_norm").read_text())
+    ran = [{**defaults, **t.variant.knobs} for t in trials if t.variant.knobs and t.kind != "screening"]
+    context = Context(get_spec("fused_add_rms_norm"), "backward", trials, best, source,
+                      baseline_source=baseline_path("fused_add_rms_norm").read_text())
+    proposed = []
+    for _ in range(4):
+        proposal = RulesProposer().propose(context)
+        knobs, _ = read_knobs(proposal.source)
+        assert knobs not in ran, proposal.name
+        proposed.append(proposal.name)
+        context.pending.append(source_hash(proposal.source))
+    assert len(set(proposed)) == 4

@@ -7,7 +7,7 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from liger_perf.spec import KernelSpec, Remedy, Tolerance, Tolerances
+from liger_perf.spec import Footprint, KernelSpec, Remedy, Tolerance, Tolerances
 
 HIDDEN_SIZES = (1024, 2048, 4096, 8192, 16384, 32768)
 
@@ -37,6 +37,25 @@ _TILE_BWD = [
            "backward faster at H <= 8192; unchanged above"),
     Remedy({"bwd_tile_elements": 4096}, "[rows, H] tiles of about 4096 elements in the backward",
            "backward faster at H <= 2048; unchanged above"),
+]
+# The dW partials summed inside the backward launch: no reduction kernel (torch's took 8-10 us at every H on the
+# H200, 40 % of the backward at H = 1024: trial 0017's NCU profile), no cast kernel. One program does the last
+# level of the sum, so the wider the row the more it costs: widest threshold first, the narrower ones next.
+_FUSED_DW = [
+    Remedy({"bwd_fused_dw_max_cols": h}, "sum the float32 dW partials inside the backward launch up to "
+           f"H = {h} (the last program of each group of about sqrt(programs) sums its group, the last group "
+           "sums the groups, in a fixed order): no reduction or cast kernel of its own",
+           f"backward faster by most of the reduction kernel's time at H <= {h}; unchanged above")
+    for h in (8192, 4096, 2048)
+] + [Remedy({"dw_reduction": "triton"}, "sum the float32 dW partials in one Triton kernel instead of torch.sum "
+            "plus a cast", "backward a few microseconds faster at every H")]
+# More warps for the same row: fewer elements (and registers) per thread; liger-kernel runs 32 warps at 16384.
+_MORE_WARPS_BWD = [
+    Remedy({"bwd_elements_per_thread": 16}, "16 elements per thread: 32 warps for a 16384-column row instead of "
+           "16, half the registers each needs", "backward faster where a wide row spills (H = 16384); "
+           "unchanged where a tile is 8192 elements"),
+    Remedy({"bwd_elements_per_thread": 8}, "8 elements per thread: more warps for every tile",
+           "backward faster where a thread's share of the row spills or too few warps hide latency"),
 ]
 _FEWER_ROWS_BWD = [
     Remedy({"bwd_rows_per_program": 8}, "more, shorter backward programs (8 rows each) fill every SM and hide "
@@ -77,8 +96,9 @@ class FusedAddRMSNormSpec(KernelSpec):
     bench_config = {"casting_mode": "llama", "offset": 0.0, "eps": 1e-6, "in_place": False}
     remedies = {
         "backward": {
-            "spills": _CHUNKED_BWD,
-            "register_limited_occupancy": [*_CHUNKED_BWD[2:3], Remedy(
+            "spills": [*_CHUNKED_BWD, *_MORE_WARPS_BWD],
+            "extra_launches": _FUSED_DW,
+            "register_limited_occupancy": [*_CHUNKED_BWD[2:3], *_MORE_WARPS_BWD, Remedy(
                 {"bwd_num_warps": 16}, "fewer warps per program leave more registers to each thread",
                 "backward: higher theoretical occupancy per SM at wide H")],
             "under_one_wave": [*_TILE_BWD, *_FEWER_ROWS_BWD],
@@ -90,11 +110,7 @@ class FusedAddRMSNormSpec(KernelSpec):
                        "backward faster where memory latency, not bandwidth, limits"),
                 *_TILE_BWD[1:2],
             ],
-            "explore": [
-                Remedy({"dw_reduction": "triton"}, "sum the float32 dW partials in one Triton kernel instead of "
-                       "torch.sum plus a cast", "backward a few microseconds faster at every H"),
-                *_TILE_BWD, *_FEWER_ROWS_BWD,
-            ],
+            "explore": [*_FUSED_DW, *_TILE_BWD, *_FEWER_ROWS_BWD, *_MORE_WARPS_BWD],
         },
         "forward": {
             "spills": [Remedy({"fwd_column_chunked": True, "BLOCK_SIZE": 8192}, _CHUNK,
@@ -182,6 +198,49 @@ class FusedAddRMSNormSpec(KernelSpec):
         return variant.fused_add_rms_norm(
             inputs["X"], inputs["R"], inputs["W"], eps=config.get("eps", 1e-6), offset=config.get("offset", 0.0),
             casting_mode=config.get("casting_mode", "llama"), in_place=config.get("in_place", False))
+
+    def launch_footprints(self, knobs, pass_name, shape, dtype):
+        """The launch model of ``baseline.py``'s knobs (its ``_launch_settings``), calibrated on the H200's NCU
+        profiles (trials 0002, 0008 and 0017): a backward thread needs about 24 + 6 registers per element it
+        holds (walking a row in chunks, 24 + 3: the two passes keep fewer values live), a forward thread 20 + 3;
+        a pipelined row loop (``num_stages`` s > 1) buffers s - 1 steps of its dY, S and dS loads in shared
+        memory (0008: 2 x 16384 x 12 bytes + 72 of scratch = 393288 bytes, which no H200 block may have)."""
+        hidden = shape[-1]
+        size = torch.tensor([], dtype=dtype).element_size()
+        row_block = 1 << max(hidden - 1, 0).bit_length()
+        block = knobs.get("BLOCK_SIZE", "auto")
+        chunk = row_block if block == "auto" else min(block, row_block)
+
+        def warps_for(elements, per_thread="auto"):
+            if per_thread == "auto":
+                return 32 if elements >= 32768 else 16 if elements >= 8192 else 8 if elements >= 2048 else 4
+            return min(32, max(1, 1 << max(-(-elements // (32 * per_thread)) - 1, 0).bit_length()))
+
+        warps = knobs.get("num_warps", "auto")
+        if pass_name == "forward":
+            fwd_block = chunk if knobs.get("fwd_column_chunked") and chunk < row_block else row_block
+            threads = 32 * (warps_for(fwd_block) if warps == "auto" else warps)
+            per_thread = -(-fwd_block // threads)
+            return [Footprint("_forward_kernel", threads, 4 * threads, 20 + 3 * per_thread, fwd_block)]
+        if pass_name != "backward":
+            return []
+        chunking = knobs.get("bwd_column_chunked", False) if chunk < row_block else False
+        bwd_block = chunk if chunking else row_block
+        tile = knobs.get("bwd_tile_elements", "row")
+        tile_rows = 1 if chunking or tile == "row" else max(1, tile // bwd_block)
+        bwd_warps = warps if knobs.get("bwd_num_warps", "same") == "same" else knobs["bwd_num_warps"]
+        elements = tile_rows * bwd_block
+        if bwd_warps == "auto":
+            bwd_warps = warps_for(elements, knobs.get("bwd_elements_per_thread", "auto"))
+        threads = 32 * bwd_warps
+        per_thread = -(-elements // threads)
+        stages = knobs.get("num_stages", "auto")
+        pipelined = 0 if chunking or stages == "auto" else (stages - 1) * elements * 3 * size
+        registers = 24 + (3 if chunking else 6) * per_thread
+        launches = [Footprint("_backward_kernel", threads, pipelined + 4 * threads, registers, elements)]
+        if hidden > knobs.get("bwd_fused_dw_max_cols", 0) and knobs.get("dw_reduction") == "triton":
+            launches.append(Footprint("_sum_rows_kernel", 128, 0, None, 32 * 128))
+        return launches
 
     def upstream_forward(self):
         try:

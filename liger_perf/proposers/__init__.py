@@ -27,6 +27,9 @@ class Context:
     pending: list[str] = field(default_factory=list)
     #: Those candidates' names and hypotheses (a batch's earlier proposals), for a proposer that writes code
     pending_notes: list[str] = field(default_factory=list)
+    #: Today's baseline source: its knob values are what an older variant, written before a knob existed, ran
+    #: at ("" where unknown: the latest baseline trial's knobs stand in)
+    baseline_source: str = ""
 
 
 @dataclass

@@ -3,13 +3,18 @@
 Diagnoses are read from the dominant kernel (the longest) of the target pass at each shape and dtype of the
 best trial: register spills (local-memory traffic), occupancy limited by registers, achieved occupancy far
 under theoretical, fewer than one wave of blocks, and memory latency (long-scoreboard stalls while DRAM is far
-from its peak). Which knob changes answer which diagnosis is kernel knowledge, declared by the spec
+from its peak); and from all of the pass's launches: extra launches (kernels beside the dominant one that take
+a large share of the pass's time). Which knob changes answer which diagnosis is kernel knowledge, declared by the spec
 (``KernelSpec.remedies``); this module only ranks, filters and writes them.
 
 When the spec's remedies are used up (or a spec declares none), it searches the variant's ``KNOB_CHOICES``:
 one knob changed at a time from the current best, to a value the knob lists, in an order the diagnoses set
 (``_knob_moves``; the keyword tables ``PASS_PREFIXES``, ``KNOB_KINDS`` and ``DIAGNOSIS_PREFERENCES``). Only
 when every such move is in the history too does it stop.
+
+Before it proposes anything it asks the spec's launch model (``resources``) whether every launch of the
+variant fits the device the best ran on, at every suite and gate shape: a configuration that cannot launch
+(shared memory, threads, tile size) is skipped, never spent a trial on.
 
 It never proposes a variant the history already holds, and it learns from rejections: a knob moved in one
 direction from a given value by a trial that did not improve the target is not moved that way from that value
@@ -21,7 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from liger_perf.proposers import Context, Proposal, Stop, tried_sources
-from liger_perf.schema import NCU_DURATION, NcuLaunch, TrialResult
+from liger_perf.proposers.resources import launch_problem, limits_for, spilling_shapes
+from liger_perf.schema import HARNESS_ERROR, NCU_DURATION, NcuLaunch, TrialResult
 from liger_perf.spec import Remedy
 from liger_perf.variants import read_knobs, source_hash, with_knobs
 
@@ -40,6 +46,11 @@ def _numel(shape: str) -> int:
     return n
 
 
+#: Launches beside a pass's longest kernel (a separate reduction, a cast) that take this share of its kernel
+#: time are a diagnosis of their own: fusing them away is worth more than tuning the main kernel.
+EXTRA_LAUNCH_SHARE = 0.15
+
+
 def diagnose(trial: TrialResult, pass_name: str) -> list[Diagnosis]:
     """What the NCU metrics of ``trial`` say about ``pass_name``, most severe first (empty without NCU)."""
     dominant: dict[tuple[str, str], NcuLaunch] = {}
@@ -54,7 +65,20 @@ def diagnose(trial: TrialResult, pass_name: str) -> list[Diagnosis]:
         if severity > 0 and (name not in found or severity > found[name].severity):
             found[name] = Diagnosis(name, severity, evidence)
 
+    launch_time: dict[tuple[str, str], float] = {}
+    for launch in trial.launches(pass_name):
+        key = (launch.shape, launch.dtype)
+        launch_time[key] = launch_time.get(key, 0.0) + (launch.metric(NCU_DURATION) or 0.0)
     for (shape, dtype), launch in sorted(dominant.items(), key=lambda kv: _numel(kv[0][0])):
+        total = launch_time.get((shape, dtype), 0.0)
+        others = total - (launch.metric(NCU_DURATION) or 0.0)
+        if total > 0 and others / total >= EXTRA_LAUNCH_SHARE:
+            extra = sorted({x.kernel for x in trial.launches(pass_name) if (x.shape, x.dtype) == (shape, dtype)}
+                           - {launch.kernel})
+            note("extra_launches", others / total, f"{pass_name} {shape} {dtype}: {', '.join(extra)} beside "
+                 f"{launch.kernel} take {others / total:.0%} of the pass's kernel time ({others / 1e3:.1f} of "
+                 f"{total / 1e3:.1f} us)")
+
         m = {k: v for k, v in launch.metrics.items() if v is not None}  # an unreadable counter says nothing
         where = f"{pass_name} {shape} {dtype}, kernel {launch.kernel}"
         local = m.get("l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum", 0) + m.get(
@@ -128,6 +152,8 @@ DIAGNOSIS_PREFERENCES = {
     "low_achieved_occupancy": (("rows", -1), ("block", -1), ("warps", 0)),
     # Loads wait on DRAM while it idles: deeper pipelining and larger tiles keep more loads in flight.
     "memory_latency": (("stages", +1), ("block", +1), ("rows", +1), ("warps", +1)),
+    # Another kernel beside the main one: more rows per program leave fewer partials for it to reduce.
+    "extra_launches": (("rows", +1),),
 }
 
 _DIRECTION_WORDS = {1: "larger", -1: "smaller", 0: "either way"}
@@ -218,11 +244,13 @@ class RulesProposer:
         spec, best = context.spec, context.best
         knobs, choices = read_knobs(context.best_source)
         tried = tried_sources(context)
+        ran = _KnobsRan(context.trials, knobs, context.baseline_source)
         rejected_moves = self._rejected_moves(context.trials, choices)
         passes = ["forward", "backward"] if context.target == "full" else [context.target]
         diagnoses = [(p, d) for p in passes for d in diagnose(best, p)] if context.target != "memory" else []
         diagnoses.sort(key=lambda pd: -pd[1].severity)
         skipped = []
+        unlaunchable = _LaunchModel(context, knobs)
         plan = [(p, d, r) for p, d in diagnoses for r in spec.remedies.get(p, {}).get(d.name, ())]
         plan += [(p, None, r) for p in passes for r in spec.remedies.get(p, {}).get("explore", ())]
         for pass_name, diagnosis, remedy in plan:
@@ -235,14 +263,19 @@ class RulesProposer:
                 skipped.append(f"{changes} (moves a knob the way a rejected trial did)")
                 continue
             source = with_knobs(context.best_source, changes)
-            if source_hash(source) in tried:
+            if source_hash(source) in tried or ran(changes):
+                continue
+            problem = unlaunchable(changes)
+            if problem:
+                skipped.append(f"{changes} (cannot launch: {problem})")
                 continue
             evidence = diagnosis.evidence if diagnosis else (
                 "no NCU diagnosis left to act on" if best.ncu and best.ncu.status == "ok"
                 else f"no NCU profile to diagnose ({best.ncu.reason if best.ncu else 'none recorded'})")
             return Proposal(
                 name="-".join(f"{k}-{v}" for k, v in changes.items()).replace("_", "-").lower(), source=source,
-                hypothesis=f"{evidence}. {remedy.why}", prediction=remedy.effect, changes=changes,
+                hypothesis=f"{evidence}. {remedy.why}{unlaunchable.spill_note(changes, diagnosis)}",
+                prediction=remedy.effect, changes=changes,
                 diagnosis=diagnosis.name if diagnosis else "explore")
         remedies_left = "all tried or ruled out" if plan else "none for this target and its diagnoses"
         for move in _knob_moves(knobs, choices, context.target,
@@ -252,7 +285,11 @@ class RulesProposer:
                 skipped.append(f"{changes} (moves a knob the way a rejected trial did)")
                 continue
             source = with_knobs(context.best_source, changes)
-            if source_hash(source) in tried:
+            if source_hash(source) in tried or ran(changes):
+                continue
+            problem = unlaunchable(changes)
+            if problem:
+                skipped.append(f"{changes} (cannot launch: {problem})")
                 continue
             diagnosis = move.diagnosis
             ordered_by = (f"the {move.pass_name} diagnosis {diagnosis.name} ({diagnosis.evidence})" if diagnosis
@@ -288,6 +325,72 @@ class RulesProposer:
                 if knob in before:
                     moves.add((knob, repr(before[knob]), _direction(choices.get(knob, []), before[knob], value)))
         return moves
+
+
+class _KnobsRan:
+    """Knob settings the history has run, whatever baseline source they ran on: called with changes to the
+    best's knobs, whether a trial already ran exactly those settings.
+
+    A changed baseline (a fix, a new knob) changes every variant's source, so a source hash no longer finds the
+    old trials: without this the proposer repeats them (trials 0019 and 0020 of the H200 history re-ran 0009
+    and 0011 after the baseline changed under them). A knob an older variant lacks counts at the value
+    today's baseline gives it (the default its introduction kept), else at the latest baseline trial's."""
+
+    def __init__(self, trials: list[TrialResult], knobs: dict, baseline_source: str = ""):
+        baselines = [t for t in trials if t.name == "baseline" and t.variant.knobs]
+        defaults = dict(baselines[-1].variant.knobs) if baselines else {}
+        if baseline_source:
+            defaults.update(read_knobs(baseline_source)[0])
+        knobs_by_sha = {t.variant_sha: t.variant.knobs for t in trials if t.variant.knobs}
+        self.knobs = knobs
+        self.ran = set()
+        for t in trials:
+            if t.status == HARNESS_ERROR or t.kind == "screening":
+                continue
+            ran = t.variant.knobs
+            if not ran and t.changes and t.against_sha in knobs_by_sha:
+                ran = {**knobs_by_sha[t.against_sha], **t.changes}  # a variant that crashed before its knobs were read
+            if ran:
+                self.ran.add(self._key({**defaults, **ran}))
+
+    @staticmethod
+    def _key(knobs: dict) -> str:
+        return repr(sorted((k, repr(v)) for k, v in knobs.items()))
+
+    def __call__(self, changes: dict) -> bool:
+        return self._key({**self.knobs, **changes}) in self.ran
+
+
+class _LaunchModel:
+    """The spec's launch model asked about the best's knobs with some changed: called with the changes, the
+    reason a launch cannot run (at a suite or gate shape, on the device the best trial ran on), or None."""
+
+    def __init__(self, context: Context, knobs: dict):
+        spec, best = context.spec, context.best
+        suite = best.suite if best.suite in spec.suites else next(iter(spec.suites), "")
+        self.spec, self.knobs = spec, knobs
+        self.shapes = [*spec.suites.get(suite, ()), *spec.check_shapes.get(suite, ())]
+        self.suite_shapes = list(spec.suites.get(suite, ()))
+        self.dtypes = list(spec.dtypes.get(suite, ()))
+        self.passes = [p for p in ("forward", "backward") if p in spec.passes]
+        self.limits = limits_for(best.fingerprint.compute_capability if best.fingerprint else None)
+
+    def __call__(self, changes: dict) -> str | None:
+        return launch_problem(self.spec, {**self.knobs, **changes}, self.passes, self.shapes, self.dtypes,
+                              self.limits)
+
+    def spill_note(self, changes: dict, diagnosis: Diagnosis | None) -> str:
+        """For a remedy of spills: where the register model still expects them (an estimate: it informs, the
+        trial decides); empty where the spec has no model."""
+        if diagnosis is None or diagnosis.name != "spills" or not self.suite_shapes or not self.dtypes:
+            return ""
+        knobs = {**self.knobs, **changes}
+        pass_name = "backward" if diagnosis.evidence.startswith("backward") else "forward"
+        if not self.spec.launch_footprints(knobs, pass_name, tuple(self.suite_shapes[0]), self.dtypes[0]):
+            return ""
+        still = spilling_shapes(self.spec, knobs, pass_name, self.suite_shapes, self.dtypes, self.limits)
+        return (f" (The launch model expects spills still at {', '.join(still)}.)" if still
+                else " (The launch model expects no spills at any suite shape.)")
 
 
 __all__ = ["DIAGNOSIS_PREFERENCES", "Diagnosis", "KNOB_KINDS", "KnobMove", "PASS_PREFIXES", "RulesProposer",
