@@ -379,6 +379,7 @@ def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: 
     large = gate_case.kind == "large"
     drawn = (min(shape[0], LARGE_DRAWN_ROWS), *shape[1:]) if large else shape
     inputs = spec.make_inputs(drawn, case.dtype, device.torch_device, generator, case.config)
+    drawn_inputs = inputs
     if large:
         inputs = {k: _rows_repeated(t, shape[0], drawn[0]) for k, t in inputs.items()}
     if probe.values != "random":
@@ -390,7 +391,8 @@ def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: 
     ref_out = _forward(spec.reference_forward(), ref_leaves, case.config)
     if large:
         drawn_out = tuple(o.detach()[: drawn[0]] if o.dim() >= 2 else o.detach() for o in ref_out)
-        cotangents = tuple(_rows_repeated(c, shape[0], drawn[0]) for c in spec.grad_outputs(drawn_out, generator))
+        drawn_cotangents = spec.grad_outputs(drawn_out, generator)
+        cotangents = tuple(_rows_repeated(c, shape[0], drawn[0]) for c in drawn_cotangents)
     else:
         cotangents = spec.grad_outputs(tuple(o.detach() for o in ref_out), generator)
     if probe.cotangents == "expanded":
@@ -400,11 +402,14 @@ def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: 
     ref = dict(zip(names, (*ref_out, *_backward(spec, ref_out, ref_leaves, cotangents))))
     del ref_out, ref_leaves
     ref64 = None
+    large64: dict[str, torch.Tensor] = {}
     if not large:
         wide = _leaves(inputs, spec.differentiable, "contiguous", torch.float64)
         wide_out = _forward(spec.reference_forward(), wide, case.config)
         ref64 = dict(zip(names, (*wide_out, *_backward(spec, wide_out, wide, [c.double() for c in cotangents]))))
         del wide, wide_out
+    elif probe.values == "random":
+        large64 = _large_float64(spec, drawn_inputs, drawn_cotangents, shape[0], case.config)
 
     leaves = _leaves(inputs, spec.differentiable, probe.inputs)
     given = [_laid_out(c, probe.cotangents) for c in cotangents]
@@ -433,6 +438,8 @@ def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: 
                           exact=None if ref64 is None else (ref64[name], exact))
         if name in gradients and ref64 is not None:
             verdict = _at_least_as_exact(verdict, got[name], ref[name], ref64[name], same, exact)
+        elif name in gradients and name in large64:
+            verdict = _large_at_least_as_exact(verdict, got[name], ref[name], large64[name], same, exact)
         rows.append(_row(base, name, "same-dtype", verdict))
         # With edge values PyTorch's own rounding and overflow in the dtype are the contract (a row whose squares
         # overflow normalises to zero in casting mode none), so only the same-dtype reference judges them.
@@ -493,6 +500,53 @@ def _at_least_as_exact(verdict: dict[str, Any], out: torch.Tensor, ref: torch.Te
     return {**verdict, "verdict": "pass", "reason": (
         f"beyond autograd's same-dtype result ({verdict['reason']}), but as close to the float64 gradient: "
         f"norm error {mine:.3g} <= autograd's {autograd:.3g} + {same.norm:g}")}
+
+
+def _large_float64(spec: KernelSpec, drawn_inputs: dict[str, torch.Tensor], drawn_cotangents, rows: int,
+                   config) -> dict[str, torch.Tensor]:
+    """The float64 gradients of the large case, computed on its drawn rows alone (the whole case would not fit
+    in float64): a row-wise gradient's drawn rows as they are, and a row reduction (``spec.row_reductions``) over
+    the drawn rows with each row's cotangent weighted by how often the case repeats it. A gradient is linear in
+    its cotangent, so that is the reduction over every row of the case, exactly."""
+    drawn = next(iter(drawn_inputs.values())).shape[0]
+    counts = torch.bincount(torch.arange(rows) % drawn, minlength=drawn).double()
+    found: dict[str, torch.Tensor] = {}
+    for weighted in (False, True):
+        if weighted and not spec.row_reductions:
+            break
+        wide = _leaves(drawn_inputs, spec.differentiable, "contiguous", torch.float64)
+        wide_out = _forward(spec.reference_forward(), wide, config)
+        given = []
+        for c in drawn_cotangents:
+            c = c.double()
+            if weighted and c.dim() >= 1 and c.shape[0] == drawn:
+                c = c * counts.to(c.device).reshape(-1, *[1] * (c.dim() - 1))
+            given.append(c)
+        grads = dict(zip(spec.gradient_names(), _backward(spec, wide_out, wide, given)))
+        for name, value in grads.items():
+            if (name in spec.row_reductions) == weighted:
+                found[name] = value
+    return found
+
+
+def _large_at_least_as_exact(verdict: dict[str, Any], out: torch.Tensor, ref: torch.Tensor, wide: torch.Tensor,
+                             same: Tolerance, exact: Tolerance) -> dict[str, Any]:
+    """``_at_least_as_exact`` in the large case, whose rows repeat a few drawn ones. A row reduction is judged
+    whole against its weighted float64 value. A row-wise gradient is judged on its drawn rows, and every later
+    row must then repeat the output's own drawn rows within the same-dtype tolerance: a mistake that shows only
+    at large offsets (the case's purpose) still fails."""
+    if verdict["verdict"] == "pass" or wide.shape == out.shape:
+        return _at_least_as_exact(verdict, out, ref, wide, same, exact)
+    drawn = wide.shape[0]
+    if out.dim() < 1 or out.shape[0] < drawn or out.shape[1:] != wide.shape[1:]:
+        return verdict
+    head = _at_least_as_exact(verdict, out[:drawn], ref[:drawn], wide, same, exact)
+    if head["verdict"] != "pass":
+        return verdict
+    repeats = compare(out, _rows_repeated(out[:drawn].detach().clone(), out.shape[0], drawn), same)
+    if repeats["verdict"] != "pass":
+        return verdict
+    return {**head, "reason": head["reason"] + f"; rows {drawn} onwards repeat the output's first {drawn}"}
 
 
 def _borderline(rows: list[dict[str, Any]]) -> bool:

@@ -277,6 +277,50 @@ def test_the_large_case_repeats_drawn_rows_and_compares_in_its_own_dtype(interpr
     assert any(r["verdict"] == "FAIL" and r["output"] == "Y" for r in rows)
 
 
+def test_the_large_case_s_float64_gradients_come_from_its_drawn_rows_weighted_by_their_repeats():
+    """dW over 30 rows that repeat 7 drawn ones, from the 7 rows alone, equals dW of the 30 in float64; the
+    row-wise gradients are the drawn rows' own."""
+    from liger_perf.correctness import _backward, _forward, _large_float64, _leaves, _rows_repeated
+
+    spec = get_spec("fused_add_rms_norm")
+    config = {"casting_mode": "llama", "offset": 0.0, "eps": 1e-6}
+    generator = torch.Generator().manual_seed(2)
+    drawn = spec.make_inputs((7, 16), torch.float32, "cpu", generator, config)
+    cotangents = [torch.randn(7, 16, generator=generator) for _ in spec.outputs]
+    got = _large_float64(spec, drawn, cotangents, 30, config)
+    full = _leaves({k: _rows_repeated(v, 30, 7) for k, v in drawn.items()}, spec.differentiable, "contiguous",
+                   torch.float64)
+    out = _forward(spec.reference_forward(), full, config)
+    expected = dict(zip(spec.gradient_names(),
+                        _backward(spec, out, full, [_rows_repeated(c, 30, 7).double() for c in cotangents])))
+    torch.testing.assert_close(got["dW"], expected["dW"], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got["dX"], expected["dX"][:7], rtol=1e-12, atol=1e-12)
+    assert got["dX"].shape == (7, 16)
+
+
+def test_the_large_case_judges_a_gradient_rounded_once_by_float64_and_its_repeats(interpret_device, monkeypatch):
+    """The large case's rows repeat, so a gradient rounded once drifts from autograd's by the repeats (on the
+    H200: dW -696 against -880 at 262145x8192 bfloat16, 0022-baseline). Judged by float64 it passes; rows past
+    the drawn ones that do not repeat them fail."""
+    from liger_perf.correctness import _large_at_least_as_exact
+
+    same = Tolerance(atol=1e-4, rtol=1e-4, norm=1e-4)
+    wide = Tolerance(atol=2e-2, rtol=2e-2, norm=1e-2)
+    generator = torch.Generator().manual_seed(1)
+    exact = torch.randn(7, 64, generator=generator, dtype=torch.float64)
+    autograd = (exact.half().double() * (1 + 5e-4 * torch.randn(7, 64, generator=generator,
+                                                               dtype=torch.float64))).half().repeat(5, 1)
+    once = exact.half().repeat(5, 1)
+    verdict = compare(once, autograd, same, check_dtype=True)
+    assert verdict["verdict"] == "FAIL"
+    judged = _large_at_least_as_exact(verdict, once, autograd, exact, same, wide)
+    assert judged["verdict"] == "pass" and "repeat the output's first 7" in judged["reason"]
+    wrong_far_down = once.clone()
+    wrong_far_down[30:] *= 1.01  # right in the drawn rows, wrong at large offsets
+    verdict = compare(wrong_far_down, autograd, same, check_dtype=True)
+    assert _large_at_least_as_exact(verdict, wrong_far_down, autograd, exact, same, wide)["verdict"] == "FAIL"
+
+
 def test_scalar_outputs_and_integer_inputs_do_not_crash_the_layout_checks():
     from liger_perf.correctness import _bitwise_equal, _padded
 
