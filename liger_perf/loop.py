@@ -8,6 +8,7 @@ its variant runs again under a new number, and nothing that completed runs twice
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,24 @@ from liger_perf.runners import Runner, history_device, trial_request
 from liger_perf.schema import HARNESS_ERROR, TrialRequest, TrialResult
 from liger_perf.store import Store, trial_number
 from liger_perf.variants import source_hash
+
+
+def _trial_pace(trials: list[TrialResult]) -> float | None:
+    """The median wall time of the last five complete experiment trials here, or None before there are any."""
+    recent = [t.elapsed_s for t in trials if t.kind == "experiment" and t.status == "complete" and t.elapsed_s]
+    return statistics.median(recent[-5:]) if recent else None
+
+
+def trials_before(seconds_left: float, pace: float | None, workers: int, count: int) -> int:
+    """How many of ``count`` trials, run ``workers`` at a time at ``pace`` seconds each, start within
+    ``seconds_left``: the first always does (the caller checked the deadline), the rest by the pace; all of them
+    when there is no pace to go by."""
+    if count <= 0 or pace is None or pace <= 0:
+        return max(count, 0)
+    fits = 1
+    while fits < count and (fits // max(workers, 1)) * pace < seconds_left:
+        fits += 1
+    return fits
 
 
 @dataclass
@@ -254,6 +273,15 @@ class OptimizeLoop:
             proposed = kept[:max(0, budget_left - len(steps))]
         if not steps and not proposed and stop is not None:
             return stop
+        if self.deadline is not None and proposed:
+            # Every candidate a screening kept joins the round, one after another per worker: only those
+            # that start before the deadline by the recent trials' pace (0025-0028 on the H200: rounds of
+            # three started at the deadline, and the job's time limit killed all three).
+            fits = trials_before(self.deadline - time.time(), _trial_pace(trials), self.runner.workers,
+                                 len(steps) + len(proposed))
+            proposed = proposed[:max(0, fits - len(steps))]
+            if not steps and not proposed:
+                return Stop("the wall-clock budget is spent: no trial would start before the deadline")
         return [*steps, *proposed]
 
     def _screen(self, batch: list[Proposal], best: TrialResult, best_file: Path) -> list[Proposal] | TrialResult:
