@@ -294,3 +294,17 @@ def test_knob_settings_the_history_ran_on_an_older_baseline_are_not_proposed_aga
         proposed.append(proposal.name)
         context.pending.append(source_hash(proposal.source))
     assert len(set(proposed)) == 4
+
+
+def test_a_launch_model_that_cannot_read_the_knobs_rules_nothing_out():
+    """A variant a model wrote may set knob values its spec's author never listed; the proposer goes on."""
+    import torch
+
+    from liger_perf.proposers.resources import DEFAULT_LIMITS, launch_problem
+
+    spec = get_spec("fused_add_rms_norm")
+    knobs, _ = read_knobs(baseline_path("fused_add_rms_norm").read_text())
+    odd = {**knobs, "num_stages": "three"}  # "three" - 1 raises in the spec's model
+    assert launch_problem(spec, odd, ["backward"], [(2048, 4096)], [torch.float32], DEFAULT_LIMITS) is None
+    assert launch_problem(spec, {**knobs, "num_stages": 3, "BLOCK_SIZE": 16384}, ["backward"], [(2048, 16384)],
+                          [torch.float32], DEFAULT_LIMITS) is not None

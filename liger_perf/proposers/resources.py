@@ -74,6 +74,15 @@ def spills(footprint: Footprint, limits: DeviceLimits) -> bool:
     return footprint.registers is not None and footprint.registers > register_cap(footprint, limits)
 
 
+def footprints(spec: KernelSpec, knobs: Mapping[str, Any], pass_name: str, shape: Shape, dtype: Any) -> list[Footprint]:
+    """The spec's footprints, or none where its model cannot read these knobs (a variant a model wrote may set
+    values the spec's author never listed): a model that cannot answer rules nothing out."""
+    try:
+        return list(spec.launch_footprints(knobs, pass_name, tuple(shape), dtype))
+    except Exception:  # noqa: BLE001 - the spec is kernel code; its failure must not stop the proposer
+        return []
+
+
 def launch_problem(spec: KernelSpec, knobs: Mapping[str, Any], passes: Iterable[str], shapes: Iterable[Shape],
                    dtypes: Iterable[Any], limits: DeviceLimits) -> str | None:
     """The first reason a launch of ``passes`` at one of ``shapes`` x ``dtypes`` cannot run with ``knobs``, or
@@ -81,7 +90,7 @@ def launch_problem(spec: KernelSpec, knobs: Mapping[str, Any], passes: Iterable[
     for pass_name in passes:
         for shape in shapes:
             for dtype in dtypes:
-                for footprint in spec.launch_footprints(knobs, pass_name, tuple(shape), dtype):
+                for footprint in footprints(spec, knobs, pass_name, shape, dtype):
                     reason = cannot_launch(footprint, limits)
                     if reason:
                         return f"{pass_name} {'x'.join(map(str, shape))} {dtype_name(dtype)}: {reason}"
@@ -94,10 +103,10 @@ def spilling_shapes(spec: KernelSpec, knobs: Mapping[str, Any], pass_name: str, 
     found = []
     for shape in shapes:
         for dtype in dtypes:
-            if any(spills(f, limits) for f in spec.launch_footprints(knobs, pass_name, tuple(shape), dtype)):
+            if any(spills(f, limits) for f in footprints(spec, knobs, pass_name, shape, dtype)):
                 found.append(f"{'x'.join(map(str, shape))} {dtype_name(dtype)}")
     return found
 
 
-__all__ = ["DEFAULT_LIMITS", "DeviceLimits", "TRITON_MAX_ELEMENTS", "cannot_launch", "launch_problem",
+__all__ = ["DEFAULT_LIMITS", "DeviceLimits", "TRITON_MAX_ELEMENTS", "cannot_launch", "footprints", "launch_problem",
            "limits_for", "register_cap", "spilling_shapes", "spills"]

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from liger_perf.proposers import Context, Proposal, Stop, tried_sources
-from liger_perf.proposers.resources import launch_problem, limits_for, spilling_shapes
+from liger_perf.proposers.resources import footprints, launch_problem, limits_for, spilling_shapes
 from liger_perf.schema import HARNESS_ERROR, NCU_DURATION, NcuLaunch, TrialResult
 from liger_perf.spec import Remedy
 from liger_perf.variants import read_knobs, source_hash, with_knobs
@@ -386,7 +386,7 @@ class _LaunchModel:
             return ""
         knobs = {**self.knobs, **changes}
         pass_name = "backward" if diagnosis.evidence.startswith("backward") else "forward"
-        if not self.spec.launch_footprints(knobs, pass_name, tuple(self.suite_shapes[0]), self.dtypes[0]):
+        if not footprints(self.spec, knobs, pass_name, self.suite_shapes[0], self.dtypes[0]):
             return ""
         still = spilling_shapes(self.spec, knobs, pass_name, self.suite_shapes, self.dtypes, self.limits)
         return (f" (The launch model expects spills still at {', '.join(still)}.)" if still
