@@ -26,7 +26,6 @@ from liger_perf.errors import UserError
 from liger_perf.sandbox import run_contained
 from liger_perf.history import geomean
 from liger_perf.report import markdown_table
-from liger_perf.store import Store
 from liger_perf.workspace import current
 
 BEST = "best"
@@ -174,15 +173,6 @@ def write_bench_report(kernel: str, data: dict, out: Path) -> Path:
         lines.append(f"![{path.stem}]({path.name})")
     (out / "bench.md").write_text("\n".join(lines) + "\n")
     return out / "bench.md"
-
-
-def best_variant_file(kernel: str, store: Store) -> Path:
-    """The best accepted variant of ``kernel``'s history in ``store`` (this device's), else the baseline."""
-    from liger_perf.history import best_trial, trial_variant_file
-    from liger_perf.registry import baseline_path
-
-    _, best = best_trial(kernel, store.notebooks)
-    return baseline_path(kernel) if best is None else trial_variant_file(kernel, best, store.notebooks)
 
 
 def _plot(data: dict, out: Path, plt) -> list[Path]:

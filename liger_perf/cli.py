@@ -473,8 +473,9 @@ def bench_command(
     timeout: float = typer.Option(1800, help="seconds the measurement may run before it is stopped"),
 ) -> None:
     """Best variant, baseline, liger-kernel, eager and torch.compile side by side in one run -> reports/<device>/<kernel>/."""
-    from liger_perf.bench import best_variant_file, run_bench, summary_table, write_bench_report
+    from liger_perf.bench import run_bench, summary_table, write_bench_report
     from liger_perf.device import select_device
+    from liger_perf.history import best_variant_file
     from liger_perf.registry import get_spec
     from liger_perf.store import Store
     from liger_perf.variants import read_source
@@ -484,7 +485,7 @@ def bench_command(
     mode, store = here.mode, Store(device=here.device_class)
     if variant is not None:
         read_source(variant)  # a missing file is a one-line error here, not in the child process
-    chosen = variant or best_variant_file(kernel, store)
+    chosen = variant or best_variant_file(kernel, store.notebooks)
     if mode == "interpret":
         console.print("No CUDA device: benchmarking under the Triton interpreter on the CPU (CPU timings; no "
                       "torch.compile, liger-kernel or peak memory).")
@@ -497,6 +498,66 @@ def bench_command(
         rich_table.add_row(*map(str, row))
     console.print(rich_table)
     console.print(f"bench report: {path}")
+
+
+@app.command("patch")
+def patch_command(
+    list_: bool = typer.Option(False, "--list", help="show the model types it patches and with which kernel"),
+) -> None:
+    """What `liger_perf.patch.apply(model)` puts into a Hugging Face model (use it from Python)."""
+    from liger_perf.patch import supported_table
+
+    if not list_:
+        console.print("liger_perf.patch.apply(model) patches a transformers model in place with the workspace's "
+                      "best kernels; liger_perf.patch.unpatch(model) undoes it. `liger-perf patch --list` shows "
+                      "what it patches; `liger-perf e2e` measures it in training steps.", highlight=False)
+        return
+    table = Table("model type", "patched")
+    for model_type, what in supported_table():
+        table.add_row(model_type, what)
+    console.print(table)
+
+
+@app.command("e2e")
+def e2e_command(
+    model: str = typer.Option("llama", help="llama | mistral | qwen2 | qwen3 | gemma | nemotron"),
+    layers: int = typer.Option(0, min=0, help="decoder layers; 0: 8 on a GPU, 2 interpreted"),
+    hidden: int = typer.Option(0, min=0, help="hidden size; 0: 4096 on a GPU, 64 interpreted"),
+    seq: int = typer.Option(0, min=0, help="sequence length; 0: 4096 on a GPU, 16 interpreted"),
+    batch: int = typer.Option(1, min=1, help="sequences per step"),
+    dtype: str = typer.Option("", help="fp32 | bf16 | fp16; default: bf16 on a GPU, fp32 interpreted"),
+    steps: int = typer.Option(0, min=0, help="training steps; 0: 20 on a GPU, 3 interpreted"),
+    device: str = typer.Option("auto", help="auto | cuda | interpret"),
+) -> None:
+    """Train a randomly initialised transformers model unpatched, patched with liger-perf's best kernels and
+    with liger-kernel's, interleaved: step time, tokens/s, peak memory, loss curves -> reports/<device>/e2e/."""
+    from liger_perf.device import select_device
+    from liger_perf.e2e import E2EConfig, run_e2e, summary_rows, write_report
+    from liger_perf.store import Store
+
+    here = select_device(device)
+    gpu = not here.interpreted
+    if not gpu:
+        console.print("No CUDA device: a tiny model under the Triton interpreter on the CPU (CPU timings; the "
+                      "losses are what this run shows).")
+    config = E2EConfig(model=model, layers=layers or (8 if gpu else 2), hidden=hidden or (4096 if gpu else 64),
+                       seq=seq or (4096 if gpu else 16), batch=batch, dtype=dtype or ("bf16" if gpu else "fp32"),
+                       steps=steps or (20 if gpu else 3), vocab=32000 if gpu else 256)
+    with console.status("training...") as status:
+        result = run_e2e(config, device=device, progress=lambda text: status.update(f"training: {text}"))
+    path = write_report(result, Store(device=here.device_class).e2e_reports())
+    table = Table("contender", "median step ms", "tokens/s", "speedup [95 %]", "peak MiB", "loss agrees")
+    for r in summary_rows(result):
+        table.add_row(r["contender"], f"{r['median_step_ms']:.3f}", f"{r['tokens_per_s']:.0f}",
+                      f"{r['speedup']:.3f} [{r['speedup_low']:.3f}, {r['speedup_high']:.3f}]",
+                      "-" if r["peak_mib"] != r["peak_mib"] else f"{r['peak_mib']:.1f}", "yes" if r["agrees"] else "NO")
+    console.print(table)
+    console.print(f"e2e report: {path}")
+    for name, where in result.parted.items():
+        err_console.print(f"liger-perf: {name}'s loss parted from the unpatched one at {where}", highlight=False,
+                          markup=False)
+    if not result.passed:
+        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command("diff")

@@ -261,5 +261,12 @@ def best_trial(kernel: str, root: Path, mode: str | None = None,
     return baseline, (chain[-1] if chain else None)
 
 
+def best_variant_file(kernel: str, root: Path) -> Path:
+    """The best accepted variant of ``kernel``'s history in ``root`` (one device's), else the baseline: what
+    ``bench`` measures and ``patch`` puts into a model."""
+    _, best = best_trial(kernel, root)
+    return baseline_path(kernel) if best is None else trial_variant_file(kernel, best, root)
+
+
 def geomean_ratio(result: TrialResult, pass_name: str) -> float:
     return geomean([r.ratio for r in result.candidate_ratios(pass_name) if r.ratio > 0])

@@ -152,6 +152,9 @@ class Store:
     def nightly_reports(self) -> Path:
         return self.reports / "nightly"
 
+    def e2e_reports(self) -> Path:
+        return self.reports / "e2e"
+
 
 class Lock:
     """One run of a kind (optimize, nightly) per folder at a time.

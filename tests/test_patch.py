@@ -1,0 +1,137 @@
+"""liger_perf.patch and liger-perf e2e on tiny transformers models, under the interpreter."""
+
+import json
+
+import pytest
+import torch
+
+from liger_perf.errors import UserError
+from liger_perf.registry import baseline_path, get_spec
+from liger_perf.variants import load_variant
+
+transformers = pytest.importorskip("transformers")
+
+from liger_perf import patch  # noqa: E402
+from liger_perf.e2e import E2EConfig, run_e2e, write_report  # noqa: E402
+
+
+def _tiny(model_type, seed=0):
+    configs = {"llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+               "gemma": (transformers.GemmaConfig, transformers.GemmaForCausalLM),
+               "nemotron": (transformers.NemotronConfig, transformers.NemotronForCausalLM),
+               "gpt2": (transformers.GPT2Config, transformers.GPT2LMHeadModel)}
+    config_class, model_class = configs[model_type]
+    if model_type == "gpt2":
+        config = config_class(vocab_size=64, n_embd=32, n_layer=1, n_head=2, n_positions=16)
+    else:
+        config = config_class(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                              num_attention_heads=2, num_key_value_heads=2, head_dim=16, max_position_embeddings=16,
+                              initializer_range=0.2)  # as e2e's models: a loss that depends on every layer
+    torch.manual_seed(seed)
+    return model_class(config)
+
+
+def _fused_baseline():
+    return load_variant(baseline_path("fused_add_rms_norm"), get_spec("fused_add_rms_norm")).module.fused_add_rms_norm
+
+
+def _losses(model, steps=2):
+    generator = torch.Generator().manual_seed(1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(steps):
+        ids = torch.randint(0, 64, (2, 8), generator=generator)
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+@pytest.mark.parametrize("model_type,casting,offset", [("llama", "llama", 0.0), ("gemma", "gemma", 1.0)])
+def test_patching_fuses_each_decoder_layer_and_trains_the_same(model_type, casting, offset, interpret_device):
+    """Exactly the decoder layers are patched, every training step goes through the fused kernel with the
+    layer's casting mode, offset and epsilon, and the losses agree with the unpatched model's."""
+    calls = []
+    fused = _fused_baseline()
+
+    def counting(X, R, W, eps, offset, casting_mode, in_place=False):
+        calls.append((tuple(X.shape), eps, offset, casting_mode))
+        return fused(X, R, W, eps=eps, offset=offset, casting_mode=casting_mode, in_place=in_place)
+
+    unpatched, patched = _tiny(model_type), _tiny(model_type)
+    report = patch.apply(patched, functions={patch.FUSED: counting})
+    assert report.fused_layers == ["model.layers.0", "model.layers.1"] and not report.left_alone
+    assert report.relu_squared == []
+    ours, theirs = _losses(patched), _losses(unpatched)
+    assert len(calls) == 2 * 2  # two layers, two forward passes
+    assert {c[1:] for c in calls} == {(patched.model.layers[0].post_attention_layernorm.variance_epsilon
+                                       if model_type == "llama" else patched.model.layers[0].post_attention_layernorm.eps,
+                                       offset, casting)}
+    assert ours == pytest.approx(theirs, rel=1e-5)
+
+
+def test_a_wrong_kernel_shows_in_the_loss(interpret_device):
+    fused = _fused_baseline()
+
+    def scaled(X, R, W, **options):
+        Y, S = fused(X, R, W, **options)
+        return Y * 1.05, S
+
+    unpatched, patched = _tiny("llama"), _tiny("llama")
+    patch.apply(patched, functions={patch.FUSED: scaled})
+    assert _losses(patched, 1) != pytest.approx(_losses(unpatched, 1), rel=1e-5)
+
+
+def test_unpatch_restores_the_model_and_a_second_patch_is_refused(interpret_device):
+    model = _tiny("nemotron")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    modules_before = [type(m).__name__ for m in model.modules()]
+    report = patch.apply(model, device="interpret")
+    assert report.fused_layers == []  # LayerNorm1P: nothing to fuse; its relu2 activations are replaced
+    assert report.relu_squared == ["model.layers.0.mlp.act_fn", "model.layers.1.mlp.act_fn"]
+    assert "relu_squared" in report.kernels
+    assert list(model.state_dict()) == list(before)  # the replacement holds no parameters or submodules
+    with pytest.raises(UserError, match="patched already"):
+        patch.apply(model)
+    patch.unpatch(model)
+    assert [type(m).__name__ for m in model.modules()] == modules_before
+    llama = _tiny("llama")
+    patch.apply(llama, functions={patch.FUSED: _fused_baseline()})
+    patch.unpatch(llama)
+    assert all("forward" not in vars(layer) for layer in llama.model.layers)
+    with pytest.raises(UserError, match="not patched"):
+        patch.unpatch(llama)
+
+
+def test_an_unknown_model_type_is_one_clear_line():
+    with pytest.raises(UserError, match=r"model type 'gpt2' is not supported: one of llama, .*patch --list"):
+        patch.apply(_tiny("gpt2"))
+
+
+def test_a_layer_of_another_structure_is_left_alone_and_named(interpret_device):
+    model = _tiny("llama")
+    model.model.layers[1].pre_feedforward_layernorm = torch.nn.LayerNorm(32)  # a Gemma2-like extra norm
+    report = patch.apply(model, functions={patch.FUSED: _fused_baseline()})
+    assert report.fused_layers == ["model.layers.0"]
+    assert report.left_alone == ["model.layers.1: more norms than a Llama-family layer (pre_feedforward_layernorm):"
+                                 " another structure"]
+
+
+def test_e2e_reports_agreeing_losses_and_catches_a_parting_one(tmp_path, interpret_device):
+    config = E2EConfig(model="llama", layers=1, hidden=32, seq=8, batch=1, dtype="fp32", steps=3, vocab=64)
+    result = run_e2e(config, device="interpret")
+    assert result.passed and result.contenders == ["unpatched", "liger-perf"]
+    assert "liger-kernel" in result.unavailable
+    assert len(result.losses["liger-perf"]) == 3 and len(result.step_ms["liger-perf"]) == 1  # 2 warm-up steps
+    path = write_report(result, tmp_path)
+    data = json.loads((tmp_path / "llama.json").read_text())
+    assert data["summary"][1]["agrees"] is True and data["summary"][1]["peak_mib"] is None
+    assert "| liger-perf |" in path.read_text() and (tmp_path / "llama-loss.png").stat().st_size > 0
+
+    broken = tmp_path / "broken.py"
+    broken.write_text(baseline_path("fused_add_rms_norm").read_text().replace(
+        "return Y.view(shape), S.view(shape)", "return (Y * 1.05).view(shape), S.view(shape)"))
+    result = run_e2e(config, device="interpret", variants={patch.FUSED: broken})
+    assert not result.passed and result.parted["liger-perf"].startswith("step 1: loss")
