@@ -126,8 +126,9 @@ def test_rounds_of_two_trial_two_candidates_against_one_best_and_reconcile_two_a
 
 def test_the_nightly_replayed_through_the_recorded_h200_night_decides_as_it_did_then(tmp_path):
     """The first H200 night (trials 0010-0013, from a history ending at 0009): re-validation of the best on
-    the stack the night recorded, then three tuning trials; replayed, the job serves the same trials in the same
-    order, finds no regression and reaches the same verdicts, on a machine without a GPU."""
+    the stack the night recorded, then tuning trials; replayed, the job serves the same trials in the same order
+    (the first two tuning trials: see below), finds no regression and reaches the same verdicts, on a machine
+    without a GPU."""
     import json
 
     from liger_perf.nightly import KernelJob, Nightly, NightlyConfig
@@ -138,19 +139,21 @@ def test_the_nightly_replayed_through_the_recorded_h200_night_decides_as_it_did_
         shutil.copy(notebook, root / KERNEL / notebook.name)
     runner = ReplayRunner(RECORDED)
     # That night's loop screened nothing (screening came later): a screening would be a request nothing recorded.
-    config = NightlyConfig(kernels=[KernelJob(name=KERNEL, target="backward", budget=3)], device="cuda",
+    # Two tuning trials of its three: the third (0013, bwd_tile_elements 4096) is no longer what the proposer
+    # asks for there; since the extra-launches diagnosis it tries dw_reduction="triton" first.
+    config = NightlyConfig(kernels=[KernelJob(name=KERNEL, target="backward", budget=2)], device="cuda",
                            guardrails=str(ROOT / "guardrails.yaml"), screen=0)
     code, path = Nightly(config, root=root, reports=tmp_path / "reports", echo=lambda text: None,
                          runner=runner).run()
     summary = json.loads(path.with_suffix(".json").read_text())
-    assert code == 0 and summary["errors"] == 0 and summary["regressions"] == 0, summary
-    assert runner.served == [10, 11, 12, 13]
+    assert code == 0 and summary["errors"] == 0 and summary["regressions"] == 0, json.dumps(summary)[:3000]
+    assert runner.served == [10, 11, 12]
     (kernel,) = summary["kernels"]
     assert kernel["revalidation"].startswith("best vs baseline on backward:")
     recorded = {t.trial_id: t for t in load_trials(KERNEL, RECORDED)}
     assert [(t["kind"], t["verdict"]) for t in kernel["trials"]] == [
-        (recorded[n].kind, recorded[n].verdict) for n in (10, 11, 12, 13)]
-    assert summary["stack"]["gpu"] == recorded[13].fingerprint.gpu  # the stack the recordings ran on
+        (recorded[n].kind, recorded[n].verdict) for n in (10, 11, 12)]
+    assert summary["stack"]["gpu"] == recorded[12].fingerprint.gpu  # the stack the recordings ran on
 
     # The next night on the same stack: nothing to re-validate, and tonight's budget is spent.
     code, path = Nightly(config, root=root, reports=tmp_path / "reports", echo=lambda text: None,

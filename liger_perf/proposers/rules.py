@@ -255,7 +255,9 @@ class RulesProposer:
         plan += [(p, None, r) for p in passes for r in spec.remedies.get(p, {}).get("explore", ())]
         for pass_name, diagnosis, remedy in plan:
             changes = {k: v for k, v in remedy.changes.items() if knobs.get(k) != v}
-            if not changes or any(v not in choices.get(k, [v]) for k, v in changes.items()):
+            # A remedy may name a knob the best's source predates (a knob added to the baseline since): it is
+            # for a later best that has it.
+            if not changes or any(k not in knobs or v not in choices.get(k, [v]) for k, v in changes.items()):
                 continue
             moves = {(k, repr(knobs.get(k)), _direction(choices.get(k, []), knobs.get(k), v))
                      for k, v in changes.items()}
