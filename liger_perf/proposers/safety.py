@@ -37,7 +37,8 @@ _TORCH_FUNCTIONS = {
     "matmul", "cat", "stack", "reshape", "addcmul", "erf", "cos", "sin", "softmax", "log_softmax",
 }
 _TORCH_MEMBERS = {"autograd.Function", "autograd.function.FunctionCtx", "cuda.get_device_properties",
-                  "cuda.current_device", "cuda.is_available", "cuda.device_count", "nn.functional.relu",
+                  "cuda.current_device", "cuda.current_stream", "cuda.is_available", "cuda.device_count",
+                  "nn.functional.relu",
                   "nn.functional.silu", "nn.functional.gelu"}
 _TRITON_MEMBERS = {"jit", "cdiv", "next_power_of_2", "autotune", "heuristics", "Config", "constexpr"}
 _FUNCTOOLS_MEMBERS = {"partial", "lru_cache", "cache", "wraps", "reduce"}
