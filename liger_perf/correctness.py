@@ -409,7 +409,7 @@ def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: 
         ref64 = dict(zip(names, (*wide_out, *_backward(spec, wide_out, wide, [c.double() for c in cotangents]))))
         del wide, wide_out
     elif probe.values == "random":
-        large64 = _large_float64(spec, drawn_inputs, drawn_cotangents, shape[0], case.config)
+        large64 = _large_float64(spec, drawn_inputs, drawn_cotangents, shape[0], drawn[0], case.config)
 
     leaves = _leaves(inputs, spec.differentiable, probe.inputs)
     given = [_laid_out(c, probe.cotangents) for c in cotangents]
@@ -442,7 +442,8 @@ def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: 
             verdict = _large_at_least_as_exact(verdict, got[name], ref[name], large64[name], same, exact)
         rows.append(_row(base, name, "same-dtype", verdict))
         # With edge values PyTorch's own rounding and overflow in the dtype are the contract (a row whose squares
-        # overflow normalises to zero in casting mode none), so only the same-dtype reference judges them.
+        # overflow normalises to zero in casting mode none), so they get no float64 row of their own; float64
+        # speaks for them only through the rule above, where finite elements are as near it as autograd's.
         if ref64 is not None and probe.values == "random":
             rows.append(_row(base, name, "float64", compare(got[name], ref64[name], exact)))
     for name, value in zip(spec.gradient_names(), again or ()):
@@ -464,26 +465,31 @@ def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: 
     return rows
 
 
+#: Where both errors are mostly the final rounding to the output dtype, which of the two is nearer float64 is
+#: close to a coin toss, more so the fewer the elements: "as near" in the norm allows the larger of this and
+#: 2 / sqrt(elements), about three standard deviations of the norm's rounding noise (seen in float16: 0.7 % at
+#: 9x33, 6.7 % at 6x37 with row-equal incoming gradients, i.e. 37 distinct elements).
+AS_EXACT_SLACK = 0.02
+
+
 def _at_least_as_exact(verdict: dict[str, Any], out: torch.Tensor, ref: torch.Tensor, ref64: torch.Tensor,
                        same: Tolerance, exact: Tolerance) -> dict[str, Any]:
-    """A gradient beyond the same-dtype tolerance of autograd's passes if it is no further from the float64
-    gradient than autograd's own is, plus the same-dtype norm tolerance, and within the float64 tolerance of it.
+    """A gradient beyond the same-dtype tolerance of autograd's passes if it is as near the float64 gradient as
+    autograd's own: in the norm (within ``AS_EXACT_SLACK`` or its rounding noise) and at every element (no further from float64 than
+    autograd's element is, plus the same-dtype element-wise allowance), and within the float64 tolerance.
 
     Autograd rounds a half-precision gradient at every op of the backward graph; a kernel that rounds once is
-    closer to the exact gradient and may differ from autograd's by more than the same-dtype tolerance. The
-    allowance is the same-dtype check's own seen from float64: a kernel within ``same.norm`` of autograd is at
-    most that much further from float64 than autograd (the triangle inequality), so this admits nothing further
-    from the exact gradient than the same-dtype check admits; it admits more only toward it. The casting mode
-    decides the forward's rounding, which the forward outputs are held to; for gradients the exact derivative is
-    the same in every mode, so being closer to it is no casting error. A wrong stride, a missing term or a wrong
-    scale moves the gradient away from float64 and still fails.
+    nearer the exact gradient and may differ from autograd's by more than the same-dtype tolerance. The
+    element-wise bound is the same-dtype check's seen from float64 (the triangle inequality): an element that
+    check admits, this admits. A missing term, a wrong scale or a wrong stride is further from float64 than
+    autograd in the norm, and fails. The casting mode decides the forward's rounding, which the forward outputs
+    are held to; for gradients the exact derivative is the same in every mode, so being nearer it is no casting
+    error.
 
     Only a failure of tolerance is reconsidered: special values must still sit where autograd's are (the
     verdict's ``tolerance_used`` is infinite otherwise), and the dtype must be the reference's. Distances are
     taken over the elements where the output, autograd's and the float64 gradient are all finite (planted edge
-    values overflow the dtype in places where float64 does not). No worst-element comparison: the saved
-    forward values are rounded too, so at a few hundred elements either result's worst element may be the
-    nearer by a few percent."""
+    values overflow the dtype in places where float64 does not)."""
     if (verdict["verdict"] == "pass" or not math.isfinite(verdict["tolerance_used"]) or out.shape != ref.shape
             or out.dtype != ref.dtype):
         return verdict
@@ -494,21 +500,24 @@ def _at_least_as_exact(verdict: dict[str, Any], out: torch.Tensor, ref: torch.Te
     if not o.numel():
         return verdict
     scale = max(float(wide.norm()), 1e-30)
-    mine, autograd = float((o - wide).norm()) / scale, float((r - wide).norm()) / scale
-    if compare(o, wide, exact)["verdict"] != "pass" or mine > autograd + same.norm:
+    mine_err, autograd_err = (o - wide).abs(), (r - wide).abs()
+    mine, autograd = float(mine_err.norm()) / scale, float(autograd_err.norm()) / scale
+    beyond = int((mine_err > autograd_err + same.atol + same.rtol * r.abs()).sum())
+    slack = max(AS_EXACT_SLACK, 2 / math.sqrt(o.numel()))
+    if compare(o, wide, exact)["verdict"] != "pass" or mine > (1 + slack) * autograd or beyond:
         return verdict
     return {**verdict, "verdict": "pass", "reason": (
-        f"beyond autograd's same-dtype result ({verdict['reason']}), but as close to the float64 gradient: "
-        f"norm error {mine:.3g} <= autograd's {autograd:.3g} + {same.norm:g}")}
+        f"beyond autograd's same-dtype result ({verdict['reason']}), but as near the float64 gradient: "
+        f"norm error {mine:.3g} against autograd's {autograd:.3g}, no element further from it than autograd's "
+        "by more than the same-dtype tolerance")}
 
 
 def _large_float64(spec: KernelSpec, drawn_inputs: dict[str, torch.Tensor], drawn_cotangents, rows: int,
-                   config) -> dict[str, torch.Tensor]:
+                   drawn: int, config) -> dict[str, torch.Tensor]:
     """The float64 gradients of the large case, computed on its drawn rows alone (the whole case would not fit
     in float64): a row-wise gradient's drawn rows as they are, and a row reduction (``spec.row_reductions``) over
     the drawn rows with each row's cotangent weighted by how often the case repeats it. A gradient is linear in
     its cotangent, so that is the reduction over every row of the case, exactly."""
-    drawn = next(iter(drawn_inputs.values())).shape[0]
     counts = torch.bincount(torch.arange(rows) % drawn, minlength=drawn).double()
     found: dict[str, torch.Tensor] = {}
     for weighted in (False, True):

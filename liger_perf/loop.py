@@ -35,10 +35,12 @@ def _trial_pace(trials: list[TrialResult]) -> float | None:
 
 def trials_before(seconds_left: float, pace: float | None, workers: int, count: int) -> int:
     """How many of ``count`` trials, run ``workers`` at a time at ``pace`` seconds each, start within
-    ``seconds_left``: the first always does (the caller checked the deadline), the rest by the pace; all of them
-    when there is no pace to go by."""
-    if count <= 0 or pace is None or pace <= 0:
-        return max(count, 0)
+    ``seconds_left``: none once it is past (a screening may have run over), all of them when there is no pace to
+    go by, else those whose turn comes before it."""
+    if count <= 0 or seconds_left <= 0:
+        return 0
+    if pace is None or pace <= 0:
+        return count
     fits = 1
     while fits < count and (fits // max(workers, 1)) * pace < seconds_left:
         fits += 1
@@ -273,13 +275,13 @@ class OptimizeLoop:
             proposed = kept[:max(0, budget_left - len(steps))]
         if not steps and not proposed and stop is not None:
             return stop
-        if self.deadline is not None and proposed:
+        if self.deadline is not None:
             # Every candidate a screening kept joins the round, one after another per worker: only those
             # that start before the deadline by the recent trials' pace (0025-0028 on the H200: rounds of
             # three started at the deadline, and the job's time limit killed all three).
             fits = trials_before(self.deadline - time.time(), _trial_pace(trials), self.runner.workers,
                                  len(steps) + len(proposed))
-            proposed = proposed[:max(0, fits - len(steps))]
+            steps, proposed = steps[:fits], proposed[:max(0, fits - len(steps))]
             if not steps and not proposed:
                 return Stop("the wall-clock budget is spent: no trial would start before the deadline")
         return [*steps, *proposed]

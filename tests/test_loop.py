@@ -210,13 +210,14 @@ def test_a_carry_over_lists_only_the_moves_the_new_baseline_has_not_made(tmp_pat
 def test_a_round_packs_only_the_trials_that_start_before_the_deadline():
     """Kept candidates run one after another per worker: at 100 s a trial and 250 s left, three start (at 0,
     100 and 200 s), the fourth would start at 300 s; two workers start two at a time; without a pace (no trial
-    finished yet) all of them; the first always."""
+    finished yet) all of them; with time left, the first always; past the deadline none."""
     from liger_perf.loop import _trial_pace, trials_before
 
     assert trials_before(250, 100, 1, 5) == 3
     assert trials_before(250, 100, 2, 8) == 6
     assert trials_before(250, None, 1, 5) == 5
     assert trials_before(5, 100, 1, 5) == 1
+    assert trials_before(-3, 100, 1, 5) == trials_before(0, None, 1, 5) == 0  # a screening ran past the deadline
     assert trials_before(250, 100, 1, 0) == 0
     trials = [make_trial(kind="experiment", elapsed_s=s) for s in (50, 400, 90, 110, 100, 95)]
     trials.append(make_trial(kind="screening", elapsed_s=5))

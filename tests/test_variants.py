@@ -123,3 +123,19 @@ def test_the_fused_dw_reduction_is_deterministic_and_leaves_its_counters_at_zero
         dws[name] = runs[0]
     assert dws["fused"].abs().sum() > 0
     torch.testing.assert_close(dws["fused"], dws["separate"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("knobs", [{}, {"bwd_fused_dw_max_cols": 1024, "bwd_rows_per_program": 2}])
+def test_no_rows_give_empty_outputs_and_a_zero_dw(tmp_path, interpret_device, knobs):
+    import torch
+
+    spec = get_spec("fused_add_rms_norm")
+    path = tmp_path / "variant.py"
+    path.write_text(with_knobs(baseline_path(spec.name).read_text(), knobs))
+    module = load_variant(path, spec).module
+    X, R = torch.randn(2, 0, 40), torch.randn(2, 0, 40)
+    W = torch.randn(40, requires_grad=True)
+    Y, S = module.fused_add_rms_norm(X, R, W)
+    assert Y.shape == S.shape == (2, 0, 40)
+    (Y.sum() + S.sum()).backward()
+    assert torch.equal(W.grad, torch.zeros(40))

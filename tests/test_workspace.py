@@ -244,7 +244,8 @@ def test_from_a_wheel_in_an_empty_folder_init_new_check_optimize_write_only_ther
     def run(*args):
         done = subprocess.run([str(venv / "bin" / "liger-perf"), *args], cwd=work, env=env, capture_output=True,
                               text=True, timeout=1200)
-        assert done.returncode == 0, (args, done.stdout[-3000:], done.stderr[-3000:])
+        # A message string, not a tuple: pytest prints a string whole, a tuple's repr cut in the middle.
+        assert done.returncode == 0, f"{args}: exit code {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         return done.stdout
 
     where = subprocess.run([python, "-c", "import liger_perf; print(liger_perf.__file__)"], env=env, cwd=work,

@@ -462,7 +462,7 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
         S = torch.empty((n_rows, n_cols), dtype=X.dtype, device=X.device)
         RSTD = torch.empty(n_rows, dtype=torch.float32, device=X.device)
         rows_per_program = KNOBS["fwd_rows_per_program"]
-        _forward_kernel[(triton.cdiv(n_rows, rows_per_program),)](
+        _forward_kernel[(max(1, triton.cdiv(n_rows, rows_per_program)),)](
             Y, S, X2, R2, W, RSTD,
             Y.stride(0), S.stride(0), X2.stride(0), R2.stride(0),
             n_rows, n_cols, eps, offset,
@@ -480,6 +480,9 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
         shape = dY.shape
         dY2, dS2 = _rows(dY), _rows(dS)
         n_rows, n_cols = S.shape
+        if n_rows == 0:  # nothing to launch: dX is empty and dW a sum over no rows
+            dX = torch.empty_like(S).view(shape)
+            return dX, dX, torch.zeros_like(W), None, None, None, None
         rows_per_program = KNOBS["bwd_rows_per_program"]
         if rows_per_program == "auto":
             rows_per_program = math.ceil(n_rows / settings["sm_count"])

@@ -237,6 +237,9 @@ class FusedAddRMSNormSpec(KernelSpec):
         stages = knobs.get("num_stages", "auto")
         pipelined = 0 if chunking or stages == "auto" else (stages - 1) * elements * 3 * size
         registers = 24 + (3 if chunking else 6) * per_thread
+        if hidden <= knobs.get("bwd_fused_dw_max_cols", 0):
+            # The in-launch dW reduction sums [8, min(1024, row)] float32 tiles after the rows are done.
+            registers = max(registers, 24 + -(-8 * min(1024, row_block) // threads))
         launches = [Footprint("_backward_kernel", threads, pipelined + 4 * threads, registers, elements)]
         if hidden > knobs.get("bwd_fused_dw_max_cols", 0) and knobs.get("dw_reduction") == "triton":
             launches.append(Footprint("_sum_rows_kernel", 128, 0, None, 32 * 128))

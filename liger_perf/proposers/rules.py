@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from liger_perf.proposers import Context, Proposal, Stop, tried_sources
 from liger_perf.proposers.resources import footprints, launch_problem, limits_for, spilling_shapes
-from liger_perf.schema import HARNESS_ERROR, NCU_DURATION, NcuLaunch, TrialResult
+from liger_perf.schema import NCU_DURATION, NcuLaunch, TrialResult
 from liger_perf.spec import Remedy
 from liger_perf.variants import read_knobs, source_hash, with_knobs
 
@@ -330,34 +330,37 @@ class RulesProposer:
 
 
 class _KnobsRan:
-    """Knob settings the history has run, whatever baseline source they ran on: called with changes to the
-    best's knobs, whether a trial already ran exactly those settings.
+    """Knob settings the history has measured, whatever baseline source they ran on: called with changes to the
+    best's knobs, whether a complete trial ran exactly those settings, or a screening found them clearly slower.
 
     A changed baseline (a fix, a new knob) changes every variant's source, so a source hash no longer finds the
     old trials: without this the proposer repeats them (trials 0019 and 0020 of the H200 history re-ran 0009
-    and 0011 after the baseline changed under them). A knob an older variant lacks counts at the value
-    today's baseline gives it (the default its introduction kept), else at the latest baseline trial's."""
+    and 0011 after the baseline changed under them). A trial that failed its gate or crashed does not count: a
+    fixed baseline may make those settings work. A knob an older variant lacks counts at the value today's
+    baseline gives it, so a new knob should default to the behaviour before it; where it does not (the fused
+    kernel's ``bwd_grad_rounding`` defaults to ``"once"``; trials before 0022 rounded as autograd), settings
+    measured before are taken as measured with the new default."""
 
     def __init__(self, trials: list[TrialResult], knobs: dict, baseline_source: str = ""):
         baselines = [t for t in trials if t.name == "baseline" and t.variant.knobs]
-        defaults = dict(baselines[-1].variant.knobs) if baselines else {}
+        self.defaults = dict(baselines[-1].variant.knobs) if baselines else {}
         if baseline_source:
-            defaults.update(read_knobs(baseline_source)[0])
-        knobs_by_sha = {t.variant_sha: t.variant.knobs for t in trials if t.variant.knobs}
+            self.defaults.update(read_knobs(baseline_source)[0])
         self.knobs = knobs
         self.ran = set()
         for t in trials:
-            if t.status == HARNESS_ERROR or t.kind == "screening":
-                continue
-            ran = t.variant.knobs
-            if not ran and t.changes and t.against_sha in knobs_by_sha:
-                ran = {**knobs_by_sha[t.against_sha], **t.changes}  # a variant that crashed before its knobs were read
-            if ran:
-                self.ran.add(self._key({**defaults, **ran}))
+            if t.kind == "screening" and t.screening is not None:
+                for row in t.screening.rows:
+                    if not row.kept and row.source:
+                        try:
+                            self.ran.add(self._key(read_knobs(row.source)[0]))
+                        except Exception:  # noqa: BLE001 - a candidate whose KNOBS cannot be read: not a setting
+                            continue
+            elif t.status == "complete" and t.variant.knobs:
+                self.ran.add(self._key(t.variant.knobs))
 
-    @staticmethod
-    def _key(knobs: dict) -> str:
-        return repr(sorted((k, repr(v)) for k, v in knobs.items()))
+    def _key(self, knobs: dict) -> str:
+        return repr(sorted((k, repr(v)) for k, v in {**self.defaults, **knobs}.items()))
 
     def __call__(self, changes: dict) -> bool:
         return self._key({**self.knobs, **changes}) in self.ran
@@ -365,7 +368,7 @@ class _KnobsRan:
 
 class _LaunchModel:
     """The spec's launch model asked about the best's knobs with some changed: called with the changes, the
-    reason a launch cannot run (at a suite or gate shape, on the device the best trial ran on), or None."""
+    reason a launch cannot run (at a suite or check shape, on the device the best trial ran on), or None."""
 
     def __init__(self, context: Context, knobs: dict):
         spec, best = context.spec, context.best
