@@ -364,7 +364,7 @@ def optimize_command(
     """The loop: propose a variant, run its trial against the current best, judge it, record the verdict."""
     from liger_perf.device import select_device
     from liger_perf.guardrails import TARGETS, load_guardrails
-    from liger_perf.history import load_trials
+    from liger_perf.history import load_trials, trial_pace
     from liger_perf.loop import OptimizeLoop
     from liger_perf.progress import describe, latest
     from liger_perf.proposers import get_proposer
@@ -414,9 +414,7 @@ def optimize_command(
     from liger_perf.store import Store
 
     store = Store(device=history_device(runner or PapermillRunner(), device))  # the trials' device's history
-    done_before = [t.elapsed_s for t in load_trials(kernel, store.notebooks) if t.kind == "experiment"
-                   and t.status == "complete" and t.elapsed_s][-5:]
-    expected_s = sorted(done_before)[len(done_before) // 2] if done_before else None
+    expected_s = trial_pace(load_trials(kernel, store.notebooks))
     running: dict[int, tuple[str, str, float]] = {}  # trial number -> (label, artifacts folder, start)
 
     def show(event):
@@ -532,7 +530,7 @@ def e2e_command(
     """Train a randomly initialised transformers model unpatched, patched with liger-perf's best kernels and
     with liger-kernel's, interleaved: step time, tokens/s, peak memory, loss curves -> reports/<device>/e2e/."""
     from liger_perf.device import select_device
-    from liger_perf.e2e import E2EConfig, run_e2e, summary_rows, write_report
+    from liger_perf.e2e import E2EConfig, mib_text, run_e2e, summary_rows, write_report
     from liger_perf.store import Store
 
     here = select_device(device)
@@ -550,7 +548,7 @@ def e2e_command(
     for r in summary_rows(result):
         table.add_row(r["contender"], f"{r['median_step_ms']:.3f}", f"{r['tokens_per_s']:.0f}",
                       f"{r['speedup']:.3f} [{r['speedup_low']:.3f}, {r['speedup_high']:.3f}]",
-                      "-" if r["peak_mib"] != r["peak_mib"] else f"{r['peak_mib']:.1f}", "yes" if r["agrees"] else "NO")
+                      mib_text(r["peak_mib"]), "yes" if r["agrees"] else "NO")
     console.print(table)
     console.print(f"e2e report: {path}")
     for name, where in result.parted.items():

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from liger_perf.errors import UserError
-from liger_perf.patch import FUSED, INSTALL_HINT, apply
+from liger_perf.patch import FUSED, INSTALL_HINT, SUPPORTED, apply
 
 #: Relative difference of a patched loss from the unpatched one that still agrees, by dtype: float32 differs
 #: only by summation order; half precision by its rounding, compounded over the steps.
@@ -75,34 +75,22 @@ class E2EResult:
         return not self.parted
 
 
-def _model_classes(name: str):
+def build_model(config: E2EConfig, device: torch.device, dtype: torch.dtype):
+    """A ``transformers`` causal LM of a model type ``liger_perf.patch`` knows, from a config with random weights,
+    seeded: equal for equal configs."""
     try:
         import transformers
     except ImportError:
         raise UserError(INSTALL_HINT) from None
-    table = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
-             "mistral": ("MistralConfig", "MistralForCausalLM", {}),
-             "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
-             "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {}),
-             "gemma": ("GemmaConfig", "GemmaForCausalLM", {}),
-             "nemotron": ("NemotronConfig", "NemotronForCausalLM", {})}
-    if name not in table:
-        raise UserError(f"--model {name}: one of {', '.join(table)}")
-    config_name, model_name, extra = table[name]
-    return getattr(transformers, config_name), getattr(transformers, model_name), extra
-
-
-def build_model(config: E2EConfig, device: torch.device, dtype: torch.dtype):
-    """A ``transformers`` causal LM from a config with random weights, seeded: equal for equal configs."""
-    config_class, model_class, extra = _model_classes(config.model)
+    if config.model not in SUPPORTED:
+        raise UserError(f"--model {config.model}: one of {', '.join(SUPPORTED)}")
     heads = max(1, config.hidden // 64) if config.hidden >= 64 else 1
-    model_config = config_class(
-        vocab_size=config.vocab, hidden_size=config.hidden, intermediate_size=4 * config.hidden,
+    model_config = transformers.AutoConfig.for_model(
+        config.model, vocab_size=config.vocab, hidden_size=config.hidden, intermediate_size=4 * config.hidden,
         num_hidden_layers=config.layers, num_attention_heads=heads, num_key_value_heads=heads,
-        head_dim=config.hidden // heads, max_position_embeddings=max(config.seq, 16),
-        initializer_range=INIT_STD, **extra)
+        head_dim=config.hidden // heads, max_position_embeddings=max(config.seq, 16), initializer_range=INIT_STD)
     torch.manual_seed(config.seed)
-    return model_class(model_config).to(device=device, dtype=dtype)
+    return transformers.AutoModelForCausalLM.from_config(model_config).to(device=device, dtype=dtype)
 
 
 def _liger_kernel_functions() -> tuple[dict[str, Callable], str | None]:
@@ -231,7 +219,7 @@ def _json_safe(value):
     return value
 
 
-def _mib(value: float) -> str:
+def mib_text(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:.1f}"
 
 
@@ -258,7 +246,7 @@ def write_report(result: E2EResult, out: Path) -> Path:
              "final loss | loss agrees |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         lines.append(f"| {r['contender']} | {r['median_step_ms']:.3f} | {r['tokens_per_s']:.0f} | "
-                     f"{r['speedup']:.3f} [{r['speedup_low']:.3f}, {r['speedup_high']:.3f}] | {_mib(r['peak_mib'])} | "
+                     f"{r['speedup']:.3f} [{r['speedup_low']:.3f}, {r['speedup_high']:.3f}] | {mib_text(r['peak_mib'])} | "
                      f"{r['final_loss']:.6g} | {'yes' if r['agrees'] else 'NO: ' + result.parted[r['contender']]} |")
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     try:
@@ -282,4 +270,5 @@ def write_report(result: E2EResult, out: Path) -> Path:
     return out / f"{stem}.md"
 
 
-__all__ = ["E2EConfig", "E2EResult", "LOSS_TOLERANCE", "build_model", "run_e2e", "summary_rows", "write_report"]
+__all__ = ["E2EConfig", "E2EResult", "LOSS_TOLERANCE", "build_model", "mib_text", "run_e2e", "summary_rows",
+           "write_report"]

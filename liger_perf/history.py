@@ -261,6 +261,13 @@ def best_trial(kernel: str, root: Path, mode: str | None = None,
     return baseline, (chain[-1] if chain else None)
 
 
+def trial_pace(trials: list[TrialResult]) -> float | None:
+    """How long a trial takes here: the median wall time of the last five complete experiment trials (the upper
+    of the two middle ones for an even count), or None before there are any."""
+    recent = [t.elapsed_s for t in trials if t.kind == "experiment" and t.status == "complete" and t.elapsed_s][-5:]
+    return sorted(recent)[len(recent) // 2] if recent else None
+
+
 def best_variant_file(kernel: str, root: Path) -> Path:
     """The best accepted variant of ``kernel``'s history in ``root`` (one device's), else the baseline: what
     ``bench`` measures and ``patch`` puts into a model."""

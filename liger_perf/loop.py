@@ -8,7 +8,6 @@ its variant runs again under a new number, and nothing that completed runs twice
 
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,8 @@ from typing import Callable
 
 from liger_perf.errors import UserError
 from liger_perf.guardrails import Guardrails
-from liger_perf.history import accepted_chain, chain_ratios, load_trials, trial_variant_file, warn
+from liger_perf.history import (accepted_chain, chain_ratios, load_trials, trial_pace, trial_variant_file,
+                                warn)
 from liger_perf.judge import judge
 from liger_perf.proposers import Context, Proposal, Proposer, Stop
 from liger_perf.record import record_verdict
@@ -25,12 +25,6 @@ from liger_perf.runners import Runner, history_device, trial_request
 from liger_perf.schema import HARNESS_ERROR, TrialRequest, TrialResult
 from liger_perf.store import Store, trial_number
 from liger_perf.variants import source_hash
-
-
-def _trial_pace(trials: list[TrialResult]) -> float | None:
-    """The median wall time of the last five complete experiment trials here, or None before there are any."""
-    recent = [t.elapsed_s for t in trials if t.kind == "experiment" and t.status == "complete" and t.elapsed_s]
-    return statistics.median(recent[-5:]) if recent else None
 
 
 def trials_before(seconds_left: float, pace: float | None, workers: int, count: int) -> int:
@@ -279,7 +273,7 @@ class OptimizeLoop:
             # Every candidate a screening kept joins the round, one after another per worker: only those
             # that start before the deadline by the recent trials' pace (0025-0028 on the H200: rounds of
             # three started at the deadline, and the job's time limit killed all three).
-            fits = trials_before(self.deadline - time.time(), _trial_pace(trials), self.runner.workers,
+            fits = trials_before(self.deadline - time.time(), trial_pace(trials), self.runner.workers,
                                  len(steps) + len(proposed))
             steps, proposed = steps[:fits], proposed[:max(0, fits - len(steps))]
             if not steps and not proposed:

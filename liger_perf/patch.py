@@ -31,6 +31,7 @@ from typing import Any, Callable
 import torch
 
 from liger_perf.errors import UserError
+from liger_perf.passes import as_tuple
 
 #: model_type -> (the RMSNorm class name its decoder layers use, casting mode, weight offset)
 SUPPORTED = {
@@ -193,16 +194,12 @@ def _fuse_layer(layer, fused, casting: str, offset: float) -> None:
         if args or norm.weight.dtype != hidden_states.dtype:
             return original(hidden_states, *args, **kwargs)
         residual = hidden_states
-        attention, *_ = _as_tuple(self.self_attn(hidden_states=self.input_layernorm(hidden_states), **kwargs))
+        attention, *_ = as_tuple(self.self_attn(hidden_states=self.input_layernorm(hidden_states), **kwargs))
         normed, residual = fused(attention, residual, norm.weight, eps=eps, offset=offset, casting_mode=casting)
         return residual + self.mlp(normed)
 
     layer.forward = types.MethodType(forward, layer)
     setattr(layer, _ORIGINAL, original)
-
-
-def _as_tuple(value):
-    return value if isinstance(value, tuple) else (value,)
 
 
 # -- relu2 ------------------------------------------------------------------------------------------------------

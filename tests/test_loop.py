@@ -211,7 +211,8 @@ def test_a_round_packs_only_the_trials_that_start_before_the_deadline():
     """Kept candidates run one after another per worker: at 100 s a trial and 250 s left, three start (at 0,
     100 and 200 s), the fourth would start at 300 s; two workers start two at a time; without a pace (no trial
     finished yet) all of them; with time left, the first always; past the deadline none."""
-    from liger_perf.loop import _trial_pace, trials_before
+    from liger_perf.history import trial_pace
+    from liger_perf.loop import trials_before
 
     assert trials_before(250, 100, 1, 5) == 3
     assert trials_before(250, 100, 2, 8) == 6
@@ -222,5 +223,6 @@ def test_a_round_packs_only_the_trials_that_start_before_the_deadline():
     trials = [make_trial(kind="experiment", elapsed_s=s) for s in (50, 400, 90, 110, 100, 95)]
     trials.append(make_trial(kind="screening", elapsed_s=5))
     trials.append(make_trial(kind="experiment", status="crashed", elapsed_s=1))
-    assert _trial_pace(trials) == 100  # the last five complete experiments: 400, 90, 110, 100, 95
-    assert _trial_pace([]) is None
+    assert trial_pace(trials) == 100  # the last five complete experiments: 400, 90, 110, 100, 95
+    assert trial_pace(trials[:4]) == 110  # 50, 400, 90, 110: the upper of the middle two
+    assert trial_pace([]) is None

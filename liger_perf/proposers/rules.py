@@ -251,6 +251,19 @@ class RulesProposer:
         diagnoses.sort(key=lambda pd: -pd[1].severity)
         skipped = []
         unlaunchable = _LaunchModel(context, knobs)
+
+        def fresh_source(changes: dict) -> str | None:
+            """The best's source with ``changes``, unless the history holds it, ran those settings, or it cannot
+            launch (noted in ``skipped``)."""
+            source = with_knobs(context.best_source, changes)
+            if source_hash(source) in tried or ran(changes):
+                return None
+            problem = unlaunchable(changes)
+            if problem:
+                skipped.append(f"{changes} (cannot launch: {problem})")
+                return None
+            return source
+
         plan = [(p, d, r) for p, d in diagnoses for r in spec.remedies.get(p, {}).get(d.name, ())]
         plan += [(p, None, r) for p in passes for r in spec.remedies.get(p, {}).get("explore", ())]
         for pass_name, diagnosis, remedy in plan:
@@ -264,12 +277,8 @@ class RulesProposer:
             if moves & rejected_moves:
                 skipped.append(f"{changes} (moves a knob the way a rejected trial did)")
                 continue
-            source = with_knobs(context.best_source, changes)
-            if source_hash(source) in tried or ran(changes):
-                continue
-            problem = unlaunchable(changes)
-            if problem:
-                skipped.append(f"{changes} (cannot launch: {problem})")
+            source = fresh_source(changes)
+            if source is None:
                 continue
             evidence = diagnosis.evidence if diagnosis else (
                 "no NCU diagnosis left to act on" if best.ncu and best.ncu.status == "ok"
@@ -286,12 +295,8 @@ class RulesProposer:
             if (move.knob, repr(move.old), _direction(choices[move.knob], move.old, move.new)) in rejected_moves:
                 skipped.append(f"{changes} (moves a knob the way a rejected trial did)")
                 continue
-            source = with_knobs(context.best_source, changes)
-            if source_hash(source) in tried or ran(changes):
-                continue
-            problem = unlaunchable(changes)
-            if problem:
-                skipped.append(f"{changes} (cannot launch: {problem})")
+            source = fresh_source(changes)
+            if source is None:
                 continue
             diagnosis = move.diagnosis
             ordered_by = (f"the {move.pass_name} diagnosis {diagnosis.name} ({diagnosis.evidence})" if diagnosis
@@ -309,7 +314,7 @@ class RulesProposer:
         return Stop(f"nothing left to try for {context.target}: diagnoses [{names}]; every remedy the spec lists "
                     f"for them and every exploration move is already in the history, and the knob choices are "
                     f"exhausted too (every one-knob move KNOB_CHOICES allows from the current best is in it)"
-                    + (f" or was ruled out by a rejection ({'; '.join(skipped[:3])})" if skipped else ""))
+                    + (f" or was ruled out ({'; '.join(skipped[:3])})" if skipped else ""))
 
     @staticmethod
     def _rejected_moves(trials: list[TrialResult], choices: dict) -> set:
