@@ -140,6 +140,13 @@ class GateResult:
         return self.rows[self.rows["verdict"] != "pass"]
 
     @property
+    def machine_limited(self) -> bool:
+        """Not passed only because the machine kept cases from running (rows ``not run``): no verdict."""
+        failures = self.failures()
+        return (not failures.empty and bool((failures["verdict"] == NOT_RUN).all())
+                and (self.convergence.empty or bool((self.convergence["verdict"] == "pass").all())))
+
+    @property
     def worst_tolerance_used(self) -> float:
         """The largest share of a tolerance any passing comparison used (1 is the limit)."""
         used = self.rows.loc[self.rows["verdict"] == "pass", "tolerance_used"].dropna()
@@ -151,20 +158,61 @@ def _failure(reason: str) -> dict[str, Any]:
             "verdict": "FAIL", "reason": reason}
 
 
+NOT_RUN = "not run"  # a row's verdict where the machine, not the variant, kept the case from running
+
+
+def _not_run(reason: str) -> dict[str, Any]:
+    return {"max_abs_err": math.nan, "max_rel_err": math.nan, "norm_rel_err": math.nan,
+            "tolerance_used": math.nan, "verdict": NOT_RUN, "reason": reason}
+
+
+class DeviceFault(Exception):
+    """A variant faulted the device (an illegal address, a misaligned access, a trap): CUDA's error is sticky,
+    so no later case can run in this process. ``rows``: the case's rows so far, the faulting one last."""
+
+    def __init__(self, rows: list[dict[str, Any]]):
+        super().__init__(rows[-1]["reason"] if rows else "device fault")
+        self.rows = rows
+
+
+#: What CUDA reports when a kernel faulted the device; after it the process's context is unusable.
+_FAULTS = ("illegal memory access", "misaligned address", "illegal instruction", "device-side assert",
+           "unspecified launch failure", "an illegal address", "hardware exception", "warp out-of-range",
+           "cuda error", "cuda driver error", "acceleratorerror")
+
+
+def device_fault(error: BaseException) -> bool:
+    """Whether ``error`` is a CUDA error that leaves the device unusable in this process (out of memory is not:
+    it is the machine's, see ``_out_of_memory``)."""
+    if _out_of_memory(error):
+        return False
+    accelerator = getattr(torch, "AcceleratorError", None)
+    if accelerator is not None and isinstance(error, accelerator):
+        return True
+    text = f"{type(error).__name__}: {error}".lower()
+    return any(marker in text for marker in _FAULTS)
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error).lower()
+
+
 def _describe(counts: dict[str, int], first: tuple[int, ...]) -> str:
     return ", ".join(f"{n} {what}" for what, n in counts.items() if n) + f", first at {first}"
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, check_dtype: bool = False,
-            exact: tuple[torch.Tensor, Tolerance] | None = None) -> dict[str, Any]:
+            exact: tuple[torch.Tensor, Tolerance] | None = None,
+            spread: torch.Tensor | None = None) -> dict[str, Any]:
     """Errors of ``out`` against ``ref`` and whether they are within ``tol``.
 
     Non-finite values must be where the reference has them (NaN for NaN, an infinity of the same sign), and
     nowhere else: an unwritten (poisoned) or overflowed element fails. Where ``ref`` overflowed in its own dtype
     but ``exact`` (the float64 reference and its tolerance) is finite, a finite ``out`` within that tolerance of
     it passes too: a kernel may round fewer intermediates than PyTorch does. ``check_dtype``: ``out`` must also
-    have the reference's dtype. ``tolerance_used`` is the largest share of the element-wise or the norm bound
-    used."""
+    have the reference's dtype. ``spread``: a further allowance per element (a row reduction's summation
+    spread, ``sum_spread``), added to the element-wise bound. ``tolerance_used`` is the largest share of the
+    element-wise or the norm bound used."""
     if out.shape != ref.shape:
         return _failure(f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
     if check_dtype and out.dtype != ref.dtype:
@@ -173,6 +221,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, check_dtype: b
         return {"max_abs_err": 0.0, "max_rel_err": 0.0, "norm_rel_err": 0.0, "tolerance_used": 0.0,
                 "verdict": "pass", "reason": ""}
     flat_out, flat_ref = out.detach().reshape(-1), ref.detach().reshape(-1).to(out.device)
+    flat_spread = None if spread is None else spread.detach().reshape(-1).to(out.device).double()
     max_abs = max_rel = max_used = 0.0
     err_sq = ref_sq = 0.0
     over, finite = 0, 0
@@ -205,6 +254,8 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, check_dtype: b
         finite += o.numel()
         diff = (o - r).abs()
         allowed = tol.atol + tol.rtol * r.abs()
+        if flat_spread is not None:
+            allowed = allowed + flat_spread[start:start + COMPARE_CHUNK][both]
         max_abs = max(max_abs, float(diff.max()))
         max_rel = max(max_rel, float((diff / (r.abs() + tol.atol)).max()))
         max_used = max(max_used, float((diff / allowed).max()))
@@ -227,8 +278,9 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, check_dtype: b
     if any(mismatch.values()):
         reasons.append(_describe(mismatch, _unravel(first_mismatch, out.shape)))
     if over:
-        reasons.append(f"{over} elements beyond atol={tol.atol:g}+rtol={tol.rtol:g}*|ref|, worst at "
-                       f"{_unravel(worst[1], out.shape)}: {worst[2]:.6g} vs {worst[3]:.6g}")
+        reasons.append(f"{over} elements beyond atol={tol.atol:g}+rtol={tol.rtol:g}*|ref|"
+                       + ("" if spread is None else f"+{SUM_SPREAD:g}*eps*sqrt(sum of squared row terms)")
+                       + f", worst at {_unravel(worst[1], out.shape)}: {worst[2]:.6g} vs {worst[3]:.6g}")
     if math.sqrt(err_sq) > norm_bound:
         reasons.append(f"||err||/||ref|| = {norm_rel:.3g} > {tol.norm:g}")
     used = math.inf if any(mismatch.values()) else max(max_used, norm_used)
@@ -365,15 +417,66 @@ def _row(base: dict, output: str, against: str, verdict: dict[str, Any]) -> dict
     return {**base, "output": output, "against": against, **verdict}
 
 
+def _case_base(spec: KernelSpec, gate_case: GateCase, seed: int) -> dict[str, Any]:
+    case, shape = gate_case.case, gate_case.shape(spec)
+    return {"case": case.label() if shape == tuple(case.shape) else f"{shape_label(shape)} "
+            f"{case.label().split(' ', 1)[1]}", "shape": shape_label(shape), "dtype": dtype_name(case.dtype),
+            "config": case.config_label(), "layout": gate_case.probe.label(), "seed": seed}
+
+
+def _case_row(spec: KernelSpec, gate_case: GateCase, seed: int, output: str, against: str,
+              verdict: dict[str, Any]) -> dict[str, Any]:
+    return _row(_case_base(spec, gate_case, seed), output, against, verdict)
+
+
+#: GPU memory the large case takes at its peak, in multiples of one of its inputs (the inputs, their snapshot,
+#: the incoming gradients and their copies, the reference's outputs, gradients and float32 intermediates, the
+#: variant's outputs and gradients): measured on the H200 with both built-in kernels (``reports/nvidia-h200/
+#: selfcheck.json`` records the peak of each run).
+LARGE_CASE_INPUTS = 24
+
+
+def large_case_bytes(spec: KernelSpec, gate_case: GateCase) -> int:
+    """About how much GPU memory the large case needs (see ``LARGE_CASE_INPUTS``)."""
+    size = torch.tensor([], dtype=gate_case.case.dtype).element_size()
+    return LARGE_CASE_INPUTS * math.prod(gate_case.shape(spec)) * size
+
+
+def _free_device_memory(device: Device) -> int:
+    """Bytes this process can still allocate on the device: free memory plus what its allocator holds unused."""
+    free, _ = torch.cuda.mem_get_info(device.torch_device)
+    return free + torch.cuda.memory_reserved(device.torch_device) - torch.cuda.memory_allocated(device.torch_device)
+
+
+def _memory_text(spec: KernelSpec, gate_case: GateCase, device: Device, error: BaseException | None = None) -> str:
+    need = large_case_bytes(spec, gate_case) if gate_case.kind == "large" else None
+    free = None if device.interpreted else _free_device_memory(device)
+    what = f"the {gate_case.kind} case ({shape_label(gate_case.shape(spec))} {dtype_name(gate_case.case.dtype)})"
+    text = f"{what} ran out of GPU memory" if error is not None else f"{what} was not started"
+    if need is not None:
+        text += f": it needs about {need / 2**30:.0f} GiB"
+    if free is not None:
+        text += f" and {free / 2**30:.0f} GiB are free"
+    return text + " (another process holds the rest?): run one gate per GPU, on an otherwise idle one"
+
+
+def _memory_shortfall(spec: KernelSpec, gate_case: GateCase, device: Device) -> str | None:
+    """Why the large case cannot start here (too little free GPU memory), or None."""
+    if device.interpreted or gate_case.kind != "large":
+        return None
+    torch.cuda.empty_cache()
+    if _free_device_memory(device) >= large_case_bytes(spec, gate_case):
+        return None
+    return _memory_text(spec, gate_case, device)
+
+
 def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: Device, seed: int,
                ) -> list[dict[str, Any]]:
     """The rows of one case drawn with ``seed``: every output and gradient against both references, the
     contract, the inputs and incoming gradients left alone, and the gradients of a second backward pass."""
     case, probe = gate_case.case, gate_case.probe
     shape = gate_case.shape(spec)
-    base = {"case": case.label() if shape == tuple(case.shape) else f"{shape_label(shape)} "
-            f"{case.label().split(' ', 1)[1]}", "shape": shape_label(shape), "dtype": dtype_name(case.dtype),
-            "config": case.config_label(), "layout": probe.label(), "seed": seed}
+    base = _case_base(spec, gate_case, seed)
     tol = spec.tolerance(case.dtype, case.config)
     generator = torch.Generator().manual_seed(seed)
     large = gate_case.kind == "large"
@@ -403,13 +506,12 @@ def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: 
     del ref_out, ref_leaves
     ref64 = None
     large64: dict[str, torch.Tensor] = {}
+    terms: dict[str, torch.Tensor] = {}
     if not large:
-        wide = _leaves(inputs, spec.differentiable, "contiguous", torch.float64)
-        wide_out = _forward(spec.reference_forward(), wide, case.config)
-        ref64 = dict(zip(names, (*wide_out, *_backward(spec, wide_out, wide, [c.double() for c in cotangents]))))
-        del wide, wide_out
+        ref64, terms = float64_reference(spec, inputs, cotangents, case.config)
     elif probe.values == "random":
-        large64 = _large_float64(spec, drawn_inputs, drawn_cotangents, shape[0], drawn[0], case.config)
+        large64, terms = _large_float64(spec, drawn_inputs, drawn_cotangents, shape[0], drawn[0], case.config)
+    spread = {name: sum_spread(value, case.dtype) for name, value in terms.items()}
 
     leaves = _leaves(inputs, spec.differentiable, probe.inputs)
     given = [_laid_out(c, probe.cotangents) for c in cotangents]
@@ -424,6 +526,11 @@ def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: 
                                poison=True) if reuse else None)
             device.synchronize()
     except Exception as e:  # a variant that crashes fails the gate; the message says where
+        if _out_of_memory(e):
+            raise
+        if device_fault(e):  # the process's CUDA context is lost: nothing more runs in it
+            raise DeviceFault([_row(base, "*", "-", _failure(
+                f"faulted the device ({type(e).__name__}: {e})"[:500]))]) from None
         return [_row(base, "*", "-", _failure(f"raised {type(e).__name__}: {e}"[:500]))]
     if len(got_out) != len(spec.outputs):
         return [_row(base, "*", "contract", _failure(
@@ -435,11 +542,13 @@ def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: 
     for name in names:
         same, exact = tol.for_output(name, spec.row_reductions)
         verdict = compare(got[name], ref[name], same, check_dtype=True,
-                          exact=None if ref64 is None else (ref64[name], exact))
+                          exact=None if ref64 is None else (ref64[name], exact), spread=spread.get(name))
         if name in gradients and ref64 is not None:
-            verdict = _at_least_as_exact(verdict, got[name], ref[name], ref64[name], same, exact)
+            verdict = _at_least_as_exact(verdict, got[name], ref[name], ref64[name], same, exact,
+                                         spread.get(name))
         elif name in gradients and name in large64:
-            verdict = _large_at_least_as_exact(verdict, got[name], ref[name], large64[name], same, exact)
+            verdict = _large_at_least_as_exact(verdict, got[name], ref[name], large64[name], same, exact,
+                                               spread.get(name))
         rows.append(_row(base, name, "same-dtype", verdict))
         # With edge values PyTorch's own rounding and overflow in the dtype are the contract (a row whose squares
         # overflow normalises to zero in casting mode none), so they get no float64 row of their own; float64
@@ -449,9 +558,9 @@ def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: 
     for name, value in zip(spec.gradient_names(), again or ()):
         same, exact = tol.for_output(name, spec.row_reductions)
         verdict = compare(value, ref[name], same, check_dtype=True,
-                          exact=None if ref64 is None else (ref64[name], exact))
+                          exact=None if ref64 is None else (ref64[name], exact), spread=spread.get(name))
         if ref64 is not None:
-            verdict = _at_least_as_exact(verdict, value, ref[name], ref64[name], same, exact)
+            verdict = _at_least_as_exact(verdict, value, ref[name], ref64[name], same, exact, spread.get(name))
         rows.append(_row(base, name, "same-dtype, graph reused", verdict))
     for name, before in snapshot.items():
         if not _bitwise_equal(leaves[name], before):
@@ -473,7 +582,7 @@ AS_EXACT_SLACK = 0.02
 
 
 def _at_least_as_exact(verdict: dict[str, Any], out: torch.Tensor, ref: torch.Tensor, ref64: torch.Tensor,
-                       same: Tolerance, exact: Tolerance) -> dict[str, Any]:
+                       same: Tolerance, exact: Tolerance, spread: torch.Tensor | None = None) -> dict[str, Any]:
     """A gradient beyond the same-dtype tolerance of autograd's passes if it is as near the float64 gradient as
     autograd's own: in the norm (within ``AS_EXACT_SLACK`` or its rounding noise) and at every element (no further from float64 than
     autograd's element is, plus the same-dtype element-wise allowance), and within the float64 tolerance.
@@ -497,12 +606,15 @@ def _at_least_as_exact(verdict: dict[str, Any], out: torch.Tensor, ref: torch.Te
     wide = ref64.detach().double().reshape(-1).to(out.device)
     finite = torch.isfinite(o) & torch.isfinite(r) & torch.isfinite(wide)
     o, r, wide = o[finite], r[finite], wide[finite]
+    allowance = same.atol + same.rtol * r.abs()
+    if spread is not None:
+        allowance = allowance + spread.detach().double().reshape(-1).to(out.device)[finite]
     if not o.numel():
         return verdict
     scale = max(float(wide.norm()), 1e-30)
     mine_err, autograd_err = (o - wide).abs(), (r - wide).abs()
     mine, autograd = float(mine_err.norm()) / scale, float(autograd_err.norm()) / scale
-    beyond = int((mine_err > autograd_err + same.atol + same.rtol * r.abs()).sum())
+    beyond = int((mine_err > autograd_err + allowance).sum())
     slack = max(AS_EXACT_SLACK, 2 / math.sqrt(o.numel()))
     if compare(o, wide, exact)["verdict"] != "pass" or mine > (1 + slack) * autograd or beyond:
         return verdict
@@ -512,40 +624,102 @@ def _at_least_as_exact(verdict: dict[str, Any], out: torch.Tensor, ref: torch.Te
         "by more than the same-dtype tolerance")}
 
 
+def float64_reference(spec: KernelSpec, inputs: dict[str, torch.Tensor], cotangents, config,
+                      ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The reference's outputs and gradients in float64, and for each row reduction (``spec.row_reductions``)
+    the root of the sum of its squared per-row terms, element by element (``sum_spread`` scales it).
+
+    The terms come from the same backward: the reduced input (a weight of the row's shape, broadcast over the
+    rows) is handed to the reference as one copy per row, whose gradients are the per-row terms; their sum is
+    the gradient. A reference that cannot take such a copy gives no terms (and so no spread): the gradients
+    are then computed as they are."""
+    names = (*spec.outputs, *spec.gradient_names())
+    wide = _leaves(inputs, spec.differentiable, "contiguous", torch.float64)
+    given = [c.double() for c in cotangents]
+    by_gradient = dict(zip(spec.gradient_names(), spec.differentiable))
+    reduced = [by_gradient[g] for g in spec.row_reductions if g in by_gradient]
+    per_row = {}
+    for name in reduced:
+        param = wide[name]
+        rows = next((t.shape[:t.dim() - param.dim()] for t in wide.values() if t.dim() > param.dim()), None)
+        if rows is not None and param.dim() >= 1:
+            per_row[name] = param.detach().expand(*rows, *param.shape).clone().requires_grad_(True)
+    if per_row:
+        try:
+            leaves = {**wide, **per_row}
+            outputs = _forward(spec.reference_forward(), leaves, config)
+            grads = _backward(spec, outputs, leaves, given)
+            found = dict(zip(names, (*(o.detach() for o in outputs), *grads)))
+            spread = {}
+            for gradient, name in by_gradient.items():
+                if name in per_row:
+                    terms = found[gradient]
+                    leading = tuple(range(terms.dim() - wide[name].dim()))
+                    found[gradient] = terms.sum(dim=leading)
+                    rss = terms.pow(2).sum(dim=leading).sqrt()
+                    spread[gradient] = torch.where(torch.isfinite(rss), rss, torch.zeros_like(rss))
+            if all(found[g].shape == wide[n].shape for g, n in by_gradient.items()):
+                return found, spread
+        except Exception:  # e.g. a reference that reshapes its weight: no per-row terms, the plain gradients
+            pass
+    outputs = _forward(spec.reference_forward(), wide, config)
+    return dict(zip(names, (*(o.detach() for o in outputs), *_backward(spec, outputs, wide, given)))), {}
+
+
+#: A row reduction's element is a sum over rows. Besides its own rounding it carries the rounding of each of
+#: its terms, and where two computations round the terms differently (autograd rounds each product to the
+#: dtype, a kernel may keep them in float32, the float64 reference starts from the inputs before the forward
+#: rounded S) they differ by about eps * sqrt(sum of squared terms), however far the sum itself cancels. Each
+#: element of a row reduction is allowed ``SUM_SPREAD`` times that on top of its tolerance. Measured (float32
+#: emulation of the baseline against autograd on the CPU, 397 to 2051 rows of 1024 to 8192 columns, bfloat16
+#: and float16, every casting mode, 72k elements): the largest distance was 3.5 of it, in casting mode none;
+#: the noise is a sum of many independent roundings, so 6 is far in its tail. A mistake in the terms (a row
+#: left out, a wrong scale) moves an element by a sizeable share of sqrt(sum of squares) itself.
+SUM_SPREAD = 6.0
+
+
+def sum_spread(root_sum_squares: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The per-element allowance of a row reduction in ``dtype`` (see ``SUM_SPREAD``)."""
+    return SUM_SPREAD * torch.finfo(dtype).eps * root_sum_squares
+
+
 def _large_float64(spec: KernelSpec, drawn_inputs: dict[str, torch.Tensor], drawn_cotangents, rows: int,
-                   drawn: int, config) -> dict[str, torch.Tensor]:
+                   drawn: int, config) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """The float64 gradients of the large case, computed on its drawn rows alone (the whole case would not fit
     in float64): a row-wise gradient's drawn rows as they are, and a row reduction (``spec.row_reductions``) over
     the drawn rows with each row's cotangent weighted by how often the case repeats it. A gradient is linear in
-    its cotangent, so that is the reduction over every row of the case, exactly."""
+    its cotangent, so that is the reduction over every row of the case, exactly. The second item: each row
+    reduction's root sum of squared terms, of the weighted terms (a repeated row repeats its rounding too)."""
     counts = torch.bincount(torch.arange(rows) % drawn, minlength=drawn).double()
     found: dict[str, torch.Tensor] = {}
+    spread: dict[str, torch.Tensor] = {}
     for weighted in (False, True):
         if weighted and not spec.row_reductions:
             break
-        wide = _leaves(drawn_inputs, spec.differentiable, "contiguous", torch.float64)
-        wide_out = _forward(spec.reference_forward(), wide, config)
         given = []
         for c in drawn_cotangents:
             c = c.double()
             if weighted and c.dim() >= 1 and c.shape[0] == drawn:
                 c = c * counts.to(c.device).reshape(-1, *[1] * (c.dim() - 1))
             given.append(c)
-        grads = dict(zip(spec.gradient_names(), _backward(spec, wide_out, wide, given)))
+        grads, terms = float64_reference(spec, drawn_inputs, given, config)
         for name, value in grads.items():
-            if (name in spec.row_reductions) == weighted:
+            if name in spec.gradient_names() and (name in spec.row_reductions) == weighted:
                 found[name] = value
-    return found
+        if weighted:
+            spread = terms
+    return found, spread
 
 
 def _large_at_least_as_exact(verdict: dict[str, Any], out: torch.Tensor, ref: torch.Tensor, wide: torch.Tensor,
-                             same: Tolerance, exact: Tolerance) -> dict[str, Any]:
+                             same: Tolerance, exact: Tolerance, spread: torch.Tensor | None = None,
+                             ) -> dict[str, Any]:
     """``_at_least_as_exact`` in the large case, whose rows repeat a few drawn ones. A row reduction is judged
     whole against its weighted float64 value. A row-wise gradient is judged on its drawn rows, and every later
     row must then repeat the output's own drawn rows within the same-dtype tolerance: a mistake that shows only
     at large offsets (the case's purpose) still fails."""
     if verdict["verdict"] == "pass" or wide.shape == out.shape:
-        return _at_least_as_exact(verdict, out, ref, wide, same, exact)
+        return _at_least_as_exact(verdict, out, ref, wide, same, exact, spread)
     drawn = wide.shape[0]
     if out.dim() < 1 or out.shape[0] < drawn or out.shape[1:] != wide.shape[1:]:
         return verdict
@@ -571,7 +745,16 @@ def run_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: De
     rows: list[dict[str, Any]] = []
     redraws = 0
     while seeds:
-        drawn = check_case(spec, variant, gate_case, device, seeds.pop(0))
+        seed_now = seeds.pop(0)
+        try:
+            drawn = check_case(spec, variant, gate_case, device, seed_now)
+        except DeviceFault as fault:
+            raise DeviceFault(rows + fault.rows) from None
+        except Exception as e:
+            if not _out_of_memory(e):
+                raise
+            return rows + [_case_row(spec, gate_case, seed_now, "*", "-", _not_run(_memory_text(spec, gate_case,
+                                                                                                device, e)))]
         rows.extend(drawn)
         if any(r["verdict"] != "pass" for r in drawn):
             break
@@ -612,12 +795,18 @@ def gate_cases(spec: KernelSpec, variant: Variant, device: Device, cases: list[C
         for dtype in dtypes:
             for values in ("edges", "nonfinite"):
                 chosen.append(GateCase(Case((8, *width), dtype, config), Probe(values=values), "values"))
-    # The variant's own block and tile edges: each option once, the dtype alternating.
+    # The sizes the variant's own knobs name: each in every option, the dtype alternating.
     knobs, _ = read_knobs(variant.source, variant.path)
     for i, shape in enumerate(spec.boundary_shapes(knobs, suite)):
         for j, config in enumerate(configs):
             chosen.append(GateCase(Case(tuple(shape), dtypes[(i + j) % len(dtypes)], config),
                                    Probe(inputs="padded" if (i + j) % 2 else "contiguous"), "boundary"))
+    # The edges of every block along the row: each width once, options and dtypes taking turns (a width and its
+    # neighbours meet different options), inputs padded or not.
+    for i, shape in enumerate(spec.width_sweep(suite)):
+        config, dtype = configs[i % len(configs)], dtypes[(i // len(configs)) % len(dtypes)]
+        chosen.append(GateCase(Case(tuple(shape), dtype, config),
+                               Probe(inputs="padded" if (i // 2) % 2 else "contiguous"), "boundary"))
     chosen.sort(key=lambda g: math.prod(g.shape(spec)))
     if not device.interpreted:
         smallest = min(dtypes, key=lambda d: torch.tensor([], dtype=d).element_size())
@@ -649,7 +838,8 @@ def quick_gate_cases(spec: KernelSpec, device: Device) -> list[GateCase]:
 
 def check_variant(spec: KernelSpec, variant: Variant, device: Device, convergence: bool = True,
                   progress=None, fail_fast: bool = False, cases: list[Case] | None = None, seed: int = FIXED_SEED,
-                  fresh: int = 0, large: bool = True, stage: str = "full") -> GateResult:
+                  fresh: int = 0, large: bool = True, stage: str = "full", start: int = 0,
+                  resumer=None) -> GateResult:
     """Run the whole gate: every case, the determinism and race check on the GPU, then (only if all pass) the
     convergence run.
 
@@ -657,29 +847,49 @@ def check_variant(spec: KernelSpec, variant: Variant, device: Device, convergenc
     ``cases``: a subset of the spec's check cases instead (the tests'; the other kinds still run). ``seed``
     moves every case's fixed draw; ``fresh``: fresh draws per case besides it (a trial takes one). ``large``:
     the GPU's case of more than 2**31 elements. ``stage="quick"``: the quick gate only (``quick_gate_cases``:
-    fixed draws, no determinism check, no convergence run)."""
+    fixed draws, no determinism check, no convergence run). ``start``: the gate from its case of this index on
+    (where a fresh process takes over).
+
+    A case that faults the device is a FAIL row naming it. CUDA's error is sticky, so nothing more runs in this
+    process: ``fail_fast`` stops there anyway, else ``resumer`` (``liger_perf.gate_resume.resume``: a fresh
+    process) runs the rest of the gate and its rows follow; without one, a row says the rest did not run. A case
+    the device has no memory for is a row ``not run`` saying how much it needs: the machine's limit, not the
+    variant's verdict."""
     from liger_perf.convergence import check_convergence
 
-    if stage == "quick":
-        rows = []
-        for gate_case in quick_gate_cases(spec, device):
-            case_rows = run_case(spec, variant, gate_case, device, seed)
-            rows.extend(case_rows)
+    quick = stage == "quick"
+    chosen = quick_gate_cases(spec, device) if quick else gate_cases(spec, variant, device, cases)
+    rows: list[dict[str, Any]] = []
+    for index, gate_case in enumerate(chosen):
+        if index < start or (gate_case.kind == "large" and not large):
+            continue
+        shortfall = _memory_shortfall(spec, gate_case, device)
+        try:
+            case_rows = ([_case_row(spec, gate_case, gate_case.seed(seed), "*", "-", _not_run(shortfall))]
+                         if shortfall else run_case(spec, variant, gate_case, device, seed, 0 if quick else fresh))
+        except DeviceFault as fault:
+            rows.extend(fault.rows)
             if progress is not None:
                 progress(gate_case.case)
-            if fail_fast and any(r["verdict"] != "pass" for r in case_rows):
-                break
-        return GateResult(pd.DataFrame(rows, columns=COLUMNS), interpreted=device.interpreted)
-    rows: list[dict[str, Any]] = []
-    for gate_case in gate_cases(spec, variant, device, cases):
-        if gate_case.kind == "large" and not large:
-            continue
-        case_rows = run_case(spec, variant, gate_case, device, seed, fresh)
+            if fail_fast:
+                return GateResult(pd.DataFrame(rows, columns=COLUMNS), interpreted=device.interpreted)
+            if resumer is None:
+                rows.append(_row({"case": "the rest of the gate", "shape": "", "dtype": "", "config": "",
+                                  "layout": "", "seed": math.nan}, "*", "-", _failure(
+                                      "not run: the device faulted, and no fresh process was asked for")))
+                return GateResult(pd.DataFrame(rows, columns=COLUMNS), convergence_skipped=True,
+                                  interpreted=device.interpreted)
+            rest = resumer(spec, variant, device, convergence=convergence, cases=cases, seed=seed, fresh=fresh,
+                           large=large, stage=stage, start=index + 1)
+            rest.rows = pd.DataFrame(rows + rest.rows.to_dict("records"), columns=COLUMNS)
+            return rest
         rows.extend(case_rows)
         if progress is not None:
             progress(gate_case.case)
         if fail_fast and any(r["verdict"] != "pass" for r in case_rows):
             break
+    if quick:
+        return GateResult(pd.DataFrame(rows, columns=COLUMNS), interpreted=device.interpreted)
     if not device.interpreted and not (fail_fast and any(r["verdict"] != "pass" for r in rows)):
         rows.extend(determinism_rows(spec, variant, device, seed))
     result = GateResult(pd.DataFrame(rows, columns=COLUMNS), interpreted=device.interpreted)

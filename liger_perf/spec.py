@@ -96,6 +96,18 @@ class Case:
         return f"{shape_label(self.shape)} {dtype_name(self.dtype)}" + (f" [{opts}]" if opts else "")
 
 
+#: Rows of the gate's width cases: several programs (a row each where rows are split), and cheap.
+BOUNDARY_ROWS = 3
+
+
+def _prime_below(n: int) -> int:
+    """The largest prime below ``n`` (``n`` >= 3)."""
+    for candidate in range(n - 1, 1, -1):
+        if all(candidate % d for d in range(2, math.isqrt(candidate) + 1)):
+            return candidate
+    return 2
+
+
 def shape_label(shape: Shape) -> str:
     return "x".join(map(str, shape))
 
@@ -204,19 +216,37 @@ class KernelSpec(ABC):
         return (2, rows // 2, *row) if rows % 2 == 0 else (1, rows, *row)
 
     def boundary_shapes(self, knobs: Mapping[str, Any], suite: str) -> list[Shape]:
-        """Shapes just past and just short of the block and tile sizes a variant's knobs name: a power of two
-        ``v`` >= 16 among the knob values gives rows of ``v + 1`` and ``v - 1`` columns (one full block and one
-        of a single element; a last block one short), a small integer ``n`` (rows per program, say) gives
-        ``n + 1`` rows. Override where a kernel's blocks run along another dimension."""
+        """Shapes at the sizes a variant's knobs name: a power of two ``v`` >= 16 among the knob values (a block,
+        a chunk, a threshold between two paths) gives widths ``v - 1``, ``v`` and ``v + 1`` (a last block one
+        short, exactly full, one element into the next), a small integer ``n`` (rows per program, tile rows)
+        gives ``n - 1``, ``n`` and ``n + 1`` rows. The gate runs each in every option. Override where a kernel's
+        blocks run along another dimension."""
         limit = 1 << (15 if suite == "interpret" else 17)
         values = sorted({v for v in knobs.values() if isinstance(v, int) and not isinstance(v, bool)})
         shapes = []
         for v in values:
             if 16 <= v < limit and v & (v - 1) == 0:
-                shapes += [(1, v + 1), (3, v - 1)]
+                shapes += [(1, v + 1), (3, v - 1), (3, v)]
             elif 2 <= v <= 128:
-                shapes.append((v + 1, 33))
-        return list(dict.fromkeys(shapes))[:8]
+                shapes += [(v + 1, 33), (v - 1, 33), (v, 33)]
+        return list(dict.fromkeys(shapes))
+
+    def width_sweep(self, suite: str) -> list[Shape]:
+        """Widths at the edges of every block the variant runs along the row: a Triton block is a power of two,
+        at least the row where the row is held whole, so at the widths of the suite and of the check shapes the
+        blocks are the powers of two up to the next one above the widest. Each power of two ``p`` up to that
+        gives ``p - 1``, ``p`` and (below the largest) ``p + 1`` columns, and a prime width no block divides;
+        ``BOUNDARY_ROWS`` rows each (several programs, and the smallest case that has them). The gate runs each
+        width once, the options and dtypes taking turns. Override (to return ``[]``, say) where a kernel's
+        blocks do not run along the row."""
+        widths = [s[-1] for s in (*self.suites[suite], *self.check_shapes[suite])]
+        largest = 1 << max(w - 1 for w in widths).bit_length()
+        found, p = [], 2
+        while p <= largest:
+            found += [p - 1, p] + ([p + 1] if p < largest else [])
+            p *= 2
+        found.append(_prime_below(largest * 3 // 4))
+        return [(BOUNDARY_ROWS, w) for w in dict.fromkeys(found)]
 
     def large_shape(self) -> Shape:
         """A GPU check shape of more than 2**31 elements: an offset computed in 32 bits overflows in it."""

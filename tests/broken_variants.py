@@ -62,6 +62,20 @@ BROKEN = (
           "                tl.store(Y + row64 * stride_y + cols, _normalize(s, wo, rstd, CASTING), "
           "mask=cols < n_cols - 1)"),)),
     BrokenVariant(
+        "fused_add_rms_norm", "block_from_one_width_too_few",
+        "the block is the next power of two of H - 1: at H = 2**k + 1 the last column is never loaded or written (at H = 1 the block is empty: it raises)",
+        "*|Y|S|dX|dR|dW",
+        (("    row_block = triton.next_power_of_2(n_cols)\n",
+          "    row_block = triton.next_power_of_2(n_cols - 1)\n"),)),
+    BrokenVariant(
+        "fused_add_rms_norm", "backward_offsets_in_32_bits",
+        "the backward computes row offsets in 32 bits: past 2**31 elements its addresses leave the tensors (on a "
+        "GPU an illegal memory access, a device fault)", "*|dX|dR|dW",
+        (("            row64 = tl.cast(row, tl.int64)\n            rstd = tl.load(RSTD + row64)\n"
+          "            dy = tl.load(DY + row64 * stride_dy + cols, mask=mask, other=0.0)",
+          "            row64 = row\n            rstd = tl.load(RSTD + row64)\n"
+          "            dy = tl.load(DY + row64 * stride_dy + cols, mask=mask, other=0.0)"),), gpu_only="large"),
+    BrokenVariant(
         "fused_add_rms_norm", "dw_accumulated_in_input_dtype",
         "the backward accumulates the partial dW in the input dtype instead of float32", "dW",
         (("        dw_acc = tl.zeros((BLOCK_SIZE,), dtype=tl.float32)\n        for row in tl.range",

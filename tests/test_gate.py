@@ -3,6 +3,7 @@
 import tempfile
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -207,9 +208,171 @@ def test_boundary_sizes_come_from_the_variants_own_knobs():
     spec = get_spec("fused_add_rms_norm")
     knobs = {"BLOCK_SIZE": 8192, "bwd_rows_per_program": 8, "num_warps": "auto", "fwd_column_chunked": True,
              "huge": 65536}
-    assert spec.boundary_shapes(knobs, "interpret") == [(9, 33), (1, 8193), (3, 8191)]
+    assert spec.boundary_shapes(knobs, "interpret") == [(9, 33), (7, 33), (8, 33), (1, 8193), (3, 8191), (3, 8192)]
     assert (1, 65537) in spec.boundary_shapes(knobs, "gpu")
     assert spec.boundary_shapes({"BLOCK_SIZE": "auto"}, "interpret") == []
+
+
+@pytest.mark.parametrize("suite", ["interpret", "gpu"])
+def test_the_gate_meets_every_block_edge_up_to_the_widest_block_the_suite_runs(suite):
+    """A block is a power of two: one below, at and above each up to the largest block the suite's widths need,
+    and a prime width; derived from the spec's widths, not listed."""
+    from liger_perf.correctness import gate_cases
+    from liger_perf.device import Device
+
+    spec = get_spec("fused_add_rms_norm")
+    widths = [s[-1] for s in (*spec.suites[suite], *spec.check_shapes[suite])]
+    largest = 1 << max(w - 1 for w in widths).bit_length()
+    device = Device("interpret" if suite == "interpret" else "cuda", torch.device("cpu"))
+    variant = load_variant(baseline_path("fused_add_rms_norm"), spec)
+    met = {g.shape(spec)[-1] for g in gate_cases(spec, variant, device) if g.kind == "boundary"}
+    p = 2
+    while p <= largest:
+        assert {p - 1, p} <= met and (p + 1 in met or p == largest), p
+        p *= 2
+    assert any(w > largest // 2 and all(w % d for d in range(2, int(w ** 0.5) + 1)) for w in met)
+    assert get_spec("relu_squared").width_sweep(suite) == []  # its blocks run over elements, not rows
+
+
+def _round_once_dw(spec, dtype, rows, seed, drop_row=None):
+    """dW of fused_add_rms_norm (llama) as a kernel that keeps its terms in float32 and rounds once computes it,
+    with autograd's same-dtype dW and the float64 reference, on the CPU."""
+    from liger_perf import correctness as gate
+
+    config = dict(spec.check_configs[0])
+    generator = torch.Generator().manual_seed(seed)
+    inputs = spec.make_inputs((rows, 2048), dtype, "cpu", generator, config)
+    leaves = gate._leaves(inputs, spec.differentiable, "contiguous")
+    out = gate._forward(spec.reference_forward(), leaves, config)
+    cotangents = spec.grad_outputs(tuple(o.detach() for o in out), generator)
+    autograd = gate._backward(spec, out, leaves, cotangents)[2]
+    wide, terms = gate.float64_reference(spec, inputs, cotangents, config)
+    s = (inputs["X"] + inputs["R"]).float()
+    products = cotangents[0].float() * (s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + config["eps"]))
+    if drop_row is not None:
+        products[drop_row] = 0
+    return products.sum(0).to(dtype), autograd, wide["dW"], terms["dW"]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_row_reduction_rounded_once_passes_where_it_cancels_and_a_missing_row_does_not(dtype):
+    """On the H200 the baseline's dW (terms in float32, rounded once) failed the same-dtype check at columns
+    where the sum over rows cancels: autograd rounds each term, so the two differ by about eps * sqrt(sum of
+    squared terms) there, far beyond atol + rtol * |dW|. The summation spread admits that, not a missing row."""
+    from liger_perf.correctness import sum_spread
+
+    spec = get_spec("fused_add_rms_norm")
+    tol = spec.tolerance(dtype, spec.check_configs[0])
+    same, exact = tol.for_output("dW", spec.row_reductions)
+    failed_before = 0
+    for seed in range(4):
+        kernel, autograd, wide, rss = _round_once_dw(spec, dtype, 397, seed)
+        spread = sum_spread(rss, dtype)
+        failed_before += compare(kernel, autograd, same, check_dtype=True)["verdict"] == "FAIL"
+        verdict = compare(kernel, autograd, same, check_dtype=True, exact=(wide, exact), spread=spread)
+        assert verdict["verdict"] == "pass", verdict["reason"]
+        assert _at_least_as_exact(verdict, kernel, autograd, wide, same, exact, spread)["verdict"] == "pass"
+        dropped = _round_once_dw(spec, dtype, 397, seed, drop_row=5)[0]
+        verdict = compare(dropped, autograd, same, check_dtype=True, exact=(wide, exact), spread=spread)
+        assert verdict["verdict"] == "FAIL" and "sqrt(sum of squared row terms)" in verdict["reason"]
+        assert _at_least_as_exact(verdict, dropped, autograd, wide, same, exact, spread)["verdict"] == "FAIL"
+    assert failed_before  # the rule without the spread fails the sound kernel: what the H200 saw
+
+
+def test_the_float64_reference_s_row_terms_sum_to_its_gradient():
+    from liger_perf import correctness as gate
+
+    spec = get_spec("fused_add_rms_norm")
+    config = dict(spec.check_configs[1])
+    generator = torch.Generator().manual_seed(0)
+    inputs = spec.make_inputs((2, 5, 64), torch.float32, "cpu", generator, config)
+    cotangents = [torch.randn(2, 5, 64, generator=generator) for _ in spec.outputs]
+    wide, terms = gate.float64_reference(spec, inputs, cotangents, config)
+    leaves = gate._leaves(inputs, spec.differentiable, "contiguous", torch.float64)
+    out = gate._forward(spec.reference_forward(), leaves, config)
+    plain = dict(zip(spec.gradient_names(), gate._backward(spec, out, leaves, [c.double() for c in cotangents])))
+    for name in spec.gradient_names():
+        torch.testing.assert_close(wide[name], plain[name], rtol=1e-12, atol=1e-12)
+    assert set(terms) == {"dW"} and terms["dW"].shape == (64,) and (terms["dW"] >= wide["dW"].abs() / 10).all()
+
+
+FAULTING = """
+import torch
+import triton
+import triton.language as tl
+
+KNOBS = {"BLOCK_SIZE": 1024}
+KNOB_CHOICES = {"BLOCK_SIZE": [1024]}
+
+
+def relu_squared(x):
+    faulting = x.numel() == 37 and x.dtype == torch.float32
+    with open(LOG, "a") as log:
+        log.write(f"{os.getpid()} {int(faulting)}\\n")
+    if faulting:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    return torch.relu(x) ** 2
+"""
+
+
+def test_a_case_that_faults_the_device_is_a_fail_row_and_the_gate_goes_on_in_a_fresh_process(tmp_path,
+                                                                                           interpret_device):
+    """CUDA's error is sticky: after a kernel faults, no later case could run in that process. The faulting case
+    is a FAIL row naming it, and the rest of the gate runs in a fresh process (the interpreter cannot fault, so a
+    variant raising CUDA's message stands for one)."""
+    from liger_perf.correctness import _case_base, gate_cases
+    from liger_perf.gate_resume import resume
+
+    log = tmp_path / "calls.log"
+    path = tmp_path / "faulting.py"
+    path.write_text(f"import os\nLOG = {str(log)!r}\n" + FAULTING)
+    spec = get_spec("relu_squared")
+    variant = load_variant(path, spec)
+    result = check_variant(spec, variant, interpret_device, convergence=False, resumer=resume)
+    rows = result.rows
+    faulted = rows[rows["reason"].str.contains("faulted the device", na=False)]
+    assert len(faulted) == 1 and faulted["verdict"].iloc[0] == "FAIL" and "37 float32" in faulted["case"].iloc[0]
+    labels = [_case_base(spec, g, 0)["case"] for g in gate_cases(spec, variant, interpret_device)]
+    after = labels[labels.index(faulted["case"].iloc[0]) + 1:]
+    assert after and set(after) <= set(rows["case"])  # every later case has its rows
+    assert (rows[rows["case"] == after[-1]]["verdict"] == "pass").all()
+    calls = [line.split() for line in log.read_text().splitlines()]
+    fault = [flag for _, flag in calls].index("1")
+    before, later = {pid for pid, _ in calls[:fault + 1]}, {pid for pid, _ in calls[fault + 1:]}
+    assert later and not later & before  # in another process
+    # A trial's gate stops at the fault: nothing more could run in its process.
+    stopped = check_variant(spec, variant, interpret_device, convergence=False, fail_fast=True)
+    assert stopped.rows["reason"].str.contains("faulted the device").iloc[-1] and not stopped.passed
+
+
+def test_a_case_the_device_has_no_memory_for_is_a_clean_not_run_row(monkeypatch, interpret_device):
+    """Out of GPU memory is the machine's limit, not the variant's verdict: one row saying which case needs how
+    much, never a traceback; the gate is not passed, and says it was the machine."""
+    from liger_perf import correctness
+    from liger_perf.correctness import GateCase, large_case_bytes, run_case
+    from liger_perf.device import Device
+    from liger_perf.spec import Case
+
+    spec = get_spec("fused_add_rms_norm")
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 32.00 GiB")
+
+    monkeypatch.setattr(correctness, "check_case", out_of_memory)
+    large = GateCase(Case(spec.large_shape(), torch.bfloat16, dict(spec.bench_config)), kind="large")
+    (row,) = run_case(spec, None, large, interpret_device)
+    assert row["verdict"] == "not run" and "262145x8192 bfloat16" in row["reason"]
+    assert f"needs about {large_case_bytes(spec, large) / 2**30:.0f} GiB" in row["reason"]
+    # Before it starts: too little free memory is the same row, and the case is not attempted.
+    gpu = Device("cuda", torch.device("cpu"))
+    monkeypatch.setattr(correctness, "_free_device_memory", lambda device: 8 * 2**30)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    reason = correctness._memory_shortfall(spec, large, gpu)
+    assert "needs about" in reason and "8 GiB are free" in reason and "one gate per GPU" in reason
+    monkeypatch.setattr(correctness, "_free_device_memory", lambda device: 1 << 50)
+    assert correctness._memory_shortfall(spec, large, gpu) is None
+    result = correctness.GateResult(pd.DataFrame([{**row, "output": "*"}]))
+    assert not result.passed and result.machine_limited
 
 
 def test_a_borderline_case_is_drawn_again_until_it_fails_or_stays_under(monkeypatch, interpret_device):
@@ -292,7 +455,7 @@ def test_the_large_case_s_float64_gradients_come_from_its_drawn_rows_weighted_by
     generator = torch.Generator().manual_seed(2)
     drawn = spec.make_inputs((7, 16), torch.float32, "cpu", generator, config)
     cotangents = [torch.randn(7, 16, generator=generator) for _ in spec.outputs]
-    got = _large_float64(spec, drawn, cotangents, 30, 7, config)
+    got, _ = _large_float64(spec, drawn, cotangents, 30, 7, config)
     full = _leaves({k: _rows_repeated(v, 30, 7) for k, v in drawn.items()}, spec.differentiable, "contiguous",
                    torch.float64)
     out = _forward(spec.reference_forward(), full, config)
