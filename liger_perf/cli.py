@@ -23,7 +23,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
 # Wide enough for the gate's table when the output is a pipe or a notebook rather than a terminal.
 console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
-GATE_DONE = "LIGER_PERF_GATE_DONE"  # set in check's own process: the file it writes once the gate has passed
 
 
 def _version(value: bool) -> None:
@@ -136,12 +135,20 @@ def check_command(
     convergence: bool = typer.Option(True, help="run the convergence check after the unit checks pass"),
 ) -> None:
     """Correctness gate: forward and every gradient against the reference (same dtype and float64)."""
-    if os.environ.get(GATE_DONE) is None:  # the variant is imported in a process of its own: see _contained_check
-        raise typer.Exit(_contained_check(kernel, variant, device, convergence))
+    import time
+
+    from liger_perf.gate_process import GATE_DONE, run_contained_gate, write_summary
+
+    if os.environ.get(GATE_DONE) is None:  # the variant is imported in a process of its own (gate_process)
+        run = run_contained_gate(kernel, variant, device, convergence)
+        if run.unfinished:
+            err_console.print(f"liger-perf: error: {run.unfinished}", highlight=False, markup=False)
+        raise typer.Exit(run.code)
     from liger_perf.device import select_device
 
     dev = select_device(device)  # before any variant is imported: it decides compiled or interpreted Triton
     from liger_perf.correctness import check_variant, gate_cases
+    from liger_perf.gate_resume import resume
     from liger_perf.registry import baseline_path, get_spec
     from liger_perf.variants import load_variant
 
@@ -151,11 +158,28 @@ def check_command(
     if dev.interpreted:
         console.print("No CUDA device: running the small interpreter suite under the Triton interpreter.")
     n_cases = len(gate_cases(spec, loaded, dev))
+    started = time.time()
+    if not dev.interpreted:  # every kernel the gate will compile, compiled in parallel first (a cold cache)
+        from liger_perf.precompile import precompile
+
+        with console.status("precompiling the gate's kernels..."):
+            compiled = precompile(spec, [loaded.path], dev, convergence=convergence, timeout_s=300, part="gate")
+        console.print(f"precompiled: {compiled.get('items', 0)} calls in {compiled.get('workers', 0)} processes, "
+                      f"{compiled.get('seconds', 0):.0f} s, {compiled.get('failed', 0)} failed", markup=False)
     with console.status(f"checking {n_cases} cases...") as status:
         done = iter(range(1, n_cases + 1))
-        result = check_variant(spec, loaded, dev, convergence=convergence,
+        result = check_variant(spec, loaded, dev, convergence=convergence, resumer=resume,
                                progress=lambda case: status.update(f"case {next(done, n_cases)}/{n_cases}: "
                                                                   f"{case.label()}"))
+    peak = None
+    if not dev.interpreted:
+        import torch
+
+        try:
+            peak = torch.cuda.max_memory_allocated(dev.torch_device)
+        except Exception:  # a faulted device answers nothing more
+            peak = None
+    write_summary(result, time.time() - started, peak)
     console.print(_gate_table(result.rows))
     if not result.convergence.empty:
         console.print(_convergence_table(result.convergence))
@@ -163,6 +187,10 @@ def check_command(
         console.print("convergence check skipped: the unit checks failed")
     if not result.passed:
         failures = result.failures()
+        if result.machine_limited:
+            err_console.print(f"[red]NOT RUN[/red]: {len(failures)} of {len(result.rows)} comparisons could not run "
+                              f"on this machine: {failures['reason'].iloc[0]}")
+            raise typer.Exit(EXIT_JOB_ERROR)
         err_console.print(f"[red]FAIL[/red]: {len(failures)} of {len(result.rows)} comparisons failed"
                           + ("" if result.convergence.empty else ", or the convergence run diverged"))
         raise typer.Exit(EXIT_FAILED)
@@ -171,33 +199,34 @@ def check_command(
     Path(os.environ[GATE_DONE]).write_text("passed")
 
 
-def _contained_check(kernel: str, variant: Optional[Path], device: str, convergence: bool) -> int:
-    """Run ``check`` again in a child process with the allow-listed environment (no secret of this process
-    reaches the variant) in a scratch folder; its exit code. A child that exits 0 without having written its
-    "passed" file did not finish the gate (a variant that exits at import or in the middle): that is a failure."""
-    import tempfile
-
+@app.command("selfcheck")
+def selfcheck_command(
+    device: str = typer.Option("auto", help="auto | cuda | interpret: the device this machine checks"),
+    kernel: Optional[list[str]] = typer.Option(None, help="only this kernel (repeat for several); default: all"),
+) -> None:
+    """Is this machine fit for trials? Gate of every kernel's baseline and best, a short trial of each baseline;
+    writes reports/<device>/selfcheck.json. Run it after upgrading torch, Triton or the driver."""
     from liger_perf.registry import get_spec
-    from liger_perf.sandbox import run_contained
-    from liger_perf.variants import read_source
+    from liger_perf.selfcheck import PASS, run_selfcheck, summary_line, write_record
 
-    get_spec(kernel)  # bad input is this process's one line, before a child starts
-    if variant is not None:
-        read_source(variant)
-    with tempfile.TemporaryDirectory(prefix="liger-perf-check-") as scratch:
-        done = Path(scratch) / "gate-passed"
-        args = [sys.executable, "-m", "liger_perf", "check", kernel, "--device", device,
-                "--convergence" if convergence else "--no-convergence"]
-        if variant is not None:
-            args += ["--variant", str(variant.resolve())]
-        code = run_contained(args, Path(scratch), {GATE_DONE: str(done)},
-                             readable=[variant.resolve()] if variant is not None else []).returncode
-        if code == 0 and not done.is_file():
-            err_console.print("liger-perf: error: the gate did not finish: the variant's process ended with exit "
-                              "code 0 before the gate completed (a variant that exits?)", highlight=False,
-                              markup=False)
-            return EXIT_FAILED
-        return code
+    for name in kernel or []:
+        get_spec(name)  # a typo is one line, before anything runs
+    record = run_selfcheck(device, kernel or None, echo=lambda line: console.print(line, markup=False,
+                                                                                   highlight=False))
+    path = write_record(record)
+    at = f"commit {record['commit'][:12]}" if record["commit"] else "an unknown commit"
+    table = Table(title=f"selfcheck on {record['stack'].get('gpu') or 'the Triton interpreter'} at {at}")
+    for column in ("kernel", "step", "variant", "status", "seconds", "detail"):
+        table.add_column(column, overflow="fold")
+    for row in record["rows"]:
+        status = row["status"] if row["status"] == PASS else f"[red]{row['status']}[/red]"
+        table.add_row(row["kernel"], row["step"], escape(row["variant"]), status, f"{row['seconds']:.0f}",
+                      escape(row["detail"]))
+    console.print(table)
+    line = summary_line(record)
+    console.print(f"{line}\nrecord: {path}", markup=False, highlight=False)
+    if not record["passed"]:
+        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command("trial")

@@ -261,6 +261,21 @@ def best_trial(kernel: str, root: Path, mode: str | None = None,
     return baseline, (chain[-1] if chain else None)
 
 
+def latest_best(kernel: str, root: Path) -> TrialResult | None:
+    """The history's best: the tip of today's baseline's accepted chain, else (the baseline changed since, and
+    no trial on it was accepted yet) the tip of the latest earlier baseline's chain, or None."""
+    _, best = best_trial(kernel, root)
+    if best is not None:
+        return best
+    trials = load_trials(kernel, root)
+    for baseline in reversed([t for t in trials if not t.against and t.status == "complete"
+                              and t.kind == "experiment"]):
+        _, chain = accepted_chain(trials, baseline.variant_sha)
+        if chain:
+            return chain[-1]
+    return None
+
+
 def trial_pace(trials: list[TrialResult]) -> float | None:
     """How long a trial takes here: the median wall time of the last five complete experiment trials (the upper
     of the two middle ones for an even count), or None before there are any."""

@@ -83,6 +83,9 @@ class NightlyConfig(BaseModel):
     #: Candidates per round screened in one notebook before full trials (0: none); the interpreter never screens.
     screen: int = Field(4, ge=0)
     unsandboxed: bool = False  # proposer llm|auto where no sandbox is available: run its code anyway
+    #: ``liger-perf selfcheck`` first (the gate of each baseline, a short trial of each): a machine that fails it
+    #: runs no trial tonight, and the night is an error of the job, never a regression of a kernel.
+    selfcheck: bool = True
 
 
 def load_config(path: str | Path) -> NightlyConfig:
@@ -105,13 +108,20 @@ def _advantage(result: TrialResult, target: str) -> float:
 
 class Nightly:
     def __init__(self, config: NightlyConfig, root: Path | None = None, reports: Path | None = None,
-                 echo=print, runner: Runner | None = None):
+                 echo=print, runner: Runner | None = None, selfcheck=None):
         self.config = config
-        if runner is None:
-            from liger_perf.runners.papermill import PapermillRunner
+        from liger_perf.runners.papermill import PapermillRunner
 
+        if runner is None:
             runner = PapermillRunner()
         self.runner = runner
+        # The selfcheck runs here: it checks the machine the trials run on only where they run here too.
+        if selfcheck is None and isinstance(runner, PapermillRunner):
+            from liger_perf.selfcheck import run_selfcheck
+
+            selfcheck = run_selfcheck
+        self.selfcheck = selfcheck
+        self.selfcheck_record: dict | None = None
         # The history (and the summaries) of the device the trials run on.
         self.store = (Store(root, reports) if root is not None else
                       Store(None, reports, device=history_device(runner, config.device)))
@@ -134,6 +144,9 @@ class Nightly:
             self.results: list[dict] = []
             results = self.results
             self.job_errors = job_errors = self._read_stack()
+            unfit = self._selfcheck() if not job_errors else None
+            if unfit:
+                job_errors.append({"what": unfit})
             spent = self._spent_tonight()
             for job in self.config.kernels:
                 started = time.time()
@@ -142,7 +155,9 @@ class Nightly:
                                          "notebooks": [], "trials": [], "seconds": 0.0}
                 results.append(entry)
                 try:
-                    if self.time_left() <= 0:
+                    if unfit:
+                        entry["skipped"] = "the machine failed its selfcheck (see the errors of the job)"
+                    elif self.time_left() <= 0:
                         entry["skipped"] = "the job's wall-clock budget was spent before this kernel"
                     else:
                         self._kernel(job, entry, budget_left=max(0, job.budget - spent.get(job.name, 0)))
@@ -166,6 +181,27 @@ class Nightly:
             self.echo(f"error of the job: the software stack could not be read: {type(e).__name__}: {e}")
             return [{"what": self._relative(f"the software stack could not be read: {type(e).__name__}: {e}")}]
         return []
+
+    def _selfcheck(self) -> str | None:
+        """``liger-perf selfcheck`` of the night's kernels' baselines (their bests are re-validated by trials of
+        their own) before anything else: why the machine is unfit for tonight's trials, or None. Its record is
+        ``reports/<device>/selfcheck.json``."""
+        if not self.config.selfcheck or self.selfcheck is None:
+            return None
+        from liger_perf.selfcheck import summary_line, write_record
+
+        self.echo("selfcheck: the gate and a short trial of each kernel's baseline, before tonight's trials")
+        try:
+            record = self.selfcheck(self.config.device, [job.name for job in self.config.kernels], best=False,
+                                    echo=self.echo)
+            path = write_record(record)
+        except Exception as e:  # the check itself could not run: the machine is no fitter for trials
+            return self._relative(f"the selfcheck could not run: {type(e).__name__}: {e}")
+        self.selfcheck_record = {"passed": record["passed"], "record": self._relative(path),
+                                 "summary": self._relative(summary_line(record))}
+        self.echo(summary_line(record))
+        return None if record["passed"] else (f"{self._relative(summary_line(record))} (record: "
+                                              f"{self._relative(path)}); no trial ran tonight")
 
     def _spent_tonight(self) -> dict[str, int]:
         """Tuning trials per kernel that earlier runs of the job recorded tonight (the same date). A run's summary
@@ -312,13 +348,16 @@ class Nightly:
         summary = {"date": f"{self.now:%Y-%m-%d}", "started": self.now.isoformat(timespec="seconds"),
                    "finished": finished, "seconds": round(time.time() - self.started, 1), "stack": self.stack,
                    "regressions": sum(len(e["regressions"]) for e in results), "errors": errors,
-                   "job_errors": job_errors, "kernels": results}
+                   "job_errors": job_errors, "selfcheck": self.selfcheck_record,
+                   "kernels": results}
         _write_text(out / f"{stamp}.json", json.dumps(jsonable(summary), indent=1) + "\n")
         stack = ", ".join(f"{k} {v}" for k, v in self.stack.items() if v) or "unknown"
         lines = [f"# Nightly run {self.now:%Y-%m-%d %H:%M:%S}" + ("" if finished else " (still running, or killed)"),
                  "", f"{len(results)} kernels, {sum(e['trials_run'] for e in results)} trials, "
                  f"{summary['seconds']:.0f} s; **{summary['regressions']} regression(s)**, "
                  f"**{errors} error(s) of the job**.", "", f"Stack: {stack}.", ""]
+        if summary["selfcheck"]:
+            lines += [f"Selfcheck: {summary['selfcheck']['summary']} (`{summary['selfcheck']['record']}`).", ""]
         lines += [f"- **error of the job**: {e['what']}" for e in job_errors] + ([""] if job_errors else [])
         for e in results:
             lines += [f"## {e['kernel']} ({e['target']})", "",

@@ -51,7 +51,7 @@ ERROR_CHARS = 300
 #: The line a child prints last: ``{"precompile": {...}}``.
 REPORT_KEY = "precompile"
 INTERPRETED_REASON = "the Triton interpreter compiles nothing"
-PARTS = ("all", "quick", "rest", "screen")  # which of a trial's calls: see ``work_list``
+PARTS = ("all", "quick", "rest", "screen", "gate")  # which of a trial's calls: see ``work_list``
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,7 +109,8 @@ def work_list(spec: KernelSpec, variants: Sequence[tuple[str | Path, str]], suit
     gate (the current best): the timing's and the accuracy step's cases only. ``part`` (``PARTS``): "all";
     "quick", the quick gate's, the timing's and the accuracy step's cases (a staged trial: the full gate may never
     run); "screen", the quick gate's and the timing's (a screening measures no accuracy); "rest", the full gate's
-    own cases, precompiled when it will run (the others are compiled by then). Pure: the
+    own cases, precompiled when it will run (the others are compiled by then); "gate", the full gate's cases alone
+    (``check``, which times nothing). Pure: the
     same arguments give the same list in every process. A variant whose knobs cannot be read (the gate will say why) gets the timing's cases only."""
     from liger_perf import correctness
     from liger_perf.accuracy import accuracy_cases
@@ -129,24 +130,24 @@ def work_list(spec: KernelSpec, variants: Sequence[tuple[str | Path, str]], suit
         if index not in timed_only:
             try:
                 gated = (correctness.gate_cases(spec, Variant(Path(path), source, None), device)
-                         if part in ("all", "rest") else [])
+                         if part in ("all", "rest", "gate") else [])
             except UserError:  # unreadable knobs: the gate fails the variant itself
                 gated = []
-            gated += correctness.quick_gate_cases(spec, device) if part != "rest" else []
+            gated += correctness.quick_gate_cases(spec, device) if part not in ("rest", "gate") else []
             for g in gated:
                 if g.kind == "large":  # seconds to fill 2**31 elements, for a bench case's specialisation
                     continue
                 add(Case(g.shape(spec), g.case.dtype, g.case.config), "gate" if g.kind != "quick" else "quick",
                     g.probe.inputs, g.probe.cotangents)
-            if part in ("all", "rest") and not device.interpreted:  # determinism_rows: the widest-grid check shape
+            if part in ("all", "rest", "gate") and not device.interpreted:  # determinism_rows: widest-grid shape
                 widest = max((tuple(s) for s in spec.check_shapes[suite]), key=lambda s: s[0])
                 for config in spec.check_configs:
                     for dtype in spec.dtypes[suite]:
                         add(Case(widest, dtype, dict(config)), "determinism")
-            if convergence and part in ("all", "rest"):
+            if convergence and part in ("all", "rest", "gate"):
                 for config, dtype in runs(spec, device):
                     add(Case((), dtype, config), "convergence", pass_="convergence")
-        for case in spec.cases(suite, "bench") if part != "rest" else []:
+        for case in spec.cases(suite, "bench") if part not in ("rest", "gate") else []:
             add(case, "bench")
         for case in accuracy_cases(spec, suite) if part in ("all", "quick") else []:  # a full trial's, not a screening's
             add(case, "accuracy")

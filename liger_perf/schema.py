@@ -31,8 +31,10 @@ VERDICTS: tuple[str, ...] = VerdictName.__args__
 #: against the best to choose which get a full trial (never judged, never accepted: see ``Screening``).
 Kind = Literal["experiment", "revalidation", "screening"]
 #: staged: the quick gate before any timing, the full gate (and convergence, and the full NCU profile) only when
-#: the trial's own measurements would be accepted under ``TrialRequest.guardrails``; full: the full gate first.
-GateMode = Literal["full", "staged"]
+#: the trial's own measurements would be accepted under ``TrialRequest.guardrails``; full: the full gate first;
+#: quick: the quick gate only and a light NCU profile, never the full gate: a trial that checks the machine
+#: (``selfcheck``, whose own step gates the variant in full), never one that can be accepted.
+GateMode = Literal["full", "staged", "quick"]
 
 #: NCU's warp-stall metrics (WarpStateStats: cycles stalled per issued instruction, by reason) are named
 #: ``<STALL_PREFIX><reason><STALL_SUFFIX>``.

@@ -173,7 +173,7 @@ class Trial:
             paths = [p for p in (self.request.variant, self.request.against) if p]
         # A staged trial or a screening needs the quick gate's cases and the timing's; the full gate's own are
         # compiled (in parallel again) only when it will run.
-        staged = self.request.gate == "staged"
+        staged = self.request.gate in ("staged", "quick")
         self._precompile(paths, gated, "screen" if self.data["kind"] == "screening" else
                          "quick" if staged else "all")
 
@@ -194,8 +194,8 @@ class Trial:
 
     @_step("check", "correctness gate")
     def check(self) -> None:
-        """The gate before any timing: the quick gate for a staged trial, else the full gate."""
-        if self.request.gate == "staged":
+        """The gate before any timing: the quick gate for a staged (or quick) trial, else the full gate."""
+        if self.request.gate in ("staged", "quick"):
             self._gate("quick")
         else:
             self._gate("full")
@@ -205,7 +205,10 @@ class Trial:
         """A staged trial's full gate (and convergence run): only when its timing would be accepted. Nothing is
         ever accepted on the quick gate alone; a candidate whose timing would be rejected or re-measured is
         recorded with the quick gate, and why the full gate did not run."""
-        if self.request.gate != "staged":
+        if self.request.gate == "full":
+            return
+        if self.request.gate == "quick":
+            self.data["correctness"]["full_gate"] = "not run: a quick trial (the machine's check, never judged)"
             return
         if not self.would_accept:
             self.data["correctness"]["full_gate"] = f"not run: {self.decision}"
@@ -395,7 +398,7 @@ class Trial:
         # A staged trial that will not be accepted as measured gets the light profile: the kept metrics at the
         # widest shape only (what its notebook shows a reader); the full profile (every shape, NCU's advice, the
         # current best's durations to cross-check the timing) is for a trial that may be accepted.
-        light = self.request.gate == "staged" and not self.would_accept
+        light = self.request.gate == "quick" or (self.request.gate == "staged" and not self.would_accept)
         if not self.request.ncu:
             result_status, reason, metrics, advice, report = "unavailable", "disabled for this trial", None, None, None
         else:

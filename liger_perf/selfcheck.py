@@ -1,0 +1,180 @@
+"""``liger-perf selfcheck``: can this machine (its torch, Triton, driver and GPU) run trials that mean something?
+
+Run on the machine it checks, after upgrading any of those; the nightly job runs it first. For every kernel of
+the workspace, built-in and the user's own:
+
+1. the gate of its baseline, and of its history's best on this device where there is one, each in a contained
+   process of its own (as ``check`` runs it, fresh processes after a device fault included);
+2. one short real trial of each baseline in a scratch history: the trial notebook end to end (sandbox,
+   Papermill, precompilation, the quick gate, timing with a few repetitions, the accuracy step, a light NCU
+   profile), no peers, never judged.
+
+A row per step; any row that does not pass fails the whole check. The record, ``reports/<device>/selfcheck.json``,
+names the commit it ran at (``"commit"``), the stack and every row: a change to what decides correctness or speed
+lands only with a passing record on the GPU at a commit after it (README, contributing).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+PASS, FAIL, NOT_RUN, SKIPPED = "pass", "FAIL", "not run", "skipped"
+
+
+@dataclass
+class SelfcheckRow:
+    kernel: str
+    step: str  # "gate" or "trial"
+    variant: str  # "baseline", or "best (trial NNNN name)"
+    status: str  # PASS, FAIL, NOT_RUN (the machine kept it from running: too little GPU memory) or SKIPPED
+    seconds: float
+    detail: str
+    peak_gpu_gib: float | None = None
+
+
+def _gate_row(kernel: str, label: str, variant: Path | None, device: str) -> SelfcheckRow:
+    from liger_perf.gate_process import run_contained_gate
+
+    started = time.time()
+    run = run_contained_gate(kernel, variant, device, convergence=True, capture=True)
+    seconds = round(time.time() - started, 1)
+    summary = run.summary
+    peak = summary.get("peak_gpu_bytes")
+    peak = round(peak / 2**30, 1) if isinstance(peak, (int, float)) and peak else None
+    if run.unfinished or not summary:
+        return SelfcheckRow(kernel, "gate", label, FAIL, seconds,
+                            run.unfinished or f"the gate wrote no summary (exit code {run.code})", peak)
+    counted = (f"{summary.get('comparisons')} comparisons in {summary.get('cases')} cases, convergence "
+               f"{summary.get('convergence')}")
+    if run.code == 0 and summary.get("passed"):
+        return SelfcheckRow(kernel, "gate", label, PASS, seconds, counted, peak)
+    first = (summary.get("failures") or [{}])[0]
+    where = f"{first.get('case', '?')} {first.get('output', '')} vs {first.get('against', '')}: {first.get('reason', '')}"
+    status = NOT_RUN if summary.get("machine_limited") else FAIL
+    return SelfcheckRow(kernel, "gate", label, status, seconds,
+                        f"{summary.get('failed')} of {summary.get('comparisons')} comparisons "
+                        f"{'not run' if status == NOT_RUN else 'failed'}; first: {where}"[:400], peak)
+
+
+def _trial_row(kernel: str, device: str, mode: str, history: Path, keep: Path | None) -> SelfcheckRow:
+    from liger_perf.registry import baseline_path
+    from liger_perf.runners import run_trial
+
+    started = time.time()
+    try:
+        run = run_trial(kernel, baseline_path(kernel), root=history, name="selfcheck", device=device,
+                        repetitions=3 if mode == "interpret" else 10, ncu=True, peers=False, convergence=False,
+                        gate="quick", hypothesis="selfcheck: the trial notebook end to end on this machine",
+                        timeout_s=600)
+    except Exception as e:  # the runner itself failed: the machine cannot run trials
+        return SelfcheckRow(kernel, "trial", "baseline", FAIL, round(time.time() - started, 1),
+                            f"the trial could not run: {type(e).__name__}: {e}"[:400])
+    seconds = round(time.time() - started, 1)
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(run.notebook, keep / f"{kernel}-trial.ipynb")
+    result = run.result
+    timings = len(result.timing.rows) if result.timing is not None else 0
+    ncu = result.ncu.status if result.ncu is not None else "missing"
+    problems = []
+    if result.status != "complete":
+        problems.append(f"{result.status}: {result.reason}")
+    if not timings:
+        problems.append("no timings")
+    if mode != "interpret" and ncu != "ok":
+        problems.append(f"NCU {ncu}: {result.ncu.reason if result.ncu is not None else ''}")
+    detail = (f"{timings} timings, NCU {ncu}, quick gate "
+              f"{'pass' if result.correctness is not None and result.correctness.passed else 'FAIL'}")
+    return SelfcheckRow(kernel, "trial", "baseline", FAIL if problems else PASS, seconds,
+                        ("; ".join(problems) if problems else detail)[:400])
+
+
+def run_selfcheck(device: str = "auto", kernels: list[str] | None = None, best: bool = True, trials: bool = True,
+                  echo: Callable[[str], None] = print, keep: Path | None = None) -> dict[str, Any]:
+    """The rows of every step, and the record that ``write_record`` writes. ``best``: also gate each history's
+    best; ``trials``: also run each baseline's short trial; ``keep``: copy each trial's notebook there."""
+    from liger_perf.device import select_device
+    from liger_perf.fingerprint import fingerprint
+    from liger_perf.history import latest_best, trial_variant_file
+    from liger_perf.registry import baseline_path, kernel_names, kernel_origin
+    from liger_perf.store import Store
+    from liger_perf.workspace import current
+
+    dev = select_device(device)  # this process imports no variant: it only asks what the device is
+    mode = dev.mode
+    started = time.time()
+    stack = fingerprint(dev, current().root)
+    device_class = dev.device_class
+    history = Store(device=device_class).notebooks
+    rows: list[SelfcheckRow] = []
+    names = kernels or kernel_names()
+    for kernel in names:
+        echo(f"{kernel} ({kernel_origin(kernel)}): gate of the baseline")
+        rows.append(_gate_row(kernel, "baseline", None, mode))
+        echo(f"  {rows[-1].status}: {rows[-1].detail}")
+        if best:
+            found = latest_best(kernel, history)
+            if found is None:
+                echo("  no accepted best on this device yet")
+            else:
+                label = f"best (trial {found.trial_id:04d} {found.name})"
+                echo(f"{kernel}: gate of the {label}")
+                rows.append(_gate_row(kernel, label, trial_variant_file(kernel, found, history), mode))
+                echo(f"  {rows[-1].status}: {rows[-1].detail}")
+    if trials:
+        with tempfile.TemporaryDirectory(prefix="liger-perf-selfcheck-") as scratch:
+            for kernel in names:
+                gated = next(r for r in rows if r.kernel == kernel and r.variant == "baseline")
+                if gated.status != PASS:
+                    rows.append(SelfcheckRow(kernel, "trial", "baseline", SKIPPED, 0.0,
+                                             "not run: the baseline did not pass its gate (the row above)"))
+                    continue
+                echo(f"{kernel}: a short trial of the baseline in a scratch history")
+                rows.append(_trial_row(kernel, device, mode, Path(scratch), keep))
+                echo(f"  {rows[-1].status}: {rows[-1].detail}")
+    passed = bool(rows) and all(r.status == PASS for r in rows)
+    return {
+        "commit": stack.get("git_commit") or None, "uncommitted_changes": bool(stack.get("git_dirty")),
+        "device": device_class, "passed": passed, "seconds": round(time.time() - started, 1),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+        "stack": {k: stack.get(k) for k in ("gpu", "driver", "cuda", "torch", "triton", "python", "liger_perf",
+                                            "liger_kernel", "device_mode")},
+        "kernels": {k: str(baseline_path(k).parent) for k in names},
+        "rows": [asdict(r) for r in rows],
+    }
+
+
+def write_record(record: dict[str, Any]) -> Path:
+    """``reports/<device>/selfcheck.json`` of the workspace, written whole or not at all."""
+    import json
+    import os
+
+    from liger_perf.record import jsonable
+    from liger_perf.store import Store
+    from liger_perf.workspace import current
+
+    root = current().root
+    record = {**record, "kernels": {k: os.path.relpath(v, root) if Path(v).is_relative_to(root) else Path(v).name
+                                    for k, v in record["kernels"].items()}}
+    path = Store(device=record["device"]).reports / "selfcheck.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(jsonable(record), indent=1) + "\n")
+    os.replace(partial, path)
+    return path
+
+
+def summary_line(record: dict[str, Any]) -> str:
+    failed = [r for r in record["rows"] if r["status"] != PASS]
+    if not failed:
+        return f"selfcheck PASS: {len(record['rows'])} steps in {record['seconds']:.0f} s"
+    first = failed[0]
+    return (f"selfcheck FAIL: {len(failed)} of {len(record['rows'])} steps did not pass; first: {first['kernel']} "
+            f"{first['step']} of the {first['variant']}: {first['status']}: {first['detail']}")
+
+
