@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The one driver for a lent GPU machine (the device tool): installs what the machine lacks, runs the steps named,
+# and returns every file the steps wrote under reports/ and notebooks/ as $OUT/device.tgz (unpack it at the
+# checkout's root and commit what belongs to the evidence).
+#
+# Usage (carry .whl and .deb; .whlm too for e2e):  bash scripts/device.sh COMMIT LIMIT_S STEP[:ARG,...] ...
+#   COMMIT    the commit under test (the machine gets a copy of the working tree, without .git)
+#   LIMIT_S   seconds this call may take in all; each step stops in time for the results to come back
+# Steps (each writes into reports/evidence/<date>-<step>/ unless it says otherwise):
+#   selfcheck              liger-perf selfcheck --device cuda  -> reports/nvidia-h200/selfcheck.json
+#   gate-evidence          scripts/gate_evidence.py: the row-reduction rule at the gate's bfloat16 seeds
+#   broken:NAME[,NAME]     liger-perf check of broken variants (tests/broken_variants.py), on the GPU
+#   gate-cost-old:DIR      liger-perf check of the baseline with the package in DIR (an older checkout), cold
+#   main-job:MINUTES       a fresh workspace and the README's main job (optimize fused_add_rms_norm), its log
+#   loop:KERNEL,TARGET,MIN the optimize loop on the committed history (notebooks/nvidia-h200/KERNEL)
+#   aa:N                   N A/A trials of the fused baseline against a comment-only copy of itself (no NCU)
+#   nightly                two nights in a row on the committed history (the second finds nothing to do)
+#   e2e:MODEL              liger-perf e2e of a Llama-like or Gemma-like model -> reports/nvidia-h200/e2e/
+set -u
+export LIGER_PERF_GIT_COMMIT=${1:?the commit under test} PYTHONUNBUFFERED=1
+LIMIT=${2:?seconds this call may take}
+shift 2
+T0=$(date +%s)
+DAY=$(date +%F)
+MARK=$(mktemp) && touch -d '-1 second' "$MARK"
+left() { echo $(( LIMIT - 25 - ($(date +%s) - T0) )); }
+log() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "reports/evidence/$DAY-device.log"; }
+mkdir -p "reports/evidence"
+dpkg -x .deb/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || { echo "device.sh: the wheels did not install"; exit 1; }
+if [ -d .whlm ]; then python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whlm/*.whl || echo "device.sh: the model wheels did not install"; fi
+export PYTHONPATH=/tmp/site:$PWD TRITON_CACHE_DIR=/tmp/triton-cache
+log "install done; $(nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader)"
+run() {  # run STEP_DIR CMD...: the command under the time left, its output in STEP_DIR/log.txt
+  local dir=$1; shift
+  mkdir -p "$dir"
+  local budget; budget=$(left)
+  if [ "$budget" -lt 20 ]; then log "skipped (no time left): $*"; return 0; fi
+  log "start ($budget s left): $*"
+  timeout "$budget" "$@" > "$dir/log.txt" 2>&1
+  local rc=$?
+  log "end rc=$rc: $*"
+  tail -n 12 "$dir/log.txt"
+}
+for step in "$@"; do
+  name=${step%%:*}; arg=${step#*:}; [ "$arg" = "$step" ] && arg=""
+  dir="reports/evidence/$DAY-$name"
+  case "$name" in
+    selfcheck) run "$dir" python3 -m liger_perf selfcheck --device cuda ;;
+    gate-evidence) run "$dir" python3 scripts/gate_evidence.py "$dir/dw.json" ;;
+    broken)
+      python3 tests/broken_variants.py /tmp/broken > /dev/null
+      for b in ${arg//,/ }; do
+        run "$dir/$b" python3 -m liger_perf check fused_add_rms_norm --device cuda --no-convergence \
+          --variant "/tmp/broken/fused_add_rms_norm/$b.py"
+      done ;;
+    gate-cost-old)
+      run "$dir" env PYTHONPATH="/tmp/site:$PWD/$arg" TRITON_CACHE_DIR=/tmp/triton-old \
+        python3 -m liger_perf check fused_add_rms_norm --device cuda ;;
+    main-job)
+      rm -rf /tmp/fresh-workspace && python3 -m liger_perf init /tmp/fresh-workspace > /dev/null
+      run "$dir" bash -c "cd /tmp/fresh-workspace && python3 -m liger_perf optimize fused_add_rms_norm \
+        --target backward --max-minutes ${arg:-4}"
+      mkdir -p "$dir/notebooks" && cp -r /tmp/fresh-workspace/notebooks/. "$dir/notebooks/" ;;
+    loop)
+      IFS=, read -r kernel target minutes <<< "$arg"
+      run "$dir-$kernel" python3 -m liger_perf optimize "$kernel" --target "$target" --device cuda \
+        --max-minutes "$minutes" ;;
+    aa) run "$dir" python3 scripts/aa_trials.py "${arg:-20}" "$dir" ;;
+    nightly)
+      run "$dir/first" python3 -m liger_perf nightly
+      run "$dir/second" python3 -m liger_perf nightly ;;
+    e2e) run "$dir-$arg" python3 -m liger_perf e2e "${arg:-llama}" --device cuda ;;
+    *) log "unknown step $step" ;;
+  esac
+done
+log "all steps done"
+find reports notebooks -type f -newer "$MARK" ! -name '*.ncu-rep' ! -path '*/artifacts/*' -print0 \
+  | tar czf "$OUT/device.tgz" --null -T -
+ls -la "$OUT"
