@@ -211,9 +211,13 @@ def selfcheck_command(
 
     for name in kernel or []:
         get_spec(name)  # a typo is one line, before anything runs
-    record = run_selfcheck(device, kernel or None, echo=lambda line: console.print(line, markup=False,
-                                                                                   highlight=False))
-    path = write_record(record)
+    from liger_perf.device import select_device
+    from liger_perf.store import Store
+
+    reports = Store(device=select_device(device).device_class).reports  # the trials' notebooks kept beside it
+    record = run_selfcheck(device, kernel or None, keep=reports / "selfcheck",
+                           echo=lambda line: console.print(line, markup=False, highlight=False))
+    path = write_record(record, reports)
     at = f"commit {record['commit'][:12]}" if record["commit"] else "an unknown commit"
     table = Table(title=f"selfcheck on {record['stack'].get('gpu') or 'the Triton interpreter'} at {at}")
     for column in ("kernel", "step", "variant", "status", "seconds", "detail"):

@@ -62,8 +62,8 @@ def run_contained_gate(kernel: str, variant: Path | None, device: str, convergen
             run.code = EXIT_FAILED
             run.unfinished = ("the gate did not finish: the variant's process ended with exit code 0 before the "
                               "gate completed (a variant that exits?)")
-        elif run.code not in (0, EXIT_FAILED) and not run.summary:
-            tail = run.output.strip().splitlines()[-1:] if capture else []
+        elif run.code not in (0, EXIT_FAILED) and not run.summary and capture:  # else the child said why itself
+            tail = run.output.strip().splitlines()[-1:]
             run.unfinished = f"the gate's process ended with exit code {run.code}" + (f": {tail[0]}" if tail else "")
         return run
 

@@ -194,7 +194,7 @@ class Nightly:
         try:
             record = self.selfcheck(self.config.device, [job.name for job in self.config.kernels], best=False,
                                     echo=self.echo)
-            path = write_record(record)
+            path = write_record(record, self.store.reports)
         except Exception as e:  # the check itself could not run: the machine is no fitter for trials
             return self._relative(f"the selfcheck could not run: {type(e).__name__}: {e}")
         self.selfcheck_record = {"passed": record["passed"], "record": self._relative(path),

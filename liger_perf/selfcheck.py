@@ -7,7 +7,8 @@ the workspace, built-in and the user's own:
    process of its own (as ``check`` runs it, fresh processes after a device fault included);
 2. one short real trial of each baseline in a scratch history: the trial notebook end to end (sandbox,
    Papermill, precompilation, the quick gate, timing with a few repetitions, the accuracy step, a light NCU
-   profile), no peers, never judged.
+   profile), no peers, never judged. It starts once its baseline has passed the gate, beside the gates still
+   to run (``TRIALS_AT_ONCE``), and is skipped where the baseline failed.
 
 A row per step; any row that does not pass fails the whole check. The record, ``reports/<device>/selfcheck.json``,
 names the commit it ran at (``"commit"``), the stack and every row: a change to what decides correctness or speed
@@ -19,11 +20,14 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 PASS, FAIL, NOT_RUN, SKIPPED = "pass", "FAIL", "not run", "skipped"
+#: Baseline trials run beside the gates still to come (each a sandboxed notebook of its own).
+TRIALS_AT_ONCE = 2
 
 
 @dataclass
@@ -111,32 +115,41 @@ def run_selfcheck(device: str = "auto", kernels: list[str] | None = None, best: 
     stack = fingerprint(dev, current().root)
     device_class = dev.device_class
     history = Store(device=device_class).notebooks
-    rows: list[SelfcheckRow] = []
     names = kernels or kernel_names()
-    for kernel in names:
-        echo(f"{kernel} ({kernel_origin(kernel)}): gate of the baseline")
-        rows.append(_gate_row(kernel, "baseline", None, mode))
-        echo(f"  {rows[-1].status}: {rows[-1].detail}")
-        if best:
-            found = latest_best(kernel, history)
-            if found is None:
-                echo("  no accepted best on this device yet")
-            else:
-                label = f"best (trial {found.trial_id:04d} {found.name})"
-                echo(f"{kernel}: gate of the {label}")
-                rows.append(_gate_row(kernel, label, trial_variant_file(kernel, found, history), mode))
-                echo(f"  {rows[-1].status}: {rows[-1].detail}")
-    if trials:
-        with tempfile.TemporaryDirectory(prefix="liger-perf-selfcheck-") as scratch:
-            for kernel in names:
-                gated = next(r for r in rows if r.kernel == kernel and r.variant == "baseline")
-                if gated.status != PASS:
-                    rows.append(SelfcheckRow(kernel, "trial", "baseline", SKIPPED, 0.0,
-                                             "not run: the baseline did not pass its gate (the row above)"))
-                    continue
-                echo(f"{kernel}: a short trial of the baseline in a scratch history")
-                rows.append(_trial_row(kernel, device, mode, Path(scratch), keep))
-                echo(f"  {rows[-1].status}: {rows[-1].detail}")
+    gates: list[SelfcheckRow] = []
+    trial_rows: dict[str, Future | SelfcheckRow] = {}
+    # The baselines' gates first; each baseline that passes has its trial started beside the gates still to
+    # run (one gate at a time: the large case of one takes most of a GPU's memory; a trial takes little, and
+    # its timings here only show that timing works, they are never judged).
+    with tempfile.TemporaryDirectory(prefix="liger-perf-selfcheck-") as scratch, \
+            ThreadPoolExecutor(max_workers=TRIALS_AT_ONCE) as pool:
+        bests = []
+        for kernel in names:
+            echo(f"{kernel} ({kernel_origin(kernel)}): gate of the baseline")
+            gates.append(_gate_row(kernel, "baseline", None, mode))
+            echo(f"  {gates[-1].status}: {gates[-1].detail}")
+            if trials and gates[-1].status == PASS:
+                echo(f"{kernel}: a short trial of the baseline in a scratch history (started)")
+                trial_rows[kernel] = pool.submit(_trial_row, kernel, device, mode, Path(scratch), keep)
+            elif trials:
+                trial_rows[kernel] = SelfcheckRow(kernel, "trial", "baseline", SKIPPED, 0.0,
+                                                  "not run: the baseline did not pass its gate")
+            found = latest_best(kernel, history) if best else None
+            if found is not None:
+                bests.append((kernel, found))
+            elif best:
+                echo(f"{kernel}: no accepted best on this device yet")
+        for kernel, found in bests:
+            label = f"best (trial {found.trial_id:04d} {found.name})"
+            echo(f"{kernel}: gate of the {label}")
+            gates.append(_gate_row(kernel, label, trial_variant_file(kernel, found, history), mode))
+            echo(f"  {gates[-1].status}: {gates[-1].detail}")
+        done = []
+        for kernel, row in trial_rows.items():
+            done.append(row.result() if isinstance(row, Future) else row)
+            echo(f"{kernel}: trial {done[-1].status}: {done[-1].detail}")
+    order = {k: i for i, k in enumerate(names)}
+    rows = sorted(gates, key=lambda r: (order[r.kernel], r.variant != "baseline")) + done
     passed = bool(rows) and all(r.status == PASS for r in rows)
     return {
         "commit": stack.get("git_commit") or None, "uncommitted_changes": bool(stack.get("git_dirty")),
@@ -149,8 +162,8 @@ def run_selfcheck(device: str = "auto", kernels: list[str] | None = None, best: 
     }
 
 
-def write_record(record: dict[str, Any]) -> Path:
-    """``reports/<device>/selfcheck.json`` of the workspace, written whole or not at all."""
+def write_record(record: dict[str, Any], reports: Path | None = None) -> Path:
+    """``selfcheck.json`` in ``reports`` (default: the workspace's ``reports/<device>/``), whole or not at all."""
     import json
     import os
 
@@ -161,7 +174,7 @@ def write_record(record: dict[str, Any]) -> Path:
     root = current().root
     record = {**record, "kernels": {k: os.path.relpath(v, root) if Path(v).is_relative_to(root) else Path(v).name
                                     for k, v in record["kernels"].items()}}
-    path = Store(device=record["device"]).reports / "selfcheck.json"
+    path = (Path(reports) if reports is not None else Store(device=record["device"]).reports) / "selfcheck.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
     partial.write_text(json.dumps(jsonable(record), indent=1) + "\n")

@@ -43,6 +43,7 @@ def test_selfcheck_passes_a_sound_kernel_and_writes_its_record(tmp_path):
     assert [(r["step"], r["variant"], r["status"]) for r in record["rows"]] == [
         ("gate", "baseline", "pass"), ("trial", "baseline", "pass")]
     assert "comparisons" in record["rows"][0]["detail"] and "timings" in record["rows"][1]["detail"]
+    assert (workspace / "reports" / "interpret" / "selfcheck" / "relu_squared-trial.ipynb").is_file()
     assert "selfcheck PASS" in out.stdout
 
 
@@ -109,6 +110,7 @@ def test_the_nightly_job_runs_selfcheck_first_and_a_failing_one_is_an_error_of_t
     summary = json.loads(path.with_suffix(".json").read_text())
     assert calls[0] == ("selfcheck", ("relu_squared",), False)  # first, the baselines only
     assert summary["selfcheck"]["passed"] is passed
+    assert json.loads((tmp_path / "reports" / "selfcheck.json").read_text())["passed"] is passed  # the job's
     if passed:
         assert ("trial", "relu_squared") in calls[1:]  # the night went on
     else:
