@@ -5,12 +5,15 @@ Each trial is judged as the loop judges; none may be accepted, and with interval
 effect, at most about one in twenty has any per-shape interval that excludes 1. Resumable: trials already in
 ``--root`` count, so a run cut short (a device call's time limit) goes on where it stopped.
 
-    python scripts/aa_trials.py fused_add_rms_norm --trials 20 --root reports/aa --deadline-s 540
+    python scripts/aa_trials.py fused_add_rms_norm --trials 20 --root reports/evidence/<date>-aa --deadline-s 540
+
+(default root: ``reports/evidence/<today>-aa``; the run of 2026-12-01 is ``reports/evidence/2026-12-01-aa/``.)
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import time
 from pathlib import Path
@@ -35,7 +38,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("kernel")
     parser.add_argument("--trials", type=int, default=20)
-    parser.add_argument("--root", type=Path, default=Path("reports/aa"))
+    parser.add_argument("--root", type=Path,
+                        default=Path(f"reports/evidence/{datetime.date.today().isoformat()}-aa"))
     parser.add_argument("--deadline-s", type=float, default=0, help="start no trial after this many seconds")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--repetitions", type=int, default=0)

@@ -16,6 +16,10 @@
 #   aa:N                   N A/A trials of the fused baseline against a comment-only copy of itself (no NCU)
 #   nightly                two nights in a row on the committed history (the second finds nothing to do)
 #   e2e:MODEL              liger-perf e2e of a Llama-like or Gemma-like model -> reports/nvidia-h200/e2e/
+# After a call: unpack device.tgz, rename each step's folder to reports/evidence/<date>-<topic>/ if it needs a
+# clearer name, and write its README.md (the commit, this command line, the result in a few lines).
+# This script replaces the one-off scripts/gpu_*.sh of earlier runs; what each of those ran is written in the
+# README of the evidence folder it produced (reports/evidence/*/README.md).
 set -u
 export LIGER_PERF_GIT_COMMIT=${1:?the commit under test} PYTHONUNBUFFERED=1
 LIMIT=${2:?seconds this call may take}

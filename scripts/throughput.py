@@ -5,12 +5,16 @@ The loop runs as ``liger-perf optimize`` runs it (rules proposer, the sandbox, s
 scratch copy of ``notebooks/<kernel>/`` so that the project's history is not touched; the figures are read back
 from the notebooks it wrote and from the loop's events (wall clock from a trial's start to its verdict).
 
-    python scripts/throughput.py fused_add_rms_norm --budget 4 --screen 4 --workers 1 --out reports/throughput.json
+    python scripts/throughput.py fused_add_rms_norm --budget 4 --screen 4 --workers 1 --out OUT.json
+
+(default ``--out``: ``reports/evidence/<today>-throughput/throughput.json``; the run of 2026-12-01 is
+``reports/evidence/2026-12-01-throughput/``.)
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import shutil
 import signal
@@ -40,7 +44,8 @@ def main() -> None:
     parser.add_argument("--screen", type=int, default=4)
     parser.add_argument("--workers", type=int, default=1, help="GPUs (a local Dask cluster when more than 1)")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--out", type=Path, default=Path("reports/throughput.json"))
+    parser.add_argument("--out", type=Path, default=Path(
+        f"reports/evidence/{datetime.date.today().isoformat()}-throughput/throughput.json"))
     parser.add_argument("--keep", type=Path, help="copy the notebooks the run wrote here")
     args = parser.parse_args()
 
