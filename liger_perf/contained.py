@@ -25,7 +25,8 @@ ALLOWED = frozenset({
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
     "TRITON_INTERPRET", "TRITON_CACHE_DIR", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH",
     "TORCHINDUCTOR_CACHE_DIR", "TORCH_CUDA_ARCH_LIST",
-    "LIGER_PERF_KERNELS", "LIGER_PERF_WORKSPACE", "LIGER_PERF_GIT_COMMIT", "JUPYTER_PATH",  # the runtime folder: under HOME, writable
+    "LIGER_PERF_KERNELS", "LIGER_PERF_WORKSPACE", "LIGER_PERF_GIT_COMMIT", "LIGER_PERF_GIT_DIRTY",
+    "JUPYTER_PATH",  # the runtime folder: under HOME, writable
 })
 ALLOWED_PREFIXES = ("LC_",)  # locale categories
 #: Never passed, whatever the lists above say: a name that looks like a credential is one.
@@ -54,9 +55,13 @@ def variant_environment(scratch: Path, base: dict[str, str] | None = None) -> di
                                                                     package_root])))
     env.setdefault("PATH", os.defpath)
     # The child runs in a folder of its own: it must find the kernels of this workspace, not of its folder.
-    from liger_perf.workspace import WORKSPACE_ENV, current
+    from liger_perf.workspace import COMMIT_ENV, DIRTY_ENV, WORKSPACE_ENV, current, git_state
 
     env[WORKSPACE_ENV] = str(current().root)
+    # The commit the code runs at, said here: the child may see no .git (the sandbox shows none).
+    commit, dirty = git_state(current().root)
+    if commit:
+        env[COMMIT_ENV], env[DIRTY_ENV] = commit, "1" if dirty else "0"
     return env
 
 

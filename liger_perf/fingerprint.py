@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import platform
 import subprocess
 from pathlib import Path
@@ -15,14 +14,6 @@ import liger_perf
 from liger_perf.device import Device
 
 
-def _git(root: Path, *args: str) -> str:
-    try:
-        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return done.stdout.strip() if done.returncode == 0 else ""
-
-
 def _driver_version() -> str:
     try:
         done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
@@ -33,7 +24,9 @@ def _driver_version() -> str:
 
 
 def fingerprint(device: Device, project_root: Path) -> dict[str, Any]:
-    stated = os.environ.get("LIGER_PERF_GIT_COMMIT", "")
+    from liger_perf.workspace import git_state
+
+    commit, dirty = git_state(project_root)
     info: dict[str, Any] = {
         "device_mode": device.mode,
         "python": platform.python_version(),
@@ -42,11 +35,9 @@ def fingerprint(device: Device, project_root: Path) -> dict[str, Any]:
         "torch": torch.__version__,
         "triton": triton.__version__,
         "liger_perf": liger_perf.__version__,
-        # A copy of the checkout (as on a lent GPU machine) states its commit in the environment, and that wins:
-        # such a copy may carry a .git of an older commit beside newer files.
-        "git_commit": stated or _git(project_root, "rev-parse", "HEAD"),
+        "git_commit": commit,  # workspace.git_state: the environment's word first (a copy, a sandbox)
         # Uncommitted changes make the commit alone an incomplete description of the code that ran.
-        "git_dirty": False if stated else bool(_git(project_root, "status", "--porcelain", "--untracked-files=no")),
+        "git_dirty": dirty,
     }
     if device.interpreted:
         info.update(gpu=None, sm_count=None, driver=None, cuda=None)

@@ -1,15 +1,23 @@
 """The operating-system sandbox for the processes that run a variant: bubblewrap (``bwrap``).
 
-Inside:
-- the file system read-only, and the places where a machine keeps its users' files and sockets (``/home``,
-  ``/root``, the user's home, ``/tmp``, ``/var/tmp``, ``/run``, ``/dev/shm``) replaced by empty ones of the
-  sandbox's own (what is written there vanishes with it), except what the process needs to read there (the
-  Python installation, the package, the kernels, the variants under trial: ``readable``), bound back read-only;
-- writable: the trial's scratch folder and the files it is allowed to write (its notebook), nothing else;
-- ``/dev`` holds the GPU device nodes and the usual pseudo-devices only (no disk, no terminal of the host);
+Inside, the file system holds only what a trial needs, read-only (``wrap``):
+- the system's programs and libraries (``/usr`` and its links ``/bin``, ``/lib``...), and of ``/etc`` only the
+  files the dynamic loader, the time zone and name lookups read (``ETC_FILES``), with a ``passwd`` and ``group``
+  of the sandbox's own naming nobody but the user who runs it;
+- the Python installation and its import path, the package itself (its folder, not the checkout around it),
+  the kernels' specs and baselines, the variants under trial, CUDA and NCU (``needed_paths``);
+- ``/sys`` (the GPU's topology), a ``/proc`` of the sandbox's own, and a ``/dev`` of the GPU nodes and the usual
+  pseudo-devices;
+- writable: the trial's scratch folder and the files it is allowed to write (its notebook), and empty ``/tmp``,
+  ``/var/tmp`` and ``/run`` of its own (what is written there vanishes with it).
+Nothing else of the machine is there: not the rest of ``/etc``, not the user's home, not other repositories, not
+the workspace's notebooks, reports or git history.
+
+Besides:
 - no network (a network namespace of its own: loopback only, which the notebook kernel and its client share);
 - a PID namespace of its own (it sees and signals no other process, and dies with its first process);
-- no capability; the allow-listed environment (``liger_perf.contained``);
+- no capability; the allow-listed environment (``liger_perf.contained``), which ``bwrap`` itself is started
+  with too, so no process inside (``/proc/1`` is ``bwrap``) holds more of the caller's environment;
 - limits on file size, memory (``RLIMIT_DATA``: heap and private writable mappings, not the address space CUDA
   reserves) and processes (a pids cgroup where this machine lets liger-perf make one, else ``RLIMIT_NPROC``,
   which the kernel does not apply to root): ``limits()`` says which hold here.
@@ -36,8 +44,16 @@ from pathlib import Path
 
 FILE_SIZE_LIMIT = 8 * 2**30  # bytes: an NCU report of the full suite is a few hundred MB
 PROCESS_LIMIT = 512  # a notebook kernel, its client, NCU, the compiler's workers: a few dozen at most
-#: Emptied inside: where users' files, secrets and the sockets of their daemons live.
+#: Where users' files, secrets and the sockets of their daemons live: never bound whole into the sandbox.
 HIDDEN = ("/home", "/root", "/tmp", "/var/tmp", "/run", "/dev/shm")
+#: The system's programs and libraries (the compiler Triton builds its launchers with, ``ldconfig`` it asks where
+#: libcuda is, the driver's libraries): bound read-only, or recreated as the links they are on merged-/usr systems.
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: Of ``/etc``, what the dynamic loader, the C library's name and time lookups and Debian's alternatives read.
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "nsswitch.conf", "hosts",
+             "host.conf", "alternatives")
+#: Empty and writable inside, of the sandbox's own.
+SCRATCH_PLACES = ("/tmp", "/var/tmp", "/run")
 _cgroup_names = itertools.count()
 
 
@@ -111,13 +127,18 @@ def needed_paths(extra: Iterable[Path | str] = ()) -> list[tuple[str, str]]:
 
     listed = lambda name: os.environ.get(name, "").split(os.pathsep)  # noqa: E731
     here = os.path.realpath(os.getcwd())
-    imports = [p for p in [*sys.path[1:], *listed("PYTHONPATH")] if p and os.path.realpath(p) != here]
+    package = Path(__file__).resolve().parent
+    # The checkout the package runs from (a source tree on the import path) is the workspace too: only the
+    # package's folder of it, never its notebooks, reports or git history.
+    imports = [p for p in [*sys.path[1:], *listed("PYTHONPATH")]
+               if p and os.path.realpath(p) not in (here, str(package.parent))]
+    ncu = shutil.which("ncu")
     paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, *imports, *listed("LD_LIBRARY_PATH"),
              *listed("JUPYTER_PATH"), os.environ.get("CUDA_HOME", ""), os.environ.get("CONDA_PREFIX", ""),
              os.environ.get("TRITON_PTXAS_PATH", ""), os.environ.get("TRITON_LIBCUDA_PATH", ""),
-             os.path.dirname(sys.executable),
-             str(Path(__file__).resolve().parent.parent), *(str(folder) for folder, _ in kernel_folders()),
-             *(os.path.dirname(p) for p in filter(None, [shutil.which("ncu")])), *map(str, extra)]
+             os.path.dirname(sys.executable), str(package), *(str(folder) for folder, _ in kernel_folders()),
+             *([os.path.dirname(ncu), os.path.dirname(os.path.dirname(os.path.realpath(ncu)))] if ncu else []),
+             *map(str, extra)]
     refused = {os.path.realpath(p) for p in ["/", *_hidden_roots()]}
     pairs = set()
     for path in filter(None, paths):
@@ -132,19 +153,32 @@ def needed_paths(extra: Iterable[Path | str] = ()) -> list[tuple[str, str]]:
 def wrap(argv: list[str], scratch: Path, writable: list[Path], env: dict[str, str],
          readable: Iterable[Path | str] = ()) -> list[str]:
     """``argv`` run inside the sandbox, in ``scratch`` with ``env``; ``writable``: files or folders (they must
-    exist) it may write besides ``scratch``; ``readable``: what it reads besides ``needed_paths()``."""
+    exist) it may write besides ``scratch``; ``readable``: what it reads besides ``needed_paths()``. The root is
+    empty but for what is bound into it (the module's docstring)."""
     # --cap-drop ALL: run as root, bwrap would keep every capability, and CAP_SYS_ADMIN remounts / writable.
-    command = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev",
-               "--proc", "/proc", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-               "--cap-drop", "ALL", "--die-with-parent", "--new-session"]
+    command = [shutil.which("bwrap") or "bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc",
+               "--unshare-uts", "--cap-drop", "ALL", "--die-with-parent", "--new-session"]
+    system = []
+    for place in SYSTEM:
+        if os.path.islink(place):
+            command += ["--symlink", os.readlink(place), place]
+        elif os.path.isdir(place):
+            command += ["--ro-bind", place, place]
+            system.append(place)
+    command += ["--dir", "/etc"]
+    for name in ETC_FILES:
+        path = os.path.join("/etc", name)
+        if os.path.exists(path):
+            command += ["--ro-bind", os.path.realpath(path) if os.path.isfile(path) else path, path]
+    for name, text in _identity_files().items():
+        command += ["--ro-bind", text, os.path.join("/etc", name)]
+    command += ["--ro-bind", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev"]
     for node in sorted(Path("/dev").glob("nvidia*")):  # the GPUs, their control and UVM nodes, nvidia-caps/
         command += ["--dev-bind", str(node), str(node)]
-    hidden = _hidden_roots()
-    for root in hidden:
-        command += ["--tmpfs", root]
-    # Back into the emptied places, read-only, only what is needed there (a parent before its children).
-    for real, named in needed_paths(readable):
-        if _within(named, hidden):
+    for place in SCRATCH_PLACES:
+        command += ["--tmpfs", place]
+    for real, named in needed_paths(readable):  # a parent before its children
+        if not _within(named, system):
             command += ["--ro-bind", real, named]
     for path in [Path(scratch), *writable]:
         command += ["--bind", str(path), str(path)]
@@ -152,6 +186,25 @@ def wrap(argv: list[str], scratch: Path, writable: list[Path], env: dict[str, st
     for name, value in sorted(env.items()):
         command += ["--setenv", name, value]
     return [*command, "--", *argv]
+
+
+@functools.cache
+def _identity_files() -> dict[str, str]:
+    """A ``passwd`` and a ``group`` naming only the user who runs the sandbox (what ``getpwuid`` asks), written
+    once per process in a folder of its own."""
+    import pwd
+
+    folder = Path(tempfile.mkdtemp(prefix="liger-perf-identity-"))
+    uid, gid = os.getuid(), os.getgid()
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = "liger-perf"
+    files = {"passwd": f"{name}:x:{uid}:{gid}::/nonexistent:/usr/sbin/nologin\n",
+             "group": f"{name}:x:{gid}:\n"}
+    for file, text in files.items():
+        (folder / file).write_text(text)
+    return {file: str(folder / file) for file in files}
 
 
 def sandboxed_environment(scratch: Path, extra_env: dict[str, str] | None = None) -> dict[str, str]:
@@ -256,10 +309,11 @@ def limits() -> dict[str, str]:
 
 def run(argv: list[str], scratch: Path, env: dict[str, str], writable: list[Path] = (),
         readable: Iterable[Path | str] = (), **popen) -> subprocess.CompletedProcess:
-    """``subprocess.run`` of ``argv`` inside the sandbox with its limits (``popen``: run's own arguments)."""
+    """``subprocess.run`` of ``argv`` inside the sandbox with its limits (``popen``: run's own arguments).
+    ``bwrap`` itself starts with ``env`` only: inside, it is process 1, and its environment is readable there."""
     with process_group() as group:
         return subprocess.run(wrap(argv, scratch, list(writable), env, readable), preexec_fn=limiter(group),
-                              **popen)
+                              env=env, **popen)
 
 
 def run_contained(argv: list[str], scratch: Path, extra_env: dict[str, str] | None = None,

@@ -110,6 +110,30 @@ def use(root: Path, create: bool = False) -> Workspace:
 
 # -- what the package ships ---------------------------------------------------------------------------------
 
+COMMIT_ENV, DIRTY_ENV = "LIGER_PERF_GIT_COMMIT", "LIGER_PERF_GIT_DIRTY"
+
+
+def _git(root: Path, *args: str) -> str:
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def git_state(root: Path) -> tuple[str, bool]:
+    """(commit, uncommitted changes) of the code that runs: as ``LIGER_PERF_GIT_COMMIT`` (and ``_DIRTY``) state it
+    (a copy of a checkout, as on a lent GPU machine, may carry a .git of an older commit beside newer files; a
+    sandboxed process sees no .git at all), else as git says of ``root``; ("", False) outside a repository."""
+    stated = os.environ.get(COMMIT_ENV, "")
+    if stated:
+        return stated, os.environ.get(DIRTY_ENV) == "1"
+    commit = _git(root, "rev-parse", "HEAD")
+    return commit, bool(commit) and bool(_git(root, "status", "--porcelain", "--untracked-files=no"))
+
+
 def package_file(*parts: str) -> Path:
     """A file the package ships (the trial template, the defaults ``init`` writes), from a wheel or a checkout."""
     return Path(str(resources.files("liger_perf").joinpath(*parts)))
