@@ -92,7 +92,31 @@ HOSTILE = {
     "a try at import": ("module", "try:\n    pass\nfinally:\n    pass"),
     "an expression at import": ("module", "print('x')"),
     "with at import": ("module", "with torch.no_grad():\n    pass"),
+    # found on the H200 and by review (each passed the check before): a ctx alias of a torch class, a JIT
+    # function's capture scope, a module hook, numpy's file writes, an alias of triton.language
+    # (they patch a name no code calls, so that the modules after them in one process still run)
+    "a ctx alias of a torch class": ("inside", "    ctx = torch.Tensor\n    ctx.liger_perf_patched = None"),
+    "ctx in a for loop": ("inside", "    for ctx in [torch.Tensor]:\n        ctx.liger_perf_patched = None"),
+    "ctx outside an autograd method": ("module", "def _g(ctx):\n    ctx.contiguous = None"),
+    "a context's own method replaced": ("method", "        ctx.save_for_backward = None"),
+    "a JIT function's capture scope": ("inside", "    _forward_kernel.get_capture_scope()['open']('/tmp/x')"),
+    "a JIT function's Python function": ("inside", "    _forward_kernel.fn"),
+    "a JIT function as a value": ("inside", "    k = _forward_kernel\n    k.src"),
+    "a JIT function in a container": ("inside", "    ks = [_forward_kernel]\n    ks[0].cache"),
+    "a module-level __getattr__": ("module", "def __getattr__(name):\n    return None"),
+    "a dunder method": ("module", "class _A(torch.autograd.Function):\n    def __init_subclass__(cls):\n"
+                                  "        pass"),
+    "numpy dump": ("inside", "    X.numpy().dump('/tmp/x')"),
+    "numpy save through an alias": ("inside", "    a = X.cpu()\n    a.numpy().dump('/tmp/x')"),
+    "a tensor's storage to a file": ("inside", "    X.untyped_storage()._share_filename_cpu_()"),
+    "inline assembly": ("inside", "    tl.inline_asm_elementwise('mov.b32 $0, $1;', '=r,r', [X], dtype=tl.int32,"
+                                  " is_pure=True, pack=1)"),
+    "inline assembly through an alias": ("module", "import triton.language as tl2\n\n\n@triton.jit\ndef _k(x):\n"
+                                                   "    return tl2.inline_asm_elementwise('', '', [x], "
+                                                   "dtype=tl2.int32, is_pure=True, pack=1)"),
+    "inline assembly imported by name": ("module", "from triton.language import inline_asm_elementwise"),
 }
+METHOD = "        ctx.save_for_backward(X)"
 
 
 def hostile_source(name: str) -> str:
@@ -102,5 +126,8 @@ def hostile_source(name: str) -> str:
     source = "import math\nimport typing\nimport functools\n" + BASELINE
     if where == "module":
         return source + "\n\n" + code + "\n"
+    if where == "method":  # in the autograd.Function's forward, where ctx is the context
+        assert METHOD in source
+        return source.replace(METHOD, METHOD + "\n" + code, 1)
     assert FORWARD in source
     return source.replace(FORWARD, code + "\n" + FORWARD, 1)

@@ -7,7 +7,15 @@ A variant module may
   ``torch``; ``torch.autograd.Function``; the device queries of ``torch.cuda``; ``triton.jit`` and its helpers;
   the public language of ``triton.language``; all of ``math``. A module is never a value (``m = torch``);
 - use no dunder attribute, no frame or code object, no name that reaches the interpreter (``getattr``,
-  ``globals``, ``__builtins__``, ``open``, ``eval`` …), so no name can be built from a string;
+  ``globals``, ``__builtins__``, ``open``, ``eval`` …), so no name can be built from a string; define no dunder
+  (a module-level ``__getattr__`` runs whenever a missing name is looked up);
+- touch no file by any route (``.numpy().dump``, ``.tofile``, ``torch.save`` …), and reach no internals of a JIT
+  function (``get_capture_scope``, ``.fn``, ``.src`` …: once compiled, its capture scope holds the builtins):
+  a kernel is only called or launched (``kernel[grid](...)``);
+- set attributes only on the ``ctx`` parameter of an ``autograd.Function``'s ``forward``/``backward``, and only
+  new ones (never one the context already has), and never rebind ``ctx``: an alias of a torch class named
+  ``ctx`` would otherwise patch torch for the whole process, the current best included;
+- use no inline assembly, under any name of ``triton.language``;
 - run nothing at import but definitions: at module level and in class bodies only imports, ``def``/``class``
   with allowed decorators (``triton.jit`` …) and literal default arguments, literal assignments (and
   ``tl.constexpr(<literal>)``), and docstrings.
@@ -60,7 +68,18 @@ FORBIDDEN_ATTRIBUTES = {"gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame"
                         "system", "popen", "environ", "getenv", "putenv", "remove", "unlink", "rmdir", "rename",
                         "write_text", "write_bytes", "read_text", "read_bytes", "mkdir", "makedirs", "chmod",
                         "chown", "symlink", "fork", "spawn", "kill", "urlopen", "socket", "connect", "from_file",
-                        "tofile", "fromfile", "cpp_extension", "hub", "load_library", "load_inline"}
+                        "tofile", "fromfile", "cpp_extension", "hub", "load_library", "load_inline",
+                        # files through numpy and torch's serialisation and storages
+                        "numpy", "dump", "dumps", "save", "load", "savetxt", "loadtxt", "storage",
+                        "untyped_storage", "share_memory_", "_share_filename_cpu_", "_share_fd_cpu_",
+                        # a JIT function's internals: its source, its Python function, its capture scope
+                        "fn", "fns", "src", "get_capture_scope", "cache", "device_caches", "used_global_vals",
+                        "kernel_decorators", "run", "warmup", "preload", "_unsafe_update_src", "hash",
+                        "cache_key", "module", "params", "arg_names"}
+#: Never on the surface, whatever a module's public names hold: inline assembly runs whatever it says.
+UNSAFE_SURFACE = {"triton.language.inline_asm_elementwise"}
+#: The autograd methods whose first parameter is the context, the one object a variant may set attributes on.
+CONTEXT_METHODS = {"forward", "backward", "setup_context", "jvp", "vjp"}
 
 
 @functools.cache
@@ -78,7 +97,16 @@ def surface() -> frozenset[str]:
     names |= {f"triton.language.{n}" for n in _public_members(tl)}
     names |= {f"triton.language.math.{n}" for n in _public_members(tl.math)}
     names |= {f"typing.{n}" for n in _TYPING_MEMBERS}
-    return frozenset(names)
+    return frozenset(names - UNSAFE_SURFACE)
+
+
+@functools.cache
+def context_attributes() -> frozenset[str]:
+    """What an autograd context already has (``save_for_backward``, ``needs_input_grad`` …): never set by a
+    variant, which may only add attributes of its own."""
+    from torch.autograd.function import BackwardCFunction, FunctionCtx
+
+    return frozenset(dir(FunctionCtx)) | frozenset(dir(BackwardCFunction))
 
 
 def _public_members(module) -> set[str]:
@@ -97,6 +125,10 @@ class _Checker(ast.NodeVisitor):
     def __init__(self) -> None:
         self.modules: dict[str, str] = {}  # local name -> the module it is bound to ("tl" -> "triton.language")
         self.problem = ""
+        self.kernels: set[str] = set()  # module-level JIT functions: only called or launched
+        self.launches: set[int] = set()  # ids of the Name nodes that call or launch one
+        self.context = ""  # the ctx parameter of the autograd method being visited ("" elsewhere)
+        self.in_function_class = False  # visiting the body of a class derived from torch.autograd.Function
 
     def fail(self, node: ast.AST, reason: str) -> None:
         if not self.problem:
@@ -127,12 +159,37 @@ class _Checker(ast.NodeVisitor):
     def visit_Match(self, node: ast.AST) -> None:
         self.fail(node, "uses a match statement: its class patterns read attributes by name")
 
+    # -- definitions: where ctx may be written ------------------------------------------------------------
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        outer = self.in_function_class
+        self.in_function_class = any(self._dotted(b) == "torch.autograd.Function" for b in node.bases)
+        self.generic_visit(node)
+        self.in_function_class = outer
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        if node.name.startswith("__") and node.name.endswith("__"):
+            self.fail(node, f"defines {node.name}: no dunder methods or module hooks in a variant")
+        outer_context, outer_class = self.context, self.in_function_class
+        params = [*node.args.posonlyargs, *node.args.args]
+        self.context = (params[0].arg if self.in_function_class and node.name in CONTEXT_METHODS and params
+                        and params[0].arg == "ctx" else "")
+        self.in_function_class = False  # a class or function nested in it is not the autograd method
+        self.generic_visit(node)
+        self.context, self.in_function_class = outer_context, outer_class
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
     # -- names and attributes -----------------------------------------------------------------------------
     def visit_Name(self, node: ast.Name) -> None:
         if node.id in FORBIDDEN_NAMES or (node.id.startswith("__") and node.id.endswith("__")):
             self.fail(node, f"uses {node.id}(): no file, process or dynamic-code access in a variant")
         elif node.id in self.modules:
             self.fail(node, f"uses the module {node.id} as a value: only its allowed members")
+        elif node.id in ASSIGNABLE and not isinstance(node.ctx, ast.Load):
+            self.fail(node, f"rebinds {node.id}: ctx is the autograd context its method is given, nothing else")
+        elif node.id in self.kernels and id(node) not in self.launches:
+            self.fail(node, f"uses the JIT function {node.id} as a value: a kernel is only called or launched "
+                            f"({node.id}[grid](...))")
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         chain, root = [node.attr], node.value
@@ -140,16 +197,24 @@ class _Checker(ast.NodeVisitor):
             chain.append(root.attr)
             root = root.value
         chain.reverse()
-        if not isinstance(node.ctx, ast.Load) and not (isinstance(root, ast.Name) and root.id in ASSIGNABLE
-                                                       and len(chain) == 1):
-            return self.fail(node, f"changes .{'.'.join(chain)}: a variant sets attributes of ctx only")
+        if not isinstance(node.ctx, ast.Load):
+            if not (isinstance(root, ast.Name) and root.id == self.context and self.context and len(chain) == 1):
+                return self.fail(node, f"changes .{'.'.join(chain)}: a variant sets attributes only of the ctx "
+                                       "parameter of its autograd.Function's forward or backward")
+            if chain[0] in context_attributes():
+                return self.fail(node, f"replaces ctx.{chain[0]}: a variant adds attributes of its own to ctx, "
+                                       "never changes those it has")
         if chain[-1] in ("format", "format_map"):
             return self.fail(node, "formats with .format: its fields reach attributes by name; use an f-string")
+        module_chain = isinstance(root, ast.Name) and root.id in self.modules  # checked whole, on the surface
         for attr in chain:
             if attr.startswith("__") and attr.endswith("__"):
                 return self.fail(node, f"reaches {attr}: no introspection of the interpreter")
-            if attr in FORBIDDEN_ATTRIBUTES:
-                return self.fail(node, f"uses .{attr}: no file, process, network, environment or frame access")
+            if attr in FORBIDDEN_ATTRIBUTES and not module_chain:
+                return self.fail(node, f"uses .{attr}: no file, process, network, environment, frame or JIT "
+                                       "internals access")
+        if isinstance(root, ast.Name) and root.id in self.kernels:
+            return self.fail(node, f"reaches {root.id}.{chain[0]}: a JIT function's internals are off limits")
         if isinstance(root, ast.Name) and root.id in self.modules:
             dotted = ".".join([self.modules[root.id], *chain])
             if not isinstance(node.ctx, ast.Load):
@@ -252,6 +317,17 @@ def check_generated_source(source: str, spec: KernelSpec) -> str:
             checker.fail(node, "imports inside a function or class: imports belong at the top of the module")
     if checker.problem:
         return checker.problem
+    for node in tree.body:  # the JIT functions, and the places that call or launch them
+        if isinstance(node, ast.FunctionDef) and any(
+                checker._dotted(d.func if isinstance(d, ast.Call) else d) in ("triton.jit", "triton.autotune",
+                                                                               "triton.heuristics")
+                for d in node.decorator_list):
+            checker.kernels.add(node.name)
+    for node in ast.walk(tree):
+        for used in ([node.func] if isinstance(node, ast.Call) else [node.value] if isinstance(node, ast.Subscript)
+                     else []):
+            if isinstance(used, ast.Name):
+                checker.launches.add(id(used))
     for node in tree.body:  # what the code reaches, then what of it runs at import
         if not isinstance(node, (ast.Import, ast.ImportFrom)):
             checker.visit(node)
