@@ -32,6 +32,18 @@ from liger_perf.schema import NCU_DURATION, JudgedRatio, Key, TrialResult, Verdi
 #: trials in notebooks/nvidia-h200/fused_add_rms_norm/ (0002-0014) it lies between 0.95 and 1.54. Outside, the trial's
 #: timings are not to be trusted: a timer patched at run time, or the current best slowed by the candidate.
 NCU_AGREEMENT = (0.8, 2.0)
+#: Where the history holds a case's ratio in at least ``NCU_HISTORY_MIN`` of its last ``NCU_HISTORY_TRIALS``
+#: complete, fully profiled trials, the upper bound is this factor times their median (and never above
+#: NCU_AGREEMENT's): over the H200 history since the timing code's last change (fused_add_rms_norm 0015-0028,
+#: relu_squared 0000-0005) a case's ratios lie within ±12 % of their median, which is 1.01-1.55 by case.
+NCU_HISTORY_MARGIN = 1.3
+NCU_HISTORY_MIN, NCU_HISTORY_TRIALS = 3, 20
+#: The current best's medians here over its medians in the last trial that timed it on the same stack (GPU,
+#: driver, torch, Triton): over the H200 history a pass's geometric mean lies within 0.976-1.024 and no case
+#: beyond 1.083 (the timing code's own changes only ever made the times shorter). A best slower than this, when
+#: nothing but the candidate beside it changed, was slowed by the candidate: (a pass's geomean, any one case).
+BEST_SLOWDOWN = (1.10, 1.25)
+STACK = ("gpu", "driver", "torch", "triton")
 
 
 INTERPRETER_ONLY = ("provisional, never accepted: its correctness gate ran under the Triton interpreter, which runs "
@@ -49,15 +61,9 @@ NO_FULL_GATE = ("never accepted without the full correctness gate, which this tr
                 "judgement differed): re-measure")
 
 
-def suspicions(result: TrialResult) -> list[str]:
-    """Why a complete trial's measurements are not to be trusted: a timed call whose outputs were wrong, or a
-    contender whose CUDA-event times disagree with its kernels' NCU durations. Empty when none."""
-    found = [f"spot check of a timed call: {c.contender} {c.pass_name} {c.shape} {c.dtype}: {c.reason}"
-             for c in (result.timing.spot_checks if result.timing else []) if not c.passed]
-    # A light profile (a staged trial not accepted as measured) does not profile the best: nothing to hold to.
-    if result.ncu is not None and result.ncu.scope == "full" and result.ncu.against_durations not in (None, "ok"):
-        found.append(f"the current best's kernel durations could not be profiled ({result.ncu.against_durations}):"
-                     " its times are held to nothing")
+def ncu_ratios(result: TrialResult) -> dict[tuple[str, Key], tuple[float, float, float]]:
+    """(contender, case) -> (CUDA-event median ms, NCU kernels ms, their ratio), where both were measured."""
+    found = {}
     for contender in ("candidate", "against"):
         kernels: dict[Key, float] = {}
         for launch in result.launches(contender=contender):
@@ -66,12 +72,76 @@ def suspicions(result: TrialResult) -> list[str]:
                 kernels[launch.key] = kernels.get(launch.key, 0.0) + duration / 1e6  # ns -> ms
         for row in result.timing_rows(contender):
             if row.key in kernels and row.median_ms is not None and kernels[row.key] > 0:
-                ratio = row.median_ms / kernels[row.key]
-                if not NCU_AGREEMENT[0] <= ratio <= NCU_AGREEMENT[1]:
-                    found.append(f"{contender} {row.pass_name} {row.shape} {row.dtype}: CUDA events "
-                                 f"{row.median_ms:.4g} ms, NCU kernels {kernels[row.key]:.4g} ms (ratio "
-                                 f"{ratio:.2f}, outside {NCU_AGREEMENT[0]}-{NCU_AGREEMENT[1]})")
+                found[(contender, row.key)] = (row.median_ms, kernels[row.key], row.median_ms / kernels[row.key])
     return found
+
+
+def ncu_bounds(history: list[TrialResult]) -> dict[Key, float]:
+    """The upper bound of each case's events/NCU ratio that the history supports (``NCU_HISTORY_MARGIN``)."""
+    recent = [t for t in history if t.status == "complete" and t.ncu is not None and t.ncu.scope == "full"
+              and t.timing is not None][-NCU_HISTORY_TRIALS:]
+    seen: dict[Key, list[float]] = {}
+    for trial in recent:
+        for (_, key), (_, _, ratio) in ncu_ratios(trial).items():
+            seen.setdefault(key, []).append(ratio)
+    return {key: min(NCU_AGREEMENT[1], sorted(ratios)[len(ratios) // 2] * NCU_HISTORY_MARGIN)
+            for key, ratios in seen.items() if len(ratios) >= NCU_HISTORY_MIN}
+
+
+def _stack(trial: TrialResult) -> tuple:
+    fingerprint = trial.fingerprint.model_dump() if trial.fingerprint is not None else {}
+    return tuple(fingerprint.get(k) for k in STACK)
+
+
+def best_slowdown(result: TrialResult, history: list[TrialResult]) -> list[str]:
+    """Why the current best ran slower in this trial than in the last one that timed it on the same stack
+    (``BEST_SLOWDOWN``); empty when it did not, or when nothing on this stack timed it before."""
+    if not result.against_sha or result.fingerprint is None or _stack(result)[0] is None:
+        return []
+    now = {r.key: r.median_ms for r in result.timing_rows("against") if r.median_ms}
+    for earlier in reversed([t for t in history if t.trial_id != result.trial_id]):
+        if earlier.status != "complete" or earlier.timing is None or _stack(earlier) != _stack(result):
+            continue
+        contender = ("candidate" if earlier.variant_sha == result.against_sha else
+                     "against" if earlier.against_sha == result.against_sha else None)
+        if contender is None:
+            continue
+        before = {r.key: r.median_ms for r in earlier.timing_rows(contender) if r.median_ms}
+        found = []
+        for pass_name in sorted({k[0] for k in now}):
+            slower = {k: now[k] / before[k] for k in now if k[0] == pass_name and k in before}
+            if not slower:
+                continue
+            geo = geomean(list(slower.values()))
+            worst = max(slower, key=slower.get)
+            if geo > BEST_SLOWDOWN[0] or slower[worst] > BEST_SLOWDOWN[1]:
+                found.append(f"the current best's {pass_name} ran {geo:.2f}x its times in trial "
+                             f"{earlier.trial_id:04d} on this stack ({worst[1]} {worst[2]}: {slower[worst]:.2f}x): "
+                             "the candidate beside it may have changed how it runs")
+        return found
+    return []
+
+
+def suspicions(result: TrialResult, history: list[TrialResult] | None = None) -> list[str]:
+    """Why a complete trial's measurements are not to be trusted: a timed call whose outputs were wrong, a
+    contender whose CUDA-event times disagree with its kernels' NCU durations (beyond the bound the history
+    supports for the case, else ``NCU_AGREEMENT``), or a current best slower than the history recorded it on
+    this stack. Empty when none."""
+    history = history or []
+    found = [f"spot check of a timed call: {c.contender} {c.pass_name} {c.shape} {c.dtype}: {c.reason}"
+             for c in (result.timing.spot_checks if result.timing else []) if not c.passed]
+    # A light profile (a staged trial not accepted as measured) does not profile the best: nothing to hold to.
+    if result.ncu is not None and result.ncu.scope == "full" and result.ncu.against_durations not in (None, "ok"):
+        found.append(f"the current best's kernel durations could not be profiled ({result.ncu.against_durations}):"
+                     " its times are held to nothing")
+    bounds = ncu_bounds(history)
+    for (contender, key), (events, kernels, ratio) in ncu_ratios(result).items():
+        upper = bounds.get(key, NCU_AGREEMENT[1])
+        if not NCU_AGREEMENT[0] <= ratio <= upper:
+            found.append(f"{contender} {key[0]} {key[1]} {key[2]}: CUDA events {events:.4g} ms, NCU kernels "
+                         f"{kernels:.4g} ms (ratio {ratio:.2f}, outside {NCU_AGREEMENT[0]}-{upper:.2f}"
+                         + (", the bound the history supports for this case)" if key in bounds else ")"))
+    return found + best_slowdown(result, history)
 
 
 @dataclass
@@ -105,7 +175,10 @@ def _pct(ratio: float) -> str:
 
 
 def judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[Key, float] | None = None,
-          ) -> Judgement:
+          history: list[TrialResult] | None = None) -> Judgement:
+    """The verdict on one complete trial against its current best. ``best_vs_baseline``: the accepted chain's
+    ratios (the cumulative guardrail); ``history``: the earlier trials of this device, which the measurements
+    are cross-checked with (``suspicions``)."""
     best_vs_baseline = best_vs_baseline or {}
     status = result.status
     if status != "complete":
@@ -117,7 +190,7 @@ def judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[Ke
     if result.against_sha == result.variant_sha:
         return Judgement("rejected", ["the variant is identical to the current best"])
 
-    suspicious = suspicions(result)
+    suspicious = suspicions(result, history)
     if suspicious:
         return Judgement("rejected", [f"suspicious measurements, never accepted: {suspicious[0]}"
                                       + (f" (and {len(suspicious) - 1} more)" if len(suspicious) > 1 else "")],

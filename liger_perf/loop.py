@@ -228,7 +228,8 @@ class OptimizeLoop:
             self._reconcile(accepted)
 
     def _judge_and_record(self, result: TrialResult, chain: list[TrialResult]) -> TrialResult:
-        judgement = judge(result, self.guardrails, chain_ratios(chain))
+        history = [t for t in self._trials() if t.trial_id < result.trial_id]
+        judgement = judge(result, self.guardrails, chain_ratios(chain), history)
         verdict = judgement.record(self.guardrails.target, self.proposer.name)
         record_verdict(result.notebook, verdict)
         result = result.model_copy(update={"judged": verdict})

@@ -226,3 +226,35 @@ def test_a_timed_call_whose_outputs_were_wrong_is_suspicious_and_never_accepted(
                                           contender="candidate", passed=False, reason="dX: 12 elements beyond")]
     verdict = judge(trial, Guardrails(target="backward"))
     assert verdict.verdict == "rejected" and "spot check of a timed call" in verdict.reasons[0]
+
+
+def _recorded(trial_id):
+    """The recorded H200 history of the fused kernel before ``trial_id``, and that trial."""
+    trials = load_trials("fused_add_rms_norm", ROOT / "notebooks" / "nvidia-h200")
+    return [t for t in trials if t.trial_id < trial_id], next(t for t in trials if t.trial_id == trial_id)
+
+
+def test_a_candidate_that_slows_the_current_best_is_suspicious_by_the_best_s_own_history():
+    """Trial 0024 (the carry-over, accepted) timed its best, the baseline of 0023, as 0023 had. Its best's times
+    made 1.9x, as a candidate patching torch for the whole process made them on the H200: suspicious, by the
+    best's medians on the same stack and by the events/NCU bound this case's history supports, where the fixed
+    bound of 2.0 let a ratio of 2.05 through."""
+    from liger_perf.judge import NCU_AGREEMENT, best_slowdown, ncu_bounds, suspicions
+
+    history, trial = _recorded(24)
+    assert suspicions(trial, history) == []  # as recorded: nothing wrong
+    forged = copy.deepcopy(trial)
+    for row in forged.timing.rows:
+        if row.contender == "against" and row.median_ms:
+            row.median_ms *= 1.9
+    found = best_slowdown(forged, history)
+    assert found and "its times in trial 0023 on this stack" in found[0] and "ran 1.8" in found[0]
+    bounds = ncu_bounds(history)
+    assert bounds and all(upper < NCU_AGREEMENT[1] for upper in bounds.values())
+    reasons = suspicions(forged, history)
+    assert any("against backward" in r and "the bound the history supports" in r for r in reasons)
+    assert not any("bound the history" in r for r in suspicions(forged, []))  # without it: only the fixed bound
+    # Another stack is no basis: the best's times there were never recorded.
+    other = copy.deepcopy(forged)
+    other.fingerprint.torch = "9.9"
+    assert best_slowdown(other, history) == []
