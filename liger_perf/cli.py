@@ -694,6 +694,9 @@ def _convergence_table(conv) -> Table:
 def main() -> None:
     # In standalone mode the CLI library prints usage errors itself and exits with their code; what reaches
     # here is a UserError from a command, which becomes one line on stderr.
+    from liger_perf.history import forget_warnings
+
+    forget_warnings()  # each warning once per command
     try:
         app()
     except UserError as e:

@@ -9,6 +9,7 @@ is corrupt, half-written or of another format is skipped with a one-line warning
 from __future__ import annotations
 
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,12 +28,36 @@ COLUMNS = TRIAL_COLUMNS + ["pass", "shape", "dtype", "contender", "kernel_name",
 TIMING_METRICS = ("median_ms", "ratio", "ci_low", "ci_high", "bandwidth_fraction")
 
 
+_warned: set[str] = set()
+
+
 def warn(message: str) -> None:
+    """A warning on stderr, once per process: a command reads the history many times (a nightly run, each
+    kernel and round), and a notebook it skips is worth one line."""
+    if message in _warned:
+        return
+    _warned.add(message)
     print(f"liger-perf: warning: {message}", file=sys.stderr)
+
+
+def forget_warnings() -> None:
+    """A new command starts: its warnings are said again."""
+    _warned.clear()
+
+
+#: The largest notebook read as a trial: a trial's notebook is well under 2 MB (the largest committed, 0.6 MB).
+NOTEBOOK_LIMIT = 32 * 2**20
 
 
 #: What a notebook file that is not a trial notebook raises while it is read: never more than a warning.
 _UNREADABLE = (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError)
+
+
+def _read_no_follow(path: Path) -> str:
+    """The file's text, opened without following a link (one swapped in after the check above fails here)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, encoding="utf-8") as f:
+        return f.read(NOTEBOOK_LIMIT + 1)
 
 
 def read_trial(path: Path, kernel: str | None = None) -> TrialResult | None:
@@ -41,10 +66,22 @@ def read_trial(path: Path, kernel: str | None = None) -> TrialResult | None:
     import nbformat
     from pydantic import ValidationError
 
+    if path.is_symlink():  # never followed: it could name any file of the machine, and its text be shown
+        warn(f"skipping {path}: a symbolic link, not a trial notebook (links in a history are not followed)")
+        return None
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        warn(f"skipping {path}: not a readable notebook ({type(e).__name__})")
+        return None
+    if size > NOTEBOOK_LIMIT:
+        warn(f"skipping {path}: {size / 2**20:.0f} MB, larger than any trial notebook ({NOTEBOOK_LIMIT >> 20} MB "
+             "at most): move it out of the history")
+        return None
     try:
         # nbformat's own parser, without the conversion of every output into NotebookNodes: that conversion is
         # most of the cost of a full read, and only the two tagged outputs are looked at.
-        nb = nbformat.reader.parse_json(path.read_text(encoding="utf-8"))
+        nb = nbformat.reader.parse_json(_read_no_follow(path))
         if not isinstance(nb, dict):
             raise TypeError(f"a JSON {type(nb).__name__}, not a notebook object")
         major = nbformat.reader.get_version(nb)[0]

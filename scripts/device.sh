@@ -72,7 +72,8 @@ for step in "$@"; do
       IFS=, read -r kernel target minutes <<< "$arg"
       run "$dir-$kernel" python3 -m liger_perf optimize "$kernel" --target "$target" --device cuda \
         --max-minutes "$minutes" ;;
-    aa) run "$dir" python3 scripts/aa_trials.py "${arg:-20}" "$dir" ;;
+    aa) run "$dir" python3 scripts/aa_trials.py fused_add_rms_norm --trials "${arg:-20}" --root "$dir" \
+          --deadline-s "$(left)" ;;
     nightly)
       run "$dir/first" python3 -m liger_perf nightly
       run "$dir/second" python3 -m liger_perf nightly ;;

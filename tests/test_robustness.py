@@ -172,3 +172,25 @@ def test_bad_files_and_paths_are_one_line_errors_never_tracebacks(tmp_path, monk
         lines = [line for line in err.splitlines() if line.strip()]
         assert code == 2 and len(lines) == 1 and expected in lines[0], (args, out, err)
         assert lines[0].startswith("liger-perf: error:")
+
+
+def test_a_link_or_a_huge_file_in_the_history_is_one_warning_never_read(tmp_path, monkeypatch, capsys):
+    """A link in the notebooks folder is never followed (a warning once showed part of /etc/passwd through
+    one); a 50 MB file is not read as a trial; each warning is said once per command, however often the
+    command reads the history."""
+    from liger_perf.history import NOTEBOOK_LIMIT, load_trials
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root:x:0:0:the secret line\n")
+    folder = tmp_path / "nb" / "interpret" / KERNEL
+    folder.mkdir(parents=True)
+    (folder / "0000-link.ipynb").symlink_to(secret)
+    with open(folder / "0001-huge.ipynb", "wb") as f:
+        f.truncate(NOTEBOOK_LIMIT + 1)
+    capsys.readouterr()
+    for _ in range(3):
+        assert load_trials(KERNEL, tmp_path / "nb" / "interpret") == []
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("liger-perf: warning")]
+    assert len(lines) == 2 and "the secret line" not in err
+    assert "symbolic link" in lines[0] and "larger than any trial notebook" in lines[1]
