@@ -191,10 +191,13 @@ def wrap(argv: list[str], scratch: Path, writable: list[Path], env: dict[str, st
 @functools.cache
 def _identity_files() -> dict[str, str]:
     """A ``passwd`` and a ``group`` naming only the user who runs the sandbox (what ``getpwuid`` asks), written
-    once per process in a folder of its own."""
+    once per process in a folder of its own, removed when the process ends."""
     import pwd
 
+    import atexit
+
     folder = Path(tempfile.mkdtemp(prefix="liger-perf-identity-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     uid, gid = os.getuid(), os.getgid()
     try:
         name = pwd.getpwuid(uid).pw_name
