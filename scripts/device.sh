@@ -15,6 +15,7 @@
 #   loop:KERNEL,TARGET,MIN the optimize loop on the committed history (notebooks/nvidia-h200/KERNEL)
 #   aa:N                   N A/A trials of the fused baseline against a comment-only copy of itself (no NCU)
 #   nightly                two nights in a row on the committed history (the second finds nothing to do)
+#   security               scripts/security_probe.py: canaries, files and forgeries inside a sandboxed trial
 #   e2e:MODEL              liger-perf e2e of a Llama-like or Gemma-like model -> reports/nvidia-h200/e2e/
 # After a call: unpack device.tgz, rename each step's folder to reports/evidence/<date>-<topic>/ if it needs a
 # clearer name, and write its README.md (the commit, this command line, the result in a few lines).
@@ -77,6 +78,7 @@ for step in "$@"; do
     nightly)
       run "$dir/first" python3 -m liger_perf nightly
       run "$dir/second" python3 -m liger_perf nightly ;;
+    security) run "$dir" python3 scripts/security_probe.py "$dir" ;;
     e2e) run "$dir-$arg" python3 -m liger_perf e2e "${arg:-llama}" --device cuda ;;
     *) log "unknown step $step" ;;
   esac
