@@ -330,22 +330,26 @@ NAME_WIDTH, TABLE_WIDTH = 24, 100
 def history_table(kernel: str, device: str, trials) -> Table:
     """One row per trial, 100 columns wide: its verdict (or how it ended) and its gain on the target, the
     speedup over the best it ran against (that best's time / its time: above 1 is faster)."""
+    from liger_perf.wording import speedup
+
     table = Table(title=f"{kernel} on {device}: trials", caption_justify="left",
                   caption="speedup: the target pass's time of the best it ran against / its own (geomean over "
-                          "the suite; above 1 is faster)")
+                          "the suite), with its interval")
     # Fixed widths (rich would squeeze a short column to nothing before it cuts a long one): 100 columns in all,
     # 3 per column and 1 for the borders and padding.
-    widths = {"trial": 5, "name": NAME_WIDTH, "verdict": 13, "speedup": 8}
+    widths = {"trial": 5, "name": NAME_WIDTH, "verdict": 13, "speedup": 17}
     widths["hypothesis"] = TABLE_WIDTH - sum(widths.values()) - 3 * len(widths) - 4
     for header, width in widths.items():  # a name is broken at its hyphens by _wrap_name, never mid-word
-        table.add_column(header, width=width, no_wrap=header != "name",
-                         overflow="fold" if header == "name" else "ellipsis")
+        table.add_column(header, width=width, no_wrap=header not in ("name", "speedup"),
+                         overflow="fold" if header in ("name", "speedup") else "ellipsis")
     for t in trials:
         verdict = t.verdict or {"complete": "-", "failed-correctness": "gate failed", "invalid-variant": "invalid"}.get(t.status, t.status)
         judged = t.judged
         ratio = judged.target_ratio if judged is not None else None
-        speedup = f"{1 / ratio:.3f}x" if ratio else "-"
-        table.add_row(f"{t.trial_id:04d}", _wrap_name(t.name, NAME_WIDTH), verdict, speedup,
+        low, high = ([*(judged.target_interval or []), None, None] if judged is not None else [None, None])[:2]
+        # The point on one line, its interval on the next: "1.57x (faster)" / "[1.51x, 1.63x]".
+        gain = speedup(ratio, low, high).replace(" [", "\n[", 1)
+        table.add_row(f"{t.trial_id:04d}", _wrap_name(t.name, NAME_WIDTH), verdict, gain,
                       (t.hypothesis or t.reason or "-").replace("\n", " "))
     return table
 

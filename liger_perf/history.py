@@ -329,3 +329,14 @@ def best_variant_file(kernel: str, root: Path) -> Path:
 
 def geomean_ratio(result: TrialResult, pass_name: str) -> float:
     return geomean([r.ratio for r in result.candidate_ratios(pass_name) if r.ratio > 0])
+
+
+def geomean_interval(result: TrialResult, pass_name: str) -> tuple[float, float, float]:
+    """A pass's time ratio over the suite, candidate / the best it ran against, with its interval as the judge
+    takes it (the geometric means of the per-shape bounds; NaN bounds where a shape has none)."""
+    rows = [r for r in result.candidate_ratios(pass_name) if r.ratio > 0]
+    bounds = [(r.ci_low, r.ci_high) for r in rows]
+    if not rows or any(low is None or high is None or not low > 0 or not high > 0 for low, high in bounds):
+        return geomean([r.ratio for r in rows]), math.nan, math.nan
+    return (geomean([r.ratio for r in rows]), geomean([low for low, _ in bounds]),
+            geomean([high for _, high in bounds]))

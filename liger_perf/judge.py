@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from liger_perf.guardrails import Guardrails
 from liger_perf.history import accuracy_ratios, accuracy_reductions, geomean, measured_ratios
 from liger_perf.schema import NCU_DURATION, JudgedRatio, Key, TrialResult, Verdict, VerdictName
+from liger_perf.wording import speedup, speedup_limit
 
 
 #: A contender's median CUDA-event time over the sum of its kernels' NCU durations in the same case: at least
@@ -200,25 +201,28 @@ def judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[Ke
     limit, cumulative = 1 + guardrails.max_regression, 1 + guardrails.max_cumulative_regression
     for key, (ratio, low, high) in times.items():
         label = f"{key[0]} {key[1]} {key[2]}"
-        interval = f"ratio {ratio:.3f} [{low:.3f}, {high:.3f}]"
+        measured = speedup(ratio, low, high)
         chain = best_vs_baseline.get(key, 1.0)
+        step_limit = f"{speedup_limit(guardrails.max_regression)} the guardrails allow (max_regression " \
+                     f"{guardrails.max_regression:.0%})"
+        chain_limit = f"{speedup_limit(guardrails.max_cumulative_regression)} the guardrails allow " \
+                      f"(max_cumulative_regression {guardrails.max_cumulative_regression:.0%})"
+        through = (f"{speedup(ratio * chain, low * chain, high * chain)} over the baseline through the accepted "
+                   f"variants (this trial's {measured} times the accepted variants' {speedup(chain)})")
         # A regression is decided on the interval's better end: slower for certain only when the whole interval
         # lies above the limit. Without an interval (fewer than two repetitions) the point decides, as it must.
         sure = low if math.isfinite(low) else ratio
         if sure > limit:
-            reasons.append(f"{label}: {_pct(ratio)} slower than the current best ({interval}; at most "
-                           f"{guardrails.max_regression:.0%} allowed)")
+            reasons.append(f"{label}: {measured} over the current best, "
+                           f"{'wholly ' if math.isfinite(low) else ''}below the {step_limit}")
         elif sure * chain > cumulative:
-            reasons.append(f"{label}: {_pct(ratio * chain)} slower than the baseline through the accepted variants "
-                           f"({interval} times the accepted variants' {chain:.3f}; at most "
-                           f"{guardrails.max_cumulative_regression:.0%} allowed)")
+            reasons.append(f"{label}: {through}, {'wholly ' if math.isfinite(low) else ''}below the {chain_limit}")
         elif ratio > limit:
-            remeasure.append(f"{label}: possibly {_pct(ratio)} slower than the current best ({interval} contains "
-                             f"the {guardrails.max_regression:.0%} limit): re-measure")
+            remeasure.append(f"{label}: possibly slower than allowed: {measured} over the current best, an "
+                             f"interval that contains the {step_limit}: re-measure")
         elif ratio * chain > cumulative:
-            remeasure.append(f"{label}: possibly {_pct(ratio * chain)} slower than the baseline through the "
-                             f"accepted variants ({interval} times the accepted variants' {chain:.3f} contains the "
-                             f"{guardrails.max_cumulative_regression:.0%} limit): re-measure")
+            remeasure.append(f"{label}: possibly slower than allowed: {through}, an interval that contains the "
+                             f"{chain_limit}: re-measure")
     for key, ratio in memory.items():
         label = f"peak memory {key[1]} {key[2]}"
         if ratio > limit:
@@ -259,8 +263,11 @@ def judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[Ke
         improved, worse = high < 1, low >= 1
     if not math.isfinite(point):
         return Judgement("rejected", [f"no {guardrails.target} measurement to judge"], ratios=ratios)
-    target = (f"{guardrails.target}: geomean ratio {point:.3f} [{low:.3f}, {high:.3f}] "
-              f"({(1 - point) * 100:+.1f}% vs the current best)")
+    if guardrails.target == "memory":
+        target = f"memory: peak memory {point:.3f} of the current best's (geomean over the suite)"
+    else:
+        target = (f"{guardrails.target}: {speedup(point, low, high)} over the current best (geomean over the "
+                  "suite)")
     if reasons:
         return Judgement("rejected", [*reasons, *remeasure, target], point, (low, high), ratios)
     interpreted = result.device == "interpret" or bool(result.correctness and result.correctness.interpreted)

@@ -25,6 +25,7 @@ from liger_perf.runners import Runner, history_device, trial_request
 from liger_perf.schema import HARNESS_ERROR, TrialRequest, TrialResult
 from liger_perf.store import Store, trial_number
 from liger_perf.variants import source_hash
+from liger_perf.wording import count, speedup
 
 
 def trials_before(seconds_left: float, pace: float | None, workers: int, count: int) -> int:
@@ -367,12 +368,19 @@ class OptimizeLoop:
             if result is winner:
                 continue
             reason = (f"superseded: trial {winner.trial_id:04d} of the same round gained more "
-                      f"({winner.gain:.1%} against {result.gain:.1%}); re-trialled against it next")
+                      f"({self._gain_text(winner.gain)} against {self._gain_text(result.gain)}); re-trialled "
+                      "against it next")
             result.judged = result.judged.model_copy(update={
                 "verdict": "rejected", "reasons": [reason, *result.verdict_reasons],
                 "superseded_by": winner.trial_id})
             record_verdict(result.notebook, result.judged)
             self._emit("trial-end", f"rejected: {reason}", result)
+
+    def _gain_text(self, gain: float) -> str:
+        """A judged gain (1 - the target's ratio) as a person reads it: a speedup, or the share of peak memory."""
+        if self.guardrails.target == "memory":
+            return f"peak memory {1 - gain:.3f} of the best's"
+        return speedup(1 - gain)
 
     def _best_file(self, best: TrialResult) -> Path:
         return trial_variant_file(self.kernel, best, self.root)
@@ -421,8 +429,8 @@ class OptimizeLoop:
                              hypothesis=f"the baseline changed since trial {old_baseline.trial_id:04d}; the best on "
                                         f"the previous one, trial {tip.trial_id:04d} {tip.name}, carried over: "
                                         f"its knob values ({listed}) on the new baseline",
-                             prediction=f"about the previous chain's gain: its {len(chain)} accepted steps took "
-                                        f"the target to {_chain_target(chain):.3f} of its baseline's time",
+                             prediction=f"about the previous chain's gain: its {count(len(chain), 'accepted step')} "
+                                        f"took the target to {speedup(_chain_target(chain))} over its baseline",
                              changes=changes, diagnosis="carry-over")]
         return []
 
@@ -465,7 +473,7 @@ class OptimizeLoop:
 
     def _stop_reason(self, trials: list[TrialResult], best: TrialResult, trials_run: int) -> str:
         if trials_run >= self.budget:
-            return f"the budget of {self.budget} trials is spent"
+            return f"the budget of {count(self.budget, 'trial')} is spent"
         if self.deadline is not None and time.time() >= self.deadline:
             return "the wall-clock budget is spent"
         if self.fruitless_screenings >= FRUITLESS_SCREENINGS:
@@ -479,7 +487,7 @@ class OptimizeLoop:
         tail = self.round_gains[-2:]
         if len(tail) == 2 and all(gain < self.guardrails.min_gain for gain in tail):
             return (f"two judged rounds in a row gained less than {self.guardrails.min_gain:.0%} on {target} "
-                    f"(best gains {tail[0]:+.1%}, {tail[1]:+.1%})")
+                    f"(their best: {self._gain_text(tail[0])}, {self._gain_text(tail[1])})")
         return ""
 
     def _confirm_plan(self, baseline: TrialResult) -> bool:

@@ -44,6 +44,7 @@ from liger_perf.schema import HARNESS_ERROR, Fingerprint, TrialResult
 from liger_perf.store import Store
 from liger_perf.workspace import current
 from liger_perf.variants import source_hash
+from liger_perf.wording import count, speedup
 
 _ABSOLUTE = re.compile(r"(?<![\w.~:/])/(?:[^\s/\"':,()\[\]]+/)+[^\s/\"':,()\[\]]*")
 STACK_KEYS = ("gpu", "driver", "cuda", "torch", "triton", "liger_perf", "python")
@@ -234,8 +235,8 @@ class Nightly:
             self._revalidate(job, entry, trials, chain, rules)
             self._record_new_trials(job, entry, known)
         if job.budget and not budget_left:
-            entry["stop_reason"] = (f"tonight's budget of {job.budget} trials was spent by an earlier run of the "
-                                    f"job ({self._relative(self._summaries())}/{self.now:%Y-%m-%d}-*)")
+            entry["stop_reason"] = (f"tonight's budget of {count(job.budget, 'trial')} was spent by an earlier "
+                                    f"run of the job ({self._relative(self._summaries())}/{self.now:%Y-%m-%d}-*)")
         elif budget_left and self.time_left() > 0:
             loop = OptimizeLoop(job.name, rules, get_proposer(self.config.proposer, model=self.config.model),
                                 device=self.config.device, budget=budget_left, root=self.root,
@@ -306,11 +307,15 @@ class Nightly:
                                                              f"{self._relative(result.reason)}"})
             return
         now = _advantage(result, job.target)
-        entry["revalidation"] = f"best vs baseline on {job.target}: {now:.3f}x now, {before:.3f}x before"
+
+        def shown(advantage: float) -> str:  # a speedup over the baseline as people read one; memory as it is
+            return f"{advantage:.3f}x" if job.target == "memory" else speedup(1 / advantage if advantage else None)
+
+        entry["revalidation"] = f"best vs baseline on {job.target}: {shown(now)} now, {shown(before)} before"
         if math.isfinite(before) and math.isfinite(now) and now < before * (1 - rules.max_regression):
             entry["regressions"].append({**evidence, "advantage_before": before, "advantage_now": now,
                                          "what": f"the best's {job.target} advantage over the baseline shrank from "
-                                                 f"{before:.3f}x to {now:.3f}x (more than "
+                                                 f"{shown(before)} to {shown(now)} (more than "
                                                  f"{rules.max_regression:.0%})"})
 
     # -- the summary ---------------------------------------------------------------------------------------
@@ -353,9 +358,9 @@ class Nightly:
         _write_text(out / f"{stamp}.json", json.dumps(jsonable(summary), indent=1) + "\n")
         stack = ", ".join(f"{k} {v}" for k, v in self.stack.items() if v) or "unknown"
         lines = [f"# Nightly run {self.now:%Y-%m-%d %H:%M:%S}" + ("" if finished else " (still running, or killed)"),
-                 "", f"{len(results)} kernels, {sum(e['trials_run'] for e in results)} trials, "
-                 f"{summary['seconds']:.0f} s; **{summary['regressions']} regression(s)**, "
-                 f"**{errors} error(s) of the job**.", "", f"Stack: {stack}.", ""]
+                 "", f"{count(len(results), 'kernel')}, {count(sum(e['trials_run'] for e in results), 'trial')}, "
+                 f"{summary['seconds']:.0f} s; **{count(summary['regressions'], 'regression')}**, "
+                 f"**{count(errors, 'error')} of the job**.", "", f"Stack: {stack}.", ""]
         if summary["selfcheck"]:
             lines += [f"Selfcheck: {summary['selfcheck']['summary']} (`{summary['selfcheck']['record']}`).", ""]
         lines += [f"- **error of the job**: {e['what']}" for e in job_errors] + ([""] if job_errors else [])

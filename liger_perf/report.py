@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from liger_perf.history import accepted_chain, chain_ratios, geomean, geomean_ratio
+from liger_perf.history import accepted_chain, chain_ratios, geomean, geomean_interval
 from liger_perf.registry import baseline_path
 from liger_perf.schema import TrialResult
 from liger_perf.variants import source_hash
+from liger_perf.wording import speedup
 
 
 def variant_diff(kernel: str, best: TrialResult | None) -> str:
@@ -54,7 +55,7 @@ def trials_table(trials: list[TrialResult], passes: list[str]) -> pd.DataFrame:
             "trial": f"{t.trial_id:04d}", "name": t.name, "device": t.device,
             "changes": ", ".join(f"{k}={v}" for k, v in (t.changes or {}).items()) or "-",
             "hypothesis": (t.hypothesis or "-").replace("|", "/"),
-            **{f"{p} speedup": _fmt(1 / geomean_ratio(t, p)) for p in passes},
+            **{f"{p} speedup": speedup(*geomean_interval(t, p)) for p in passes},
             "peak memory ratio": _fmt(geomean(memory)) if memory else "-",
             "status": t.status, "verdict": t.verdict or "-",
             "reasons": "; ".join(t.verdict_reasons or [t.reason]).replace("|", "/"),
@@ -97,7 +98,8 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
                                                                                  "accepted yet)"), "",
               "## Every trial", "",
               "Speedup: the time of the best the trial ran against over the candidate's, geometric mean over "
-              "shapes and dtypes, measured side by side in the trial (above 1: faster). Peak memory ratio: the "
+              "shapes and dtypes, measured side by side in the trial, with its interval: `1.57x (faster) [1.51x, "
+              "1.63x]`. Peak memory ratio: the "
               "candidate's peak over the best's (below 1: less memory).", ""]
     lines += [markdown_table(trials_table(trials, list(spec.passes))), ""]
 
@@ -105,7 +107,7 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
         rows = []
         for r in baseline.timing_rows("candidate"):
             ratio = ratios.get(r.key, 1.0)
-            row = {"pass": r.pass_name, "shape": r.shape, "dtype": r.dtype, "speedup vs baseline": _fmt(1 / ratio)}
+            row = {"pass": r.pass_name, "shape": r.shape, "dtype": r.dtype, "speedup vs baseline": speedup(ratio)}
             best_fraction = None
             if best is not None:
                 best_fraction = next((b.bandwidth_fraction for b in best.timing_rows("candidate") if b.key == r.key),
@@ -114,7 +116,7 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
                                                           else r.bandwidth_fraction or math.nan), 1)
             for p in baseline.timing_rows():
                 if p.key == r.key and p.contender not in ("candidate", "against") and p.ratio:
-                    row[f"speedup vs {p.contender}"] = _fmt(p.ratio / ratio)
+                    row[f"speedup vs {p.contender}"] = speedup(ratio / p.ratio)
             rows.append(row)
         lines += ["## Best against the baseline and the peers, per shape", "",
                   "Speedup of the best (the other's time / the best's; above 1: faster). Vs the baseline: the "

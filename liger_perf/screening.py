@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from liger_perf.trial import Trial, _display, _step
+from liger_perf.wording import speedup
 
 #: Repetitions of a screening timing: enough to see a clearly slower candidate, far fewer than a trial's.
 SCREEN_REPETITIONS = {"cuda": 20, "interpret": 3}
@@ -172,16 +173,16 @@ class Screen(Trial):
                 continue
             geo = [float(np.exp(np.log(mine[c].astype(float)).mean())) for c in ("ratio", "ci_low", "ci_high")]
             entry["ratio"], entry["ci_low"], entry["ci_high"] = (x if math.isfinite(x) else None for x in geo)
-            interval = f"{geo[0]:.3f} [{geo[1]:.3f}, {geo[2]:.3f}]"
+            measured = f"{self.passes[0]} {speedup(*geo)} over the current best (geomean over the suite)"
             if entry["name"] in wrong:
                 entry["reason"] = f"a timed call computed a wrong result: {wrong[entry['name']]}"[:500]
             elif math.isfinite(geo[1]) and geo[1] > 1:
-                entry["reason"] = f"clearly slower: {self.passes[0]} geomean ratio {interval} lies wholly above 1"
+                entry["reason"] = f"clearly slower: {measured}, wholly below 1x"
             else:
                 entry["kept"] = True
-                entry["reason"] = f"may be faster: {self.passes[0]} geomean ratio {interval}; a full trial decides"
+                entry["reason"] = f"may be faster: {measured}; a full trial decides"
         _display(markdown=f"## Screening timing\n\n{plan.repetitions} repetitions per contender, interleaved "
-                          f"with the current best; geomean ratios over the suite's shapes with intervals "
+                          f"with the current best; speedups over it (geomean over the suite's shapes) with intervals "
                           f"simultaneous over every candidate and shape ({plan.confidence:.0%}).")
 
     def _smoke(self, cases) -> None:

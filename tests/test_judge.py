@@ -59,7 +59,8 @@ def test_faster_target_but_six_percent_slower_elsewhere_at_one_shape_is_rejected
     slower = {("forward", "2048x8192", "bfloat16"): (1.06, 1.055, 1.065)}  # wholly above the 5% limit
     verdict = judge(_result(target_ratio=0.8, intervals=slower), RULES)
     assert verdict.verdict == "rejected"
-    assert any(r.startswith("forward 2048x8192 bfloat16: 6.0% slower than the current best") for r in verdict.reasons)
+    assert any(r == "forward 2048x8192 bfloat16: 0.94x (slower) [0.94x, 0.95x] over the current best, wholly below the "
+                    "0.952x the guardrails allow (max_regression 5%)" for r in verdict.reasons), verdict.reasons
     # 4% slower is within the guardrail.
     assert judge(_result(target_ratio=0.8, overrides={("forward", "2048x8192", "bfloat16"): 1.04}),
                  RULES).verdict == "accepted"
@@ -73,8 +74,9 @@ def test_a_possible_regression_whose_interval_contains_the_limit_is_inconclusive
                    _result(target_ratio=0.43, intervals=noisy).model_copy(update={"device": "interpret"})):
         verdict = judge(result, RULES)
         assert verdict.verdict == "inconclusive", verdict.reasons
-        assert verdict.reasons[0] == ("forward 2048x8192 float32: possibly 18.0% slower than the current best "
-                                      "(ratio 1.180 [0.190, 1.250] contains the 5% limit): re-measure")
+        assert verdict.reasons[0] == ("forward 2048x8192 float32: possibly slower than allowed: 0.85x (slower) "
+                                      "[0.80x, 5.26x] over the current best, an interval that contains the 0.952x "
+                                      "the guardrails allow (max_regression 5%): re-measure")
         assert abs(verdict.gain - 0.57) < 1e-9
     # The target no better: rejected on the target, the possible regression noted.
     verdict = judge(_result(target_ratio=1.03, intervals=noisy), RULES)  # [1.01, 1.05]: worse, within the limit
@@ -87,7 +89,8 @@ def test_a_regression_whose_interval_lies_wholly_above_the_limit_is_rejected():
                    _result(target_ratio=0.43, intervals=slower).model_copy(update={"device": "interpret"})):
         verdict = judge(result, RULES)
         assert verdict.verdict == "rejected"
-        assert verdict.reasons[0].startswith("forward 2048x8192 float32: 20.0% slower than the current best")
+        assert verdict.reasons[0].startswith("forward 2048x8192 float32: 0.83x (slower) [0.77x, 0.91x] over the "
+                                             "current best, wholly below the 0.952x the guardrails allow")
     # Without an interval (one repetition) the point decides: rejected, as before intervals decided.
     unmeasured = {("forward", "2048x8192", "float32"): (1.2, float("nan"), float("nan"))}
     assert judge(_result(target_ratio=0.43, intervals=unmeasured), RULES).verdict == "rejected"
@@ -105,13 +108,16 @@ def test_cumulative_drift_against_the_baseline_is_a_regression_when_the_interval
     # 1.03 [1.025, 1.035]: even its low end, times 1.03, is over 5% slower than the baseline.
     verdict = judge(_result(target_ratio=0.8, intervals={key: (1.03, 1.025, 1.035)}), RULES, chain)
     assert verdict.verdict == "rejected"
-    assert any(r.startswith("full 2048x1024 float32: 6.1% slower than the baseline through the accepted variants")
-               for r in verdict.reasons)
+    assert any(r.startswith("full 2048x1024 float32: 0.94x (slower) [0.94x, 0.95x] over the baseline through the "
+                            "accepted variants (this trial's 0.97x (slower) [0.97x, 0.98x] times the accepted "
+                            "variants' 0.97x (slower)), wholly below the 0.952x")
+               for r in verdict.reasons), verdict.reasons
     # 1.03 [1.01, 1.05]: 6.1% at the point, 4.0% at the low end: possibly, so re-measured, never accepted.
     verdict = judge(_result(target_ratio=0.8, intervals={key: (1.03, 1.01, 1.05)}), RULES, chain)
     assert verdict.verdict == "inconclusive"
-    assert verdict.reasons[0].startswith("full 2048x1024 float32: possibly 6.1% slower than the baseline through "
-                                         "the accepted variants") and verdict.reasons[0].endswith("re-measure")
+    assert verdict.reasons[0].startswith("full 2048x1024 float32: possibly slower than allowed: 0.94x (slower) "
+                                         "[0.92x, 0.96x] over the baseline through the accepted variants") \
+        and verdict.reasons[0].endswith("re-measure")
     # Within the step's limit, and its interval contains it, but wholly over the chain's: rejected.
     verdict = judge(_result(target_ratio=0.8, intervals={key: (1.06, 1.04, 1.08)}), RULES, {key: 1.03})
     assert verdict.verdict == "rejected" and "through the accepted variants" in verdict.reasons[0]
@@ -258,3 +264,45 @@ def test_a_candidate_that_slows_the_current_best_is_suspicious_by_the_best_s_own
     other = copy.deepcopy(forged)
     other.fingerprint.torch = "9.9"
     assert best_slowdown(other, history) == []
+
+
+def test_the_target_reads_as_a_speedup_with_its_interval_inverted_never_as_a_ratio_or_a_percentage():
+    """A new user read 'backward: geomean ratio 2.821 [1.916, 3.082] (-182.1% vs the current best)' beside
+    '160.4% slower', and a trial the history listed as 1.569x as '+36.3%': one wording everywhere now."""
+    from liger_perf.wording import speedup
+
+    verdict = judge(_result(target_ratio=0.8, half_width=0.02), RULES)
+    assert verdict.reasons[0] == ("backward: 1.25x (faster) [1.22x, 1.28x] over the current best (geomean over the "
+                                  "suite)")
+    slower = judge(_result(target_ratio=2.821, intervals={("backward", s, d): (2.821, 1.916, 3.082)
+                                                          for s in SHAPES for d in DTYPES}), RULES)
+    assert slower.verdict == "rejected"
+    assert any(r.startswith("backward: 0.35x (slower) [0.32x, 0.52x] over the current best") for r in slower.reasons)
+    assert not any("%" in r and "max_" not in r for r in slower.reasons + verdict.reasons), slower.reasons
+    assert speedup(0.637, 0.613, 0.662) == "1.57x (faster) [1.51x, 1.63x]"
+    assert speedup(1.0) == "1.00x (no change)" and speedup(0.999, float("nan"), float("nan")) == "1.00x (no change)"
+    assert speedup(None) == speedup(float("nan")) == "-"
+    assert speedup(2.0, no_interval="one step: no interval") == "0.50x (slower), one step: no interval"
+
+
+def test_the_history_table_and_the_report_state_the_speedup_in_the_judges_words():
+    """A trial the judge found 1.57x faster reads 1.57x (faster), with the same interval, in `history` and in
+    report.md (the history printed 1.569x where the judge said '+36.3%')."""
+    from rich.console import Console
+
+    from liger_perf.cli import history_table
+    from liger_perf.report import trials_table
+
+    cases = {("backward", s, d): (0.637, 0.613, 0.662) for s in SHAPES for d in DTYPES}
+    result = _result(intervals=cases).model_copy(update={"trial_id": 7, "name": "wider-tiles"})
+    verdict = judge(result, RULES)
+    stated = "1.57x (faster) [1.51x, 1.63x]"
+    assert verdict.verdict == "accepted" and verdict.reasons[0].startswith(f"backward: {stated} over the current best")
+    trial = result.model_copy(update={"judged": verdict.record("backward", "rules")})
+    console = Console(width=160, record=True)
+    console.print(history_table("fused_add_rms_norm", "nvidia-h200", [trial]))
+    row = [line.split("│")[4].strip() for line in console.export_text().splitlines() if line.count("│") > 3]
+    assert row[:2] == ["1.57x (faster)", "[1.51x, 1.63x]"], row
+    table = trials_table([trial], ["forward", "backward", "full"])
+    assert table.loc[0, "backward speedup"] == stated
+    assert table.loc[0, "forward speedup"] == "1.00x (no change) [0.98x, 1.02x]"

@@ -96,7 +96,7 @@ def test_a_trial_finished_but_not_judged_is_judged_on_resume_and_the_budget_stop
                         budget=1, root=root, repetitions=2, convergence=False, on_event=events.append)
     outcome = loop.run()
     assert events[0].kind == "judged-pending" and events[0].trial.trial_id == 1
-    assert outcome.trials_run == 1 and "budget of 1 trials is spent" in outcome.stop_reason
+    assert outcome.trials_run == 1 and "budget of 1 trial is spent" in outcome.stop_reason
     trials = _check_history_intact(root / "relu_squared")
     assert trials[1].verdict in VERDICTS and len(trials) == 3
     assert not aside.exists()
