@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from liger_perf.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_JOB_ERROR, UserError
+from liger_perf.wording import count, speedup
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="An NCU-profile-driven optimization loop for Triton kernels.")
@@ -54,8 +55,8 @@ def workspace_option(
 @app.command("init")
 def init_command(
     ctx: typer.Context,
-    folder: Optional[Path] = typer.Argument(None, help="the workspace folder to create or complete; default: "
-                                                       "--workspace, else the current folder"),
+    folder: Optional[Path] = typer.Argument(None, metavar="DIR", help="the workspace folder to create or complete; "
+                                                                     "default: --workspace, else the current folder"),
 ) -> None:
     """Make a workspace: kernels/, notebooks/, reports/, a commented guardrails.yaml and nightly.yaml, .gitignore."""
     from liger_perf.workspace import init_workspace
@@ -71,7 +72,8 @@ def init_command(
 
 @app.command("new")
 def new_command(
-    name: str = typer.Argument(..., help="the kernel's name: a Python identifier (kernels/NAME/ in the workspace)"),
+    name: str = typer.Argument(..., metavar="NAME",
+                               help="the kernel's name: a Python identifier (kernels/NAME/ in the workspace)"),
     reference: str = typer.Option(..., help="module:function, the PyTorch reference; its signature becomes the "
                                             "interface (importable from the current folder)"),
     shapes: Optional[str] = typer.Option(None, help="the GPU suite's shapes, e.g. 4096x4096,8192x8192"),
@@ -129,7 +131,7 @@ def kernels_command() -> None:
 
 @app.command("check")
 def check_command(
-    kernel: str = typer.Argument(..., help="a registered kernel (see `liger-perf kernels`)"),
+    kernel: str = typer.Argument(..., metavar="KERNEL", help="a registered kernel (see `liger-perf kernels`)"),
     variant: Optional[Path] = typer.Option(None, help="variant module to check; default: the kernel's baseline"),
     device: str = typer.Option("auto", help="auto | cuda | interpret"),
     convergence: bool = typer.Option(True, help="run the convergence check after the unit checks pass"),
@@ -164,7 +166,8 @@ def check_command(
 
         with console.status("precompiling the gate's kernels..."):
             compiled = precompile(spec, [loaded.path], dev, convergence=convergence, timeout_s=300, part="gate")
-        console.print(f"precompiled: {compiled.get('items', 0)} calls in {compiled.get('workers', 0)} processes, "
+        console.print(f"precompiled: {count(compiled.get('items', 0), 'call')} in "
+                      f"{count(compiled.get('workers', 0), 'process', 'processes')}, "
                       f"{compiled.get('seconds', 0):.0f} s, {compiled.get('failed', 0)} failed", markup=False)
     with console.status(f"checking {n_cases} cases...") as status:
         done = iter(range(1, n_cases + 1))
@@ -235,7 +238,7 @@ def selfcheck_command(
 
 @app.command("trial")
 def trial_command(
-    kernel: str = typer.Argument(..., help="a registered kernel (see `liger-perf kernels`)"),
+    kernel: str = typer.Argument(..., metavar="KERNEL", help="a registered kernel (see `liger-perf kernels`)"),
     variant: Optional[Path] = typer.Option(None, help="variant module under trial; default: the kernel's baseline"),
     against: Optional[Path] = typer.Option(None, help="the current best's module, timed side by side with it"),
     name: Optional[str] = typer.Option(None, help="short name in the notebook's file name; default: the file's"),
@@ -302,7 +305,7 @@ def _history_store(kernel: str, device: str):
 
 @app.command("history")
 def history_command(
-    kernel: str = typer.Argument(..., help="a registered kernel"),
+    kernel: str = typer.Argument(..., metavar="KERNEL", help="a registered kernel"),
     format: str = typer.Option("table", "--format", help="table (one row per trial) | csv | json (every metric)"),
     device: str = typer.Option("auto", help=READ_DEVICE_HELP),
 ) -> None:
@@ -330,8 +333,6 @@ NAME_WIDTH, TABLE_WIDTH = 24, 100
 def history_table(kernel: str, device: str, trials) -> Table:
     """One row per trial, 100 columns wide: its verdict (or how it ended) and its gain on the target, the
     speedup over the best it ran against (that best's time / its time: above 1 is faster)."""
-    from liger_perf.wording import speedup
-
     table = Table(title=f"{kernel} on {device}: trials", caption_justify="left",
                   caption="speedup: the target pass's time of the best it ran against / its own (geomean over "
                           "the suite), with its interval")
@@ -369,7 +370,7 @@ def _wrap_name(name: str, width: int) -> str:
 
 @app.command("optimize")
 def optimize_command(
-    kernel: str = typer.Argument(..., help="a registered kernel"),
+    kernel: str = typer.Argument(..., metavar="KERNEL", help="a registered kernel"),
     target: Optional[str] = typer.Option(None, help="forward | backward | full | memory; default: guardrails.yaml's"),
     budget: Optional[int] = typer.Option(None, min=1, help="trials to run in this invocation, the baseline trial "
                                                            "included; default: 10 on a GPU, 3 interpreted"),
@@ -425,13 +426,13 @@ def optimize_command(
             import torch
 
             if workers > torch.cuda.device_count():
-                raise UserError(f"--workers {workers}: this host has {torch.cuda.device_count()} GPU(s), one per "
-                                "worker; ask for fewer workers, or start a cluster across hosts (--scheduler)")
+                raise UserError(f"--workers {workers}: this host has {count(torch.cuda.device_count(), 'GPU')}, "
+                                "one per worker; ask for fewer workers, or start a cluster across hosts (--scheduler)")
         runner = DaskRunner(workers=workers, scheduler=scheduler,
                             sandbox_required=sandbox_required(proposer, unsandboxed))
-        console.print(f"Dask: {runner.workers} workers at {runner.client.scheduler.address}: rounds of "
-                      f"{runner.workers} trials against the same best (dashboard: {runner.client.dashboard_link})",
-                      markup=False)
+        console.print(f"Dask: {count(runner.workers, 'worker')} at {runner.client.scheduler.address}: rounds of "
+                      f"{count(runner.workers, 'trial')} against the same best (dashboard: "
+                      f"{runner.client.dashboard_link})", markup=False)
     # The workers' device decides the mode: the client of a remote cluster may have no GPU of its own.
     mode = runner.mode(device) if runner is not None else select_device(device).mode
     if budget is None:
@@ -439,9 +440,9 @@ def optimize_command(
     if screen is None:  # the interpreter's timings are CPU timings: screening them would choose on noise
         screen = 0 if mode == "interpret" else 4
     if mode == "interpret":
-        console.print(f"No CUDA device: a short loop ({budget} trials) under the Triton interpreter on the CPU. Its "
-                      "timings are CPU timings and there is no NCU profile; the verdicts exercise the machinery, "
-                      "not the GPU.")
+        console.print(f"No CUDA device: a short loop ({count(budget, 'trial')}) under the Triton interpreter on the "
+                      "CPU. Its timings are CPU timings and there is no NCU profile; the verdicts exercise the "
+                      "machinery, not the GPU.")
     confirm = (lambda text: typer.confirm(f"{text}\nGo on with the loop?", default=False)) if interactive else None
 
     # Live progress of the trials under way (each one's step, from its progress file); the time a trial took
@@ -499,7 +500,7 @@ def optimize_command(
 
 @app.command("bench")
 def bench_command(
-    kernel: str = typer.Argument(..., help="a registered kernel"),
+    kernel: str = typer.Argument(..., metavar="KERNEL", help="a registered kernel"),
     variant: Optional[Path] = typer.Option(None, help="the variant to measure; default: the best accepted one "
                                                       "(the baseline if none was accepted)"),
     device: str = typer.Option("auto", help="auto | cuda | interpret"),
@@ -596,7 +597,7 @@ def e2e_command(
 
 
 @app.command("diff")
-def diff_command(kernel: str = typer.Argument(..., help="a registered kernel"),
+def diff_command(kernel: str = typer.Argument(..., metavar="KERNEL", help="a registered kernel"),
                  device: str = typer.Option("auto", help=READ_DEVICE_HELP)) -> None:
     """The unified diff from the baseline to the best accepted variant."""
     from liger_perf.history import best_trial
@@ -612,7 +613,7 @@ def diff_command(kernel: str = typer.Argument(..., help="a registered kernel"),
 
 
 @app.command("report")
-def report_command(kernel: str = typer.Argument(..., help="a registered kernel"),
+def report_command(kernel: str = typer.Argument(..., metavar="KERNEL", help="a registered kernel"),
                    device: str = typer.Option("auto", help=READ_DEVICE_HELP)) -> None:
     """Write reports/<device>/<kernel>/report.md (every trial, best vs baseline and peers, plots, the diff)."""
     from liger_perf.history import load_trials
@@ -695,17 +696,65 @@ def _convergence_table(conv) -> Table:
     return table
 
 
+def _click_exceptions():
+    """The CLI library's exceptions: typer's own copy of click where it has one (typer 0.2x), else click's."""
+    try:
+        from typer._click import exceptions
+    except ImportError:
+        from click import exceptions
+    return exceptions
+
+
+def usage_line(error) -> str:
+    """A usage error of the CLI library as one line: ``--budget -1: Input should be greater than or equal to 1
+    (see `liger-perf optimize --help`)``."""
+    exceptions = _click_exceptions()
+    message = error.format_message()
+    param = getattr(error, "param", None)
+    if isinstance(error, exceptions.BadParameter) and not isinstance(error, exceptions.MissingParameter) \
+            and param is not None:
+        opts = [o for o in getattr(param, "opts", []) if o.startswith("-")]
+        name = "/".join(opts) if opts else (param.name or "").upper()
+        value = None
+        errors = getattr(error.__cause__, "errors", None)  # typer's check of the value (pydantic) holds it
+        if callable(errors):
+            try:
+                value = errors()[0].get("input")
+            except Exception:  # a message without its value is still the message
+                value = None
+        message = f"{name}{f' {value}' if isinstance(value, (str, int, float)) else ''}: {error.message}"
+    where = error.ctx.command_path if getattr(error, "ctx", None) is not None else "liger-perf"
+    return f"{' '.join(message.split()).rstrip('.')} (see `{where} --help`)"
+
+
 def main() -> None:
-    # In standalone mode the CLI library prints usage errors itself and exits with their code; what reaches
-    # here is a UserError from a command, which becomes one line on stderr.
+    # The CLI library runs outside its standalone mode, so that every way a command line can be wrong is one line
+    # on stderr here: a usage error (exit code 2), a UserError from a command (2), an interrupted prompt (1).
+    # --help, --version and typer.Exit(code) come back as their exit codes.
     from liger_perf.history import forget_warnings
 
     forget_warnings()  # each warning once per command
+    exceptions = _click_exceptions()
+    no_args = getattr(exceptions, "NoArgsIsHelpError", ())
     try:
-        app()
+        code = app(standalone_mode=False)
     except UserError as e:
         err_console.print(f"liger-perf: error: {e}", highlight=False, soft_wrap=True, markup=False)
         sys.exit(EXIT_BAD_INPUT)
+    except no_args as e:  # `liger-perf` alone: the help, as the library shows it
+        e.show()
+        sys.exit(e.exit_code)
+    except exceptions.UsageError as e:
+        err_console.print(f"liger-perf: error: {usage_line(e)}", highlight=False, soft_wrap=True, markup=False)
+        sys.exit(e.exit_code)
+    except exceptions.ClickException as e:  # a file the library could not open, and the like
+        err_console.print(f"liger-perf: error: {' '.join(e.format_message().split())}", highlight=False,
+                          soft_wrap=True, markup=False)
+        sys.exit(e.exit_code)
+    except (getattr(exceptions, "Abort", typer.Abort), typer.Abort):
+        err_console.print("liger-perf: aborted", highlight=False, markup=False)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -89,6 +89,19 @@ def test_usage_error_is_reported_without_traceback():
     assert "Traceback" not in out.stderr
 
 
+def test_a_usage_error_is_one_line_naming_the_option_its_value_and_the_help_to_read():
+    """`optimize fused_add_rms_norm --budget -1` printed four lines, a usage line with `{kernel}` among them."""
+    line = _one_line_error(run_cli("optimize", "fused_add_rms_norm", "--budget", "-1"))
+    assert line.startswith("liger-perf: error: --budget -1: ") and "1" in line.split("--budget -1: ")[1]
+    assert line.endswith(" optimize --help`)") and "(see `" in line and "Usage" not in line
+    line = _one_line_error(run_cli("history", "relu_squared", "--sideways"))
+    assert line.startswith("liger-perf: error: No such option: --sideways (see `") and line.endswith(" history --help`)")
+    assert "No such command 'optimise'" in _one_line_error(run_cli("optimise", "relu_squared"))
+    for args in (["--help"], ["optimize", "--help"], ["--version"]):  # still answered, on stdout, exit code 0
+        out = run_cli(*args)
+        assert out.returncode == 0 and not out.stderr and ("Usage" in out.stdout or "liger-perf 0" in out.stdout), args
+
+
 @pytest.mark.slow
 def test_trial_then_history_from_the_command_line(tmp_path):
     env = {"LIGER_PERF_NOTEBOOKS": str(tmp_path)}
@@ -132,7 +145,7 @@ def test_more_local_workers_than_gpus_is_refused_before_a_cluster_starts(monkeyp
     monkeypatch.setenv("LIGER_PERF_NOTEBOOKS", str(tmp_path))
     result = CliRunner().invoke(cli.app, ["optimize", "relu_squared", "--workers", "2"])
     assert isinstance(result.exception, UserError) and not started
-    assert "--workers 2: this host has 1 GPU(s)" in str(result.exception)
+    assert "--workers 2: this host has 1 GPU, one per worker" in str(result.exception)
     assert not list(tmp_path.iterdir())  # no trial was started
 
 
