@@ -13,14 +13,28 @@ from liger_perf.errors import UserError
 Model = TypeVar("Model", bound=BaseModel)
 
 
-def _key_lines(text: str) -> dict[str, int]:
+def _line_of(text: str, loc: tuple) -> int | None:
+    """The line (1-based) of the deepest key or list item of ``loc`` (a pydantic error's path: keys and list
+    indexes) that the YAML text holds: ``kernels.1.budget`` is the line of that item's ``budget:``, an item that
+    lacks a key its item's first line. None where not even the first key is in the text (a value overridden)."""
     try:
         node = yaml.compose(text)
     except yaml.YAMLError:
-        return {}
-    if not isinstance(node, yaml.MappingNode):
-        return {}
-    return {k.value: k.start_mark.line + 1 for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
+        return None
+    line = None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            found = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(part)),
+                         None)
+            if found is None:
+                break
+            line, node = found[0].start_mark.line + 1, found[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
 
 
 def read_yaml_mapping(path: str | Path, what: str = "") -> tuple[dict, str]:
@@ -55,14 +69,14 @@ def load_yaml_model(path: str | Path, model: type[Model], **overrides) -> Model:
     """Read ``path`` into ``model``; ``overrides`` that are not None win over the file's values."""
     path = Path(path)
     data, text = read_yaml_mapping(path)
-    lines = _key_lines(text)
+    overrides_given = {k: v for k, v in overrides.items() if v is not None}
     try:
-        return model(**{**data, **{k: v for k, v in overrides.items() if v is not None}})
+        return model(**{**data, **overrides_given})
     except ValidationError as e:
         error = e.errors()[0]
         loc = [str(part) for part in error["loc"]]
-        key = loc[0] if loc else ""
-        line = f":{lines[key]}" if key in lines else ""
+        number = _line_of(text, tuple(error["loc"])) if loc and loc[0] not in overrides_given else None
+        line = f":{number}" if number else ""
         where = ".".join(loc) or model.__name__
         if error["type"] == "extra_forbidden":
             allowed = (f"the keys are {', '.join(model.model_fields)}" if len(loc) == 1

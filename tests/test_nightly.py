@@ -228,6 +228,24 @@ def test_a_broken_config_is_a_one_line_error(tmp_path, text, expected):
     assert out.returncode == 2 and len(lines) == 1 and expected in lines[0], out.stderr
 
 
+def test_a_config_error_points_to_the_line_of_the_offending_key_however_deep(tmp_path):
+    """A budget of -6 on line 6 was reported at the line of `kernels:`, whatever line the error was on."""
+    from liger_perf.errors import UserError
+    from liger_perf.nightly import load_config
+
+    config = tmp_path / "nightly.yaml"
+    first = "# tonight\nkernels:\n  - name: relu_squared\n    budget: 2\n"
+    for second, expected in (("  - name: fused_add_rms_norm\n    budget: -6\n", ":6: kernels.1.budget"),
+                             ("  - name: fused_add_rms_norm\n    budgt: 6\n", ":6: unknown key 'kernels.1.budgt'"),
+                             ("  - name: fused_add_rms_norm\n    target: sideways\n", ":6: kernels.1.target"),
+                             ("  - target: forward\n    budget: 3\n", ":5: kernels.1.name"),  # the item lacks it
+                             ("device: interpret\nwall_clock_s: -1\n", ":6: wall_clock_s")):
+        config.write_text(first + second)
+        with pytest.raises(UserError) as raised:
+            load_config(config)
+        assert f"{config}{expected}" in str(raised.value), (str(raised.value), config.read_text())
+
+
 @pytest.mark.parametrize("kind, expected", [("cron", "0 2 * * *"), ("systemd", "OnCalendar="),
                                             ("github", "runs-on: [self-hosted, gpu]")])
 def test_print_schedule(kind, expected):
