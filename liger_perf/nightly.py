@@ -38,7 +38,7 @@ from liger_perf.history import (accepted_chain, chain_ratios, geomean, load_tria
 from liger_perf.loop import OptimizeLoop
 from liger_perf.proposers import get_proposer
 from liger_perf.record import jsonable
-from liger_perf.registry import baseline_path, kernel_names
+from liger_perf.registry import baseline_path, kernel_names, unknown_kernel
 from liger_perf.runners import Runner, history_device, run_trial
 from liger_perf.schema import HARNESS_ERROR, Fingerprint, TrialResult
 from liger_perf.store import Store
@@ -63,7 +63,7 @@ class KernelJob(BaseModel):
     @classmethod
     def _registered(cls, name: str) -> str:
         if name not in kernel_names():
-            raise ValueError(f"unknown kernel {name!r}; registered: {', '.join(kernel_names())}")
+            raise ValueError(unknown_kernel(name, kernel_names()))
         return name
 
 

@@ -61,9 +61,28 @@ def kernel_folder(name: str) -> Path:
     kernels = _kernels()
     if name not in kernels:
         searched = ", ".join(str(folder) for folder, _ in kernel_folders())
-        raise UserError(f"unknown kernel {name!r}: registered kernels are {', '.join(sorted(kernels)) or 'none'} "
-                        f"(searched {searched}); `liger-perf new {name} --reference module:function` makes one")
+        raise UserError(unknown_kernel(name, sorted(kernels), searched))
     return kernels[name][0]
+
+
+def closest_kernel(name: str, names: list[str]) -> str | None:
+    """The registered name a mistyped one most likely meant (None when none is close)."""
+    import difflib
+
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def unknown_kernel(name: str, names: list[str], searched: str = "") -> str:
+    """Why ``name`` is not a kernel, in one line: the registered name it most likely meant first, and only then
+    how to make a new kernel (of that name where no registered one is close)."""
+    listed = (", ".join(names) or "none") + (f" (searched {searched})" if searched else "")
+    meant = closest_kernel(name, names)
+    if meant is not None:
+        return (f"unknown kernel {name!r}: did you mean {meant!r}? Registered kernels: {listed}; "
+                "`liger-perf new NAME --reference module:function` makes a new one")
+    return (f"unknown kernel {name!r}: registered kernels are {listed}; `liger-perf new {name} --reference "
+            "module:function` makes one")
 
 
 def kernel_origin(name: str) -> str:

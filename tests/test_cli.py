@@ -52,6 +52,19 @@ def test_unknown_kernel(tmp_path):
     assert "unknown kernel 'no_such_kernel'" in line and "fused_add_rms_norm" in line
 
 
+def test_a_mistyped_kernel_name_suggests_the_registered_one_before_a_new_kernel():
+    """`optimize fused_add_rms_nrom` suggested `liger-perf new fused_add_rms_nrom`: a new kernel of the typo."""
+    import pydantic
+
+    from liger_perf.nightly import KernelJob
+
+    line = _one_line_error(run_cli("optimize", "fused_add_rms_nrom"))
+    assert "unknown kernel 'fused_add_rms_nrom': did you mean 'fused_add_rms_norm'?" in line, line
+    assert "new fused_add_rms_nrom" not in line and line.index("did you mean") < line.index("liger-perf new")
+    with pytest.raises(pydantic.ValidationError, match="did you mean 'relu_squared'"):
+        KernelJob(name="relu_sqaured")  # nightly.yaml's kernels
+
+
 def test_missing_variant_file(tmp_path):
     line = _one_line_error(run_cli("check", "relu_squared", "--variant", str(tmp_path / "nope.py")))
     assert "does not exist" in line
