@@ -323,6 +323,9 @@ def history_command(
         sys.stdout.write(history_frame(kernel, trials=trials).to_csv(index=False))
     elif format == "json":
         sys.stdout.write(history_frame(kernel, trials=trials).to_json(orient="records", indent=1) + "\n")
+    elif not trials:
+        console.print(f"no trials of {kernel} on {store.device} yet: `liger-perf optimize {kernel}` runs the first",
+                      markup=False, highlight=False, soft_wrap=True)
     else:
         console.print(history_table(kernel, store.device, trials))
 

@@ -115,6 +115,13 @@ def test_a_usage_error_is_one_line_naming_the_option_its_value_and_the_help_to_r
         assert out.returncode == 0 and not out.stderr and ("Usage" in out.stdout or "liger-perf 0" in out.stdout), args
 
 
+def test_the_history_of_a_kernel_without_trials_is_one_line_saying_how_to_run_the_first(tmp_path):
+    out = run_cli("history", "relu_squared", env={"LIGER_PERF_NOTEBOOKS": str(tmp_path)})
+    assert out.returncode == 0 and not out.stderr, out.stderr
+    assert out.stdout == ("no trials of relu_squared on interpret yet: `liger-perf optimize relu_squared` runs the "
+                          "first\n")
+
+
 @pytest.mark.slow
 def test_trial_then_history_from_the_command_line(tmp_path):
     env = {"LIGER_PERF_NOTEBOOKS": str(tmp_path)}
