@@ -571,7 +571,7 @@ def e2e_command(
     """Train a randomly initialised transformers model unpatched, patched with liger-perf's best kernels and
     with liger-kernel's, interleaved: step time, tokens/s, peak memory, loss curves -> reports/<device>/e2e/."""
     from liger_perf.device import select_device
-    from liger_perf.e2e import E2EConfig, mib_text, run_e2e, summary_rows, write_report
+    from liger_perf.e2e import E2EConfig, mib_text, run_e2e, speedup_text, summary_rows, write_report
     from liger_perf.store import Store
 
     here = select_device(device)
@@ -588,7 +588,7 @@ def e2e_command(
     table = Table("contender", "median step ms", "tokens/s", "speedup [95 %]", "peak MiB", "loss agrees")
     for r in summary_rows(result):
         table.add_row(r["contender"], f"{r['median_step_ms']:.3f}", f"{r['tokens_per_s']:.0f}",
-                      f"{r['speedup']:.3f} [{r['speedup_low']:.3f}, {r['speedup_high']:.3f}]",
+                      speedup_text(r, len(result.step_ms[r["contender"]])),
                       mib_text(r["peak_mib"]), "yes" if r["agrees"] else "NO")
     console.print(table)
     console.print(f"e2e report: {path}")

@@ -129,6 +129,8 @@ def test_e2e_reports_agreeing_losses_and_catches_a_parting_one(tmp_path, interpr
     data = json.loads((tmp_path / "llama.json").read_text())
     assert data["summary"][1]["agrees"] is True and data["summary"][1]["peak_mib"] is None
     assert "| liger-perf |" in path.read_text() and (tmp_path / "llama-loss.png").stat().st_size > 0
+    # One timed step gives no interval: said so, never shown as [nan, nan].
+    assert "nan" not in path.read_text() and ", 1 timed step: no interval |" in path.read_text(), path.read_text()
 
     broken = tmp_path / "broken.py"
     broken.write_text(baseline_path("fused_add_rms_norm").read_text().replace(
