@@ -404,7 +404,8 @@ class Trial:
         else:
             report_path = (self.artifacts or Path(".")) / "profile.ncu-rep"
             widest = max((c.shape for c in self.spec.cases(self.device.suite, "bench")), key=math.prod)
-            self.progress.report("NCU profile", detail=", ".join(passes) + (" (light)" if light else ""))
+            if not self.device.interpreted:  # no NCU under the interpreter: no such step to announce
+                self.progress.report("NCU profile", detail=", ".join(passes) + (" (light)" if light else ""))
             res = profile(self.spec.name, self.variant.path, passes, self.device.interpreted, report_path,
                           driver_args=("--shapes", "x".join(map(str, widest))) if light else (), kept_only=light)
             result_status, reason, metrics, advice = res.status, res.reason, res.metrics, res.advice
