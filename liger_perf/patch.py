@@ -69,7 +69,9 @@ def supported_table() -> list[tuple[str, str]]:
     """(model type, what is patched) for ``liger-perf patch --list``."""
     rows = [(name, (f"{FUSED} (casting {casting}, offset {offset:g}) in each decoder layer; " if casting else "")
              + f"{RELU2} for relu2") for name, (_, casting, offset) in SUPPORTED.items()]
-    return rows + [("any other", f"{RELU2} for relu2 activations only")]
+    # apply(model) refuses any other type (strict); only apply(model, strict=False) patches its relu2 activations.
+    return rows + [("any other", f"refused by apply(model); apply(model, strict=False) puts in {RELU2} for relu2 "
+                                 "activations only")]
 
 
 def best_variant_file(kernel: str, device: str = "auto") -> Path:

@@ -108,6 +108,9 @@ def test_unpatch_restores_the_model_and_a_second_patch_is_refused(interpret_devi
 def test_an_unknown_model_type_is_one_clear_line():
     with pytest.raises(UserError, match=r"model type 'gpt2' is not supported: one of llama, .*patch --list"):
         patch.apply(_tiny("gpt2"))
+    # `patch --list` says so: its "any other" row read as if such a model were patched.
+    rows = dict(patch.supported_table())
+    assert set(rows) == {*patch.SUPPORTED, "any other"} and rows["any other"].startswith("refused by apply(model)")
 
 
 def test_a_layer_of_another_structure_is_left_alone_and_named(interpret_device):
