@@ -54,6 +54,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from liger_perf.device import Device
 from liger_perf.spec import Case, KernelSpec, Tolerance, dtype_name, shape_label
 from liger_perf.variants import Variant
+from liger_perf.wording import count
 
 aten = torch.ops.aten
 
@@ -278,7 +279,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, check_dtype: b
     if any(mismatch.values()):
         reasons.append(_describe(mismatch, _unravel(first_mismatch, out.shape)))
     if over:
-        reasons.append(f"{over} elements beyond atol={tol.atol:g}+rtol={tol.rtol:g}*|ref|"
+        reasons.append(f"{count(over, 'element')} beyond atol={tol.atol:g}+rtol={tol.rtol:g}*|ref|"
                        + ("" if spread is None else f"+{SUM_SPREAD:g}*eps*sqrt(sum of squared row terms)")
                        + f", worst at {_unravel(worst[1], out.shape)}: {worst[2]:.6g} vs {worst[3]:.6g}")
     if math.sqrt(err_sq) > norm_bound:
@@ -534,7 +535,7 @@ def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: 
         return [_row(base, "*", "-", _failure(f"raised {type(e).__name__}: {e}"[:500]))]
     if len(got_out) != len(spec.outputs):
         return [_row(base, "*", "contract", _failure(
-            f"{len(got_out)} outputs where the spec names {len(spec.outputs)} ({', '.join(spec.outputs)})"))]
+            f"{count(len(got_out), 'output')} where the spec names {len(spec.outputs)} ({', '.join(spec.outputs)})"))]
     got = dict(zip(names, (*got_out, *grads)))
 
     rows = []

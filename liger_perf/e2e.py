@@ -126,7 +126,7 @@ def run_e2e(config: E2EConfig, device: str = "auto", variants: dict[str, Path] |
     report = apply(ours, device="interpret" if dev.interpreted else "auto", variants=variants)
     models[LIGER_PERF] = ours
     result.contenders.append(LIGER_PERF)
-    result.patched[LIGER_PERF] = (f"{len(report.fused_layers)} layers with {FUSED}, {len(report.relu_squared)} "
+    result.patched[LIGER_PERF] = (f"{count(len(report.fused_layers), 'layer')} with {FUSED}, {len(report.relu_squared)} "
                                   f"relu2; {', '.join(f'{k}: {v}' for k, v in report.kernels.items())}")
     functions, why = _liger_kernel_functions()
     if functions and not dev.interpreted:
@@ -135,7 +135,7 @@ def run_e2e(config: E2EConfig, device: str = "auto", variants: dict[str, Path] |
         their_report = apply(theirs, functions=functions, relu2=False)
         models[LIGER_KERNEL] = theirs
         result.contenders.append(LIGER_KERNEL)
-        result.patched[LIGER_KERNEL] = f"{len(their_report.fused_layers)} layers with liger-kernel's {FUSED}"
+        result.patched[LIGER_KERNEL] = f"{count(len(their_report.fused_layers), 'layer')} with liger-kernel's {FUSED}"
     else:
         result.unavailable[LIGER_KERNEL] = why or "liger-kernel's Triton kernels need a GPU"
 
@@ -249,9 +249,9 @@ def write_report(result: E2EResult, out: Path) -> Path:
             "step_ms": result.step_ms, "losses": result.losses, "peak_mib": result.peak_mib,
             "parted": result.parted, "summary": rows}
     (out / f"{stem}.json").write_text(json.dumps(_json_safe(data), indent=1) + "\n")
-    lines = [f"# End to end: `{c.model}`, {c.layers} layers, hidden {c.hidden}, sequence {c.seq}, batch {c.batch}, "
+    lines = [f"# End to end: `{c.model}`, {count(c.layers, 'layer')}, hidden {c.hidden}, sequence {c.seq}, batch {c.batch}, "
              f"{c.dtype}", "",
-             f"- {data['measured_at']} on {result.device}; {c.steps} steps of AdamW (lr {c.lr:g}) on random tokens, "
+             f"- {data['measured_at']} on {result.device}; {count(c.steps, 'step')} of AdamW (lr {c.lr:g}) on random tokens, "
              f"the first {min(WARMUP_STEPS, c.steps)} not timed; contenders interleaved in a random order each "
              "step, from the same weights.",
              *[f"- {name}: {what}" for name, what in result.patched.items()],

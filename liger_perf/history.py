@@ -21,6 +21,7 @@ from liger_perf.registry import baseline_path
 from liger_perf.schema import Key, TrialResult
 from liger_perf.store import Store, trial_number
 from liger_perf.variants import source_hash
+from liger_perf.wording import count
 
 TRIAL_COLUMNS = ["trial_id", "name", "kind", "status", "verdict", "hypothesis", "prediction", "variant_sha256",
                  "against_sha256", "device", "notebook"]
@@ -95,7 +96,7 @@ def read_trial(path: Path, kernel: str | None = None) -> TrialResult | None:
         result = read_result(nb)
     except ValidationError as e:
         where = ".".join(str(p) for p in e.errors()[0]["loc"]) if e.errors() else "?"
-        warn(f"skipping {path}: its result does not fit a trial result ({e.error_count()} problems, first at "
+        warn(f"skipping {path}: its result does not fit a trial result ({count(e.error_count(), 'problem')}, first at "
              f"{where!r})")
         return None
     except _UNREADABLE as e:

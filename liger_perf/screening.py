@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from liger_perf.trial import Trial, _display, _step
-from liger_perf.wording import speedup
+from liger_perf.wording import count, speedup
 
 #: Repetitions of a screening timing: enough to see a clearly slower candidate, far fewer than a trial's.
 SCREEN_REPETITIONS = {"cuda": 20, "interpret": 3}
@@ -181,7 +181,7 @@ class Screen(Trial):
             else:
                 entry["kept"] = True
                 entry["reason"] = f"may be faster: {measured}; a full trial decides"
-        _display(markdown=f"## Screening timing\n\n{plan.repetitions} repetitions per contender, interleaved "
+        _display(markdown=f"## Screening timing\n\n{count(plan.repetitions, 'repetition')} per contender, interleaved "
                           f"with the current best; speedups over it (geomean over the suite's shapes) with intervals "
                           f"simultaneous over every candidate and shape ({plan.confidence:.0%}).")
 

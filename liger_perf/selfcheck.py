@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from liger_perf.wording import count
+
 PASS, FAIL, NOT_RUN, SKIPPED = "pass", "FAIL", "not run", "skipped"
 #: Baseline trials run beside the gates still to come (each a sandboxed notebook of its own).
 TRIALS_AT_ONCE = 2
@@ -185,9 +187,9 @@ def write_record(record: dict[str, Any], reports: Path | None = None) -> Path:
 def summary_line(record: dict[str, Any]) -> str:
     failed = [r for r in record["rows"] if r["status"] != PASS]
     if not failed:
-        return f"selfcheck PASS: {len(record['rows'])} steps in {record['seconds']:.0f} s"
+        return f"selfcheck PASS: {count(len(record['rows']), 'step')} in {record['seconds']:.0f} s"
     first = failed[0]
-    return (f"selfcheck FAIL: {len(failed)} of {len(record['rows'])} steps did not pass; first: {first['kernel']} "
+    return (f"selfcheck FAIL: {len(failed)} of {count(len(record['rows']), 'step')} did not pass; first: {first['kernel']} "
             f"{first['step']} of the {first['variant']}: {first['status']}: {first['detail']}")
 
 

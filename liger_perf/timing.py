@@ -32,6 +32,7 @@ import torch
 from liger_perf.device import Device
 from liger_perf.passes import as_tuple, case_inputs, prepare_pass
 from liger_perf.spec import Case, ForwardFn, KernelSpec, dtype_name, shape_label
+from liger_perf.wording import count
 
 SAMPLE_COLUMNS = ["pass", "shape", "dtype", "contender", "rep", "ms"]
 SUMMARY_COLUMNS = ["pass", "shape", "dtype", "contender", "median_ms", "relative_to", "ratio", "ci_low", "ci_high",
@@ -284,7 +285,7 @@ def _spot_check(spec: KernelSpec, case: Case, pass_name: str, inputs, cotangents
             if verdict["verdict"] != "pass":
                 reasons.append(f"{name}: {verdict['reason']}")
         if len(got) != len(names):
-            reasons.append(f"{len(got)} outputs where {len(names)} were expected")
+            reasons.append(f"{count(len(got), 'output')} where {len(names)} were expected")
         rows.append({"pass": pass_name, "shape": shape_label(case.shape), "dtype": dtype_name(case.dtype),
                      "contender": contender, "passed": not reasons, "reason": "; ".join(reasons)[:500]})
     return rows

@@ -22,6 +22,7 @@ import pandas as pd
 from liger_perf.progress import ProgressLog
 from liger_perf.record import RESULT_MIME, jsonable
 from liger_perf.schema import FORMAT, TrialRequest, TrialResult
+from liger_perf.wording import count
 
 
 def _display(obj=None, markdown: str | None = None) -> None:
@@ -180,7 +181,7 @@ class Trial:
     def _precompile(self, paths: list[str], gated: list[str], part: str) -> None:
         from liger_perf.precompile import precompile
 
-        self.progress.report("precompiling", detail=f"{len(paths)} variants, calls: {part}")
+        self.progress.report("precompiling", detail=f"{count(len(paths), 'variant')}, calls: {part}")
         # At most a few minutes: what is not compiled by then compiles in the gate, as it would have.
         outcome = precompile(self.spec, paths, self.device, gated=gated, convergence=self.request.convergence,
                              timeout_s=240, part=part)
@@ -345,7 +346,7 @@ class Trial:
         unit = "ms (CPU, interpreter)" if self.device.interpreted else "ms"
         how = ("CPU wall clock under the Triton interpreter" if self.device.interpreted else
                "CUDA events, L2 flushed before each run")
-        _display(markdown=f"## Timings\n\n{plan.repetitions} repetitions per contender after {plan.warmup} warm-up, "
+        _display(markdown=f"## Timings\n\n{count(plan.repetitions, 'repetition')} per contender after {plan.warmup} warm-up, "
                           f"interleaved in random order ({how}); ratios are time / `{reference}` "
                           f"time with {plan.confidence:.0%} simultaneous intervals. Copy bandwidth in this run: "
                           f"{bandwidth / 1e9:.0f} GB/s (bytes read + written).")

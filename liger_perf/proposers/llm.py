@@ -30,6 +30,7 @@ from liger_perf.proposers.safety import check_generated_source
 from liger_perf.schema import NCU_DURATION, TrialResult
 from liger_perf.spec import dtype_name, shape_label
 from liger_perf.variants import read_knobs, source_hash
+from liger_perf.wording import count
 
 CONFIG_ENV = "LIGER_PERF_LLM_CONFIG"
 SYSTEM = ("You are an expert Triton and CUDA performance engineer. You improve one Triton kernel module at a "
@@ -237,7 +238,7 @@ class LlmProposer:
             messages += [{"role": "assistant", "content": reply},
                          {"role": "user", "content": f"Your reply was rejected: {problem}. Reply again with the "
                                                      "complete JSON object, fixing that."}]
-        return self._fall_back(context, audit, f"{self.settings.repairs + 1} replies in a row failed the checks; "
+        return self._fall_back(context, audit, f"{count(self.settings.repairs + 1, 'reply', 'replies')} in a row failed the checks; "
                                                f"the last: {audit['exchanges'][-1]['validation']}")
 
     def _validate(self, reply: str, context: Context, tried: set) -> tuple[str, Proposal | None]:
