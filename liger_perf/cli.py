@@ -407,7 +407,7 @@ def optimize_command(
     from liger_perf.guardrails import TARGETS, load_guardrails
     from liger_perf.history import load_trials, trial_pace
     from liger_perf.loop import OptimizeLoop
-    from liger_perf.progress import describe, latest
+    from liger_perf.progress import PlainLog, describe, latest
     from liger_perf.proposers import get_proposer
     from liger_perf.registry import get_spec
     from liger_perf.report import write_report
@@ -457,6 +457,11 @@ def optimize_command(
     store = Store(device=history_device(runner or PapermillRunner(), device))  # the trials' device's history
     expected_s = trial_pace(load_trials(kernel, store.notebooks))
     running: dict[int, tuple[str, str, float]] = {}  # trial number -> (label, artifacts folder, start)
+    # A terminal shows a live status line; output that is not one (a log, a pipe, CI) gets plain lines instead:
+    # one per change of a trial's step, and one at least every 30 s while a step runs.
+    live = console.is_terminal or console.is_jupyter
+    plain = None if live else PlainLog(lambda: dict(running), lambda line: console.print(
+        line, markup=False, highlight=False, soft_wrap=True), expected_s)
 
     def show(event):
         # Messages carry brackets (intervals, knob dicts) that are text, not console markup.
@@ -468,6 +473,8 @@ def optimize_command(
             console.print(event.message if event.kind == "screen-start" else
                           f"trial {event.index} of at most {event.budget}: {event.message}", markup=False)
         elif event.kind in ("trial-end", "judged-pending", "screen-end") and event.trial is not None:
+            if plain is not None:  # the steps it took since the last look, before the line that ends it
+                plain.flush(event.trial.trial_id)
             running.pop(event.trial.trial_id, None)
             console.print(f"  {event.trial.notebook or ''}: {event.message}", markup=False)
         elif event.kind == "carry-over":
@@ -483,7 +490,10 @@ def optimize_command(
                             convergence=convergence, confirm=confirm, on_event=show,
                             deadline=None if max_minutes is None else time.time() + 60 * max_minutes, runner=runner,
                             screen=screen)
-        if interactive:  # a live display would fight the prompt
+        if plain is not None:
+            with plain:
+                outcome = loop.run()
+        elif interactive:  # a live display would fight the prompt
             outcome = loop.run()
         else:
             with _live_status(lambda: " | ".join(describe(label, latest(folder), started, expected_s)

@@ -80,6 +80,50 @@ def test_killed_in_the_middle_of_a_trial_the_loop_resumes_from_the_notebooks(tmp
 
 
 @pytest.mark.slow
+def test_piped_to_a_log_the_loop_prints_a_plain_line_for_each_step_of_each_trial(tmp_path):
+    """Piped (nohup, tee, CI), `optimize` printed nothing for 219 s: the live status line shows on a terminal
+    only. Now every trial's steps are plain lines, in order, before the line that ends the trial."""
+    done = subprocess.run([sys.executable, "-m", "liger_perf", *ARGS, "--budget", "2"], env=_env(tmp_path), cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert "a short loop (2 trials)" in done.stdout
+    trials = load_trials("relu_squared", tmp_path / "notebooks" / "interpret")
+    assert [t.trial_id for t in trials] == [0, 1]
+    for trial in trials:
+        label = f"  {trial.trial_id:04d} {trial.name}: "
+        said = [line.removeprefix(label) for line in lines if line.startswith(label)]
+        steps = [line.split(" ")[0] for line in said]
+        assert said and said[0].startswith("importing the variant"), lines
+        assert {"gate", "timing", "accuracy"} <= set(steps), said
+        assert steps.count("gate") < 4 and steps.count("timing") < 4, said  # a line per step, not one per case
+        end = next(i for i, line in enumerate(lines) if line.startswith(f"  {trial.notebook}: "))
+        assert max(i for i, line in enumerate(lines) if line.startswith(label)) < end
+
+
+def test_the_plain_log_says_each_change_of_step_once_and_a_running_step_again_after_a_while(tmp_path):
+    import json
+
+    from liger_perf.progress import FILE_NAME, PlainLog
+
+    lines, now = [], time.time()
+    running = {3: ("0003 wider", str(tmp_path), now - 10)}
+    log = PlainLog(lambda: running, lines.append, expected_s=None, every_s=3600)
+    with (tmp_path / FILE_NAME).open("w") as f:
+        for i, (step, done) in enumerate([("gate", 1), ("gate", 2), ("timing", 1), ("timing", 2)]):
+            f.write(json.dumps({"t": now - 9 + i, "step": step, "done": done, "total": 2, "detail": "x\x1b[2J"}) + "\n")
+        f.write("{torn")
+    log.flush(3)
+    assert [line.split(" · ")[0] for line in lines] == ["  0003 wider: gate 1/2 (x?[2J)",
+                                                        "  0003 wider: timing 1/2 (x?[2J)"]
+    log.flush(3)
+    assert len(lines) == 2  # nothing new
+    log.every_s = 0
+    log.poll()  # a step that runs on: said again
+    assert len(lines) == 3 and lines[-1].startswith("  0003 wider: timing 2/2")
+
+
+@pytest.mark.slow
 def test_a_trial_finished_but_not_judged_is_judged_on_resume_and_the_budget_stops_the_loop(tmp_path):
     root = tmp_path / "notebooks"
     fast = dict(device="interpret", repetitions=2, convergence=False, root=root)
