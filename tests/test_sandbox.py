@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from liger_perf import sandbox
-from liger_perf.registry import baseline_path
-from liger_perf.runners import run_trial
-from liger_perf.runners.papermill import PapermillRunner
+from liger_perf.isolation import sandbox
+from liger_perf.kernel.registry import baseline_path
+from liger_perf.run import run_trial
+from liger_perf.run.papermill import PapermillRunner
 
 from broken_variants import ROOT
 
