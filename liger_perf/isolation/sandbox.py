@@ -9,7 +9,7 @@ Inside, the file system holds only what a trial needs, read-only (``wrap``):
 - ``/sys`` (the GPU's topology), a ``/proc`` of the sandbox's own, and a ``/dev`` of the GPU nodes and the usual
   pseudo-devices;
 - writable: the trial's scratch folder and the files it is allowed to write (its notebook), and empty ``/tmp``,
-  ``/var/tmp`` and ``/run`` of its own (what is written there vanishes with it).
+  ``/var/tmp``, ``/run`` and ``/dev/shm`` of its own (what is written there vanishes with it).
 Nothing else of the machine is there: not the rest of ``/etc``, not the user's home, not other repositories, not
 the workspace's notebooks, reports or git history.
 
@@ -53,7 +53,7 @@ SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "nsswitch.conf", "hosts",
              "host.conf", "alternatives")
 #: Empty and writable inside, of the sandbox's own.
-SCRATCH_PLACES = ("/tmp", "/var/tmp", "/run")
+SCRATCH_PLACES = ("/tmp", "/var/tmp", "/run", "/dev/shm")
 _cgroup_names = itertools.count()
 
 
