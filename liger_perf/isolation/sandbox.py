@@ -138,6 +138,9 @@ def needed_paths(extra: Iterable[Path | str] = ()) -> list[tuple[str, str]]:
              os.environ.get("TRITON_PTXAS_PATH", ""), os.environ.get("TRITON_LIBCUDA_PATH", ""),
              os.path.dirname(sys.executable), str(package), *(str(folder) for folder, _ in kernel_folders()),
              *([os.path.dirname(ncu), os.path.dirname(os.path.dirname(os.path.realpath(ncu)))] if ncu else []),
+             # NCU's launcher in CUDA's bin/ runs the Nsight Compute installed beside CUDA or under /opt/nvidia
+             *(str(p) for base in ([os.path.dirname(os.path.dirname(os.path.realpath(ncu))), "/opt/nvidia"]
+                                   if ncu else []) for p in Path(base).glob("nsight-compute*")),
              *map(str, extra)]
     refused = {os.path.realpath(p) for p in ["/", *_hidden_roots()]}
     pairs = set()
