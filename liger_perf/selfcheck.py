@@ -7,8 +7,8 @@ the workspace, built-in and the user's own:
    process of its own (as ``check`` runs it, fresh processes after a device fault included);
 2. one short real trial of each baseline in a scratch history: the trial notebook end to end (sandbox,
    Papermill, precompilation, the quick gate, timing with a few repetitions, the accuracy step, a light NCU
-   profile), no peers, never judged. It starts once its baseline has passed the gate, beside the gates still
-   to run (``TRIALS_AT_ONCE``), and is skipped where the baseline failed.
+   profile), no peers, never judged. The trials run side by side (``TRIALS_AT_ONCE``) once every gate has
+   run, and a baseline that failed its gate gets none.
 
 A row per step; any row that does not pass fails the whole check. The record, ``reports/<device>/selfcheck.json``,
 names the commit it ran at (``"commit"``), the stack and every row: a change to what decides correctness or speed
@@ -25,10 +25,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from liger_perf.core.wording import count
+from liger_perf.wording import count
 
 PASS, FAIL, NOT_RUN, SKIPPED = "pass", "FAIL", "not run", "skipped"
-#: Baseline trials run beside the gates still to come (each a sandboxed notebook of its own).
+#: Baseline trials run side by side, after the gates (each a sandboxed notebook of its own).
 TRIALS_AT_ONCE = 2
 
 
@@ -44,7 +44,7 @@ class SelfcheckRow:
 
 
 def _gate_row(kernel: str, label: str, variant: Path | None, device: str) -> SelfcheckRow:
-    from liger_perf.gate.process import run_contained_gate
+    from liger_perf.gate_process import run_contained_gate
 
     started = time.time()
     run = run_contained_gate(kernel, variant, device, convergence=True, capture=True)
@@ -68,8 +68,8 @@ def _gate_row(kernel: str, label: str, variant: Path | None, device: str) -> Sel
 
 
 def _trial_row(kernel: str, device: str, mode: str, history: Path, keep: Path | None) -> SelfcheckRow:
-    from liger_perf.kernel.registry import baseline_path
-    from liger_perf.run import run_trial
+    from liger_perf.registry import baseline_path
+    from liger_perf.runners import run_trial
 
     started = time.time()
     try:
@@ -104,12 +104,12 @@ def run_selfcheck(device: str = "auto", kernels: list[str] | None = None, best: 
                   echo: Callable[[str], None] = print, keep: Path | None = None) -> dict[str, Any]:
     """The rows of every step, and the record that ``write_record`` writes. ``best``: also gate each history's
     best; ``trials``: also run each baseline's short trial; ``keep``: copy each trial's notebook there."""
-    from liger_perf.kernel.device import select_device
-    from liger_perf.measure.fingerprint import fingerprint
-    from liger_perf.record.history import latest_best, trial_variant_file
-    from liger_perf.kernel.registry import baseline_path, kernel_names, kernel_origin
-    from liger_perf.record.store import Store
-    from liger_perf.core.workspace import current
+    from liger_perf.device import select_device
+    from liger_perf.fingerprint import fingerprint
+    from liger_perf.history import latest_best, trial_variant_file
+    from liger_perf.registry import baseline_path, kernel_names, kernel_origin
+    from liger_perf.store import Store
+    from liger_perf.workspace import current
 
     dev = select_device(device)  # this process imports no variant: it only asks what the device is
     mode = dev.mode
@@ -119,37 +119,38 @@ def run_selfcheck(device: str = "auto", kernels: list[str] | None = None, best: 
     history = Store(device=device_class).notebooks
     names = kernels or kernel_names()
     gates: list[SelfcheckRow] = []
-    trial_rows: dict[str, Future | SelfcheckRow] = {}
-    # The baselines' gates first; each baseline that passes has its trial started beside the gates still to
-    # run (one gate at a time: the large case of one takes most of a GPU's memory; a trial takes little, and
-    # its timings here only show that timing works, they are never judged).
-    with tempfile.TemporaryDirectory(prefix="liger-perf-selfcheck-") as scratch, \
-            ThreadPoolExecutor(max_workers=TRIALS_AT_ONCE) as pool:
-        bests = []
-        for kernel in names:
-            echo(f"{kernel} ({kernel_origin(kernel)}): gate of the baseline")
-            gates.append(_gate_row(kernel, "baseline", None, mode))
-            echo(f"  {gates[-1].status}: {gates[-1].detail}")
-            if trials and gates[-1].status == PASS:
-                echo(f"{kernel}: a short trial of the baseline in a scratch history (started)")
-                trial_rows[kernel] = pool.submit(_trial_row, kernel, device, mode, Path(scratch), keep)
-            elif trials:
-                trial_rows[kernel] = SelfcheckRow(kernel, "trial", "baseline", SKIPPED, 0.0,
-                                                  "not run: the baseline did not pass its gate")
-            found = latest_best(kernel, history) if best else None
-            if found is not None:
-                bests.append((kernel, found))
-            elif best:
-                echo(f"{kernel}: no accepted best on this device yet")
-        for kernel, found in bests:
+    # Every gate first, one at a time: the large case of one takes most of a GPU's memory, and on the H200 two
+    # trials beside a gate left it 95 GiB of the 96 it asks for (reports/evidence/2026-12-01-final-gpu-runs/).
+    # Then the trials of the baselines that passed, side by side: each takes a few GiB, and its timings here only
+    # show that timing works, they are never judged.
+    for kernel in names:
+        echo(f"{kernel} ({kernel_origin(kernel)}): gate of the baseline")
+        gates.append(_gate_row(kernel, "baseline", None, mode))
+        echo(f"  {gates[-1].status}: {gates[-1].detail}")
+        found = latest_best(kernel, history) if best else None
+        if found is not None:
             label = f"best (trial {found.trial_id:04d} {found.name})"
             echo(f"{kernel}: gate of the {label}")
             gates.append(_gate_row(kernel, label, trial_variant_file(kernel, found, history), mode))
             echo(f"  {gates[-1].status}: {gates[-1].detail}")
-        done = []
-        for kernel, row in trial_rows.items():
-            done.append(row.result() if isinstance(row, Future) else row)
-            echo(f"{kernel}: trial {done[-1].status}: {done[-1].detail}")
+        elif best:
+            echo(f"{kernel}: no accepted best on this device yet")
+    done: list[SelfcheckRow] = []
+    if trials:
+        with tempfile.TemporaryDirectory(prefix="liger-perf-selfcheck-") as scratch, \
+                ThreadPoolExecutor(max_workers=TRIALS_AT_ONCE) as pool:
+            trial_of: dict[str, Future | SelfcheckRow] = {}
+            for kernel in names:
+                baseline_gate = next(r for r in gates if r.kernel == kernel and r.variant == "baseline")
+                if baseline_gate.status == PASS:
+                    echo(f"{kernel}: a short trial of the baseline in a scratch history (started)")
+                    trial_of[kernel] = pool.submit(_trial_row, kernel, device, mode, Path(scratch), keep)
+                else:
+                    trial_of[kernel] = SelfcheckRow(kernel, "trial", "baseline", SKIPPED, 0.0,
+                                                   "not run: the baseline did not pass its gate")
+            for kernel, row in trial_of.items():
+                done.append(row.result() if isinstance(row, Future) else row)
+                echo(f"{kernel}: trial {done[-1].status}: {done[-1].detail}")
     order = {k: i for i, k in enumerate(names)}
     rows = sorted(gates, key=lambda r: (order[r.kernel], r.variant != "baseline")) + done
     passed = bool(rows) and all(r.status == PASS for r in rows)
@@ -169,9 +170,9 @@ def write_record(record: dict[str, Any], reports: Path | None = None) -> Path:
     import json
     import os
 
-    from liger_perf.record.notebook import jsonable
-    from liger_perf.record.store import Store
-    from liger_perf.core.workspace import current
+    from liger_perf.record import jsonable
+    from liger_perf.store import Store
+    from liger_perf.workspace import current
 
     root = current().root
     record = {**record, "kernels": {k: os.path.relpath(v, root) if Path(v).is_relative_to(root) else Path(v).name
