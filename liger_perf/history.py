@@ -332,12 +332,19 @@ def geomean_ratio(result: TrialResult, pass_name: str) -> float:
     return geomean([r.ratio for r in result.candidate_ratios(pass_name) if r.ratio > 0])
 
 
-def geomean_interval(result: TrialResult, pass_name: str) -> tuple[float, float, float]:
-    """A pass's time ratio over the suite, candidate / the best it ran against, with its interval as the judge
-    takes it (the geometric means of the per-shape bounds; NaN bounds where a shape has none)."""
-    rows = [r for r in result.candidate_ratios(pass_name) if r.ratio > 0]
-    bounds = [(r.ci_low, r.ci_high) for r in rows]
-    if not rows or any(low is None or high is None or not low > 0 or not high > 0 for low, high in bounds):
-        return geomean([r.ratio for r in rows]), math.nan, math.nan
-    return (geomean([r.ratio for r in rows]), geomean([low for low, _ in bounds]),
-            geomean([high for _, high in bounds]))
+def geomean_interval(rows: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+    """The suite-level ratio with its interval as the judge takes it: the geometric means of the per-shape
+    ``(ratio, low, high)`` (a NaN bound anywhere makes that bound NaN)."""
+    return geomean([r[0] for r in rows]), geomean([r[1] for r in rows]), geomean([r[2] for r in rows])
+
+
+def pass_interval(result: TrialResult, pass_name: str) -> tuple[float, float, float]:
+    """A pass's ``geomean_interval`` over the trial's shapes (``measured_ratios``), for a report: a shape whose
+    ratio is not positive (a malformed record) is left out, and where any shape lacks a positive interval the
+    suite's interval is unmeasured (NaN)."""
+    times, _ = measured_ratios(result)
+    rows = [v for key, v in times.items() if key[0] == pass_name and v[0] > 0]
+    point, low, high = geomean_interval(rows)
+    if not all(v[1] > 0 and v[2] > 0 for v in rows):  # NaN compares false: an unmeasured bound too
+        return point, math.nan, math.nan
+    return point, low, high

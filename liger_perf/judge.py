@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from liger_perf.guardrails import Guardrails
-from liger_perf.history import accuracy_ratios, accuracy_reductions, geomean, measured_ratios
+from liger_perf.history import accuracy_ratios, accuracy_reductions, geomean, geomean_interval, measured_ratios
 from liger_perf.schema import NCU_DURATION, JudgedRatio, Key, TrialResult, Verdict, VerdictName
 from liger_perf.wording import speedup, speedup_limit
 
@@ -259,7 +259,7 @@ def judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[Ke
         rows = [v for k, v in times.items() if k[0] == guardrails.target]
         if not rows:
             return Judgement("rejected", [f"the trial has no {guardrails.target} timings to judge"], ratios=ratios)
-        point, low, high = geomean([r[0] for r in rows]), geomean([r[1] for r in rows]), geomean([r[2] for r in rows])
+        point, low, high = geomean_interval(rows)
         improved, worse = high < 1, low >= 1
     if not math.isfinite(point):
         return Judgement("rejected", [f"no {guardrails.target} measurement to judge"], ratios=ratios)

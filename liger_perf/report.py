@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from liger_perf.history import accepted_chain, chain_ratios, geomean, geomean_interval
+from liger_perf.history import accepted_chain, chain_ratios, geomean, pass_interval
 from liger_perf.registry import baseline_path
 from liger_perf.schema import TrialResult
 from liger_perf.variants import source_hash
@@ -55,7 +55,7 @@ def trials_table(trials: list[TrialResult], passes: list[str]) -> pd.DataFrame:
             "trial": f"{t.trial_id:04d}", "name": t.name, "device": t.device,
             "changes": ", ".join(f"{k}={v}" for k, v in (t.changes or {}).items()) or "-",
             "hypothesis": (t.hypothesis or "-").replace("|", "/"),
-            **{f"{p} speedup": speedup(*geomean_interval(t, p)) for p in passes},
+            **{f"{p} speedup": speedup(*pass_interval(t, p)) for p in passes},
             "peak memory ratio": _fmt(geomean(memory)) if memory else "-",
             "status": t.status, "verdict": t.verdict or "-",
             "reasons": "; ".join(t.verdict_reasons or [t.reason]).replace("|", "/"),
