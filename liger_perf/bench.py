@@ -1,7 +1,7 @@
 """``liger-perf bench``: the best variant beside the baseline and the peers, side by side in one run.
 
 Contenders: the best accepted variant (or a given one), the baseline, ``liger-kernel`` (when installed),
-PyTorch eager and ``torch.compile``, timed interleaved on the same inputs (``liger_perf.timing``), with the copy
+PyTorch eager and ``torch.compile``, timed interleaved on the same inputs (``liger_perf.measure.timing``), with the copy
 bandwidth measured in the same run. Every ratio is a peer's median time over the best's, so > 1 means the best
 is that many times faster. The measurement runs in a child process under a time limit, as trials do: the best
 may be proposer-written code.
@@ -22,25 +22,25 @@ from pathlib import Path
 
 import pandas as pd
 
-from liger_perf.errors import UserError
-from liger_perf.sandbox import run_contained
-from liger_perf.history import geomean
+from liger_perf.core.errors import UserError
+from liger_perf.isolation.sandbox import run_contained
+from liger_perf.record.history import geomean
 from liger_perf.report import markdown_table
-from liger_perf.workspace import current
+from liger_perf.core.workspace import current
 
 BEST = "best"
 
 
 def measure(kernel: str, variant: str, device_arg: str, repetitions: int) -> dict:
     """The worker: time and measure peak memory of every contender (runs in the child process)."""
-    from liger_perf.device import select_device
+    from liger_perf.kernel.device import select_device
 
     device = select_device(device_arg)  # before any variant is imported
-    from liger_perf.fingerprint import fingerprint
-    from liger_perf.registry import baseline_path, get_spec
-    from liger_perf.timing import (TimingPlan, copy_bandwidth, peak_memory, peer_contenders, summarize,
+    from liger_perf.measure.fingerprint import fingerprint
+    from liger_perf.kernel.registry import baseline_path, get_spec
+    from liger_perf.measure.timing import (TimingPlan, copy_bandwidth, peak_memory, peer_contenders, summarize,
                                    time_suite)
-    from liger_perf.variants import load_variant
+    from liger_perf.kernel.variants import load_variant
 
     spec = get_spec(kernel)
     best = load_variant(variant, spec)
@@ -56,8 +56,8 @@ def measure(kernel: str, variant: str, device_arg: str, repetitions: int) -> dic
     samples = time_suite(spec, contenders, cases, list(spec.passes), device, plan)
     summary = summarize(samples, BEST, spec, bandwidth, plan)
     memory = peak_memory(spec, contenders, cases, device)
-    from liger_perf.accuracy import accuracy_cases
-    from liger_perf.accuracy import measure as measure_accuracy
+    from liger_perf.measure.accuracy import accuracy_cases
+    from liger_perf.measure.accuracy import measure as measure_accuracy
 
     accurate = {k: v for k, v in contenders.items() if k != "torch.compile"}  # it would compile every case again
     accuracy = measure_accuracy(spec, accurate, device, accuracy_cases(spec, device.suite))
@@ -91,7 +91,7 @@ def run_bench(kernel: str, variant: Path, device: str = "auto", repetitions: int
 def speedups(data: dict) -> pd.DataFrame:
     """Per pass, shape and dtype: each contender's median, each peer's time over the best's (with its
     simultaneous interval) and the best's fraction of the bandwidth floor: the trials' timing table."""
-    from liger_perf.timing import timing_table
+    from liger_perf.measure.timing import timing_table
 
     return timing_table(pd.DataFrame(data["rows"])).round(4).reset_index()
 

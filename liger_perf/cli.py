@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from liger_perf.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_JOB_ERROR, UserError
-from liger_perf.wording import count, speedup
+from liger_perf.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_JOB_ERROR, UserError
+from liger_perf.core.wording import count, speedup
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="An NCU-profile-driven optimization loop for Triton kernels.")
@@ -45,7 +45,7 @@ def workspace_option(
                                  help="print the version and exit"),
 ) -> None:
     """An NCU-profile-driven optimization loop for Triton kernels."""
-    from liger_perf import workspace as ws
+    from liger_perf.core import workspace as ws
 
     # Stated once for this process and every process it starts (they run in folders of their own). A folder
     # that does not exist is a typo, not a new workspace, except for init.
@@ -59,7 +59,7 @@ def init_command(
                                                                      "default: --workspace, else the current folder"),
 ) -> None:
     """Make a workspace: kernels/, notebooks/, reports/, a commented guardrails.yaml and nightly.yaml, .gitignore."""
-    from liger_perf.workspace import init_workspace
+    from liger_perf.core.workspace import init_workspace
 
     # Not the workspace found upward: `init` in a subfolder of one makes a new one there.
     stated = ctx.parent.params.get("workspace") if ctx.parent is not None else None
@@ -86,11 +86,11 @@ def new_command(
     """Scaffold kernels/NAME/spec.py and baseline.py from a PyTorch reference (a Triton baseline for an
     elementwise one), ready for `check` and `optimize`."""
     from liger_perf.scaffold import parse_dtypes, parse_shapes, scaffold_kernel
-    from liger_perf.workspace import current
+    from liger_perf.core.workspace import current
 
     if (baseline is None) != (entry is None):
         raise UserError("--baseline and --entry go together: the module and the function in it to call")
-    from liger_perf.registry import kernel_names, kernel_origin
+    from liger_perf.kernel.registry import kernel_names, kernel_origin
 
     shadowed = name in kernel_names() and kernel_origin(name) == "built-in"
     written = scaffold_kernel(current().kernels, name, reference,
@@ -108,10 +108,10 @@ def new_command(
 @app.command("kernels")
 def kernels_command() -> None:
     """List the registered kernels with their passes, suites and dtypes."""
-    from liger_perf.registry import get_spec, kernel_names, kernel_origin
-    from liger_perf.spec import dtype_name, shape_label
+    from liger_perf.kernel.registry import get_spec, kernel_names, kernel_origin
+    from liger_perf.kernel.spec import dtype_name, shape_label
 
-    from liger_perf.workspace import current
+    from liger_perf.core.workspace import current
 
     table = Table("kernel", "from", "passes", "suite", "shapes", "dtypes")
     for name in kernel_names():
@@ -139,22 +139,20 @@ def check_command(
     """Correctness gate: forward and every gradient against the reference (same dtype and float64)."""
     import time
 
-    from liger_perf.gate_process import GATE_DONE, run_contained_gate, write_summary
+    from liger_perf.gate.process import GATE_DONE, run_contained_gate, write_summary
 
-    if os.environ.get(GATE_DONE) is None:  # the variant is imported in a process of its own (gate_process)
+    if os.environ.get(GATE_DONE) is None:  # the variant is imported in a process of its own (gate.process)
         run = run_contained_gate(kernel, variant, device, convergence)
-        # A child that ended with an error of its own has said why on this terminal; one that exited 0 before
-        # the gate finished has not.
-        if run.unfinished and run.code == EXIT_FAILED:
+        if run.unfinished:
             err_console.print(f"liger-perf: error: {run.unfinished}", highlight=False, markup=False)
         raise typer.Exit(run.code)
-    from liger_perf.device import select_device
+    from liger_perf.kernel.device import select_device
 
     dev = select_device(device)  # before any variant is imported: it decides compiled or interpreted Triton
-    from liger_perf.correctness import check_variant, gate_cases
-    from liger_perf.gate_resume import resume
-    from liger_perf.registry import baseline_path, get_spec
-    from liger_perf.variants import load_variant
+    from liger_perf.gate.correctness import check_variant, gate_cases
+    from liger_perf.gate.resume import resume
+    from liger_perf.kernel.registry import baseline_path, get_spec
+    from liger_perf.kernel.variants import load_variant
 
     spec = get_spec(kernel)
     loaded = load_variant(variant or baseline_path(kernel), spec)
@@ -164,7 +162,7 @@ def check_command(
     n_cases = len(gate_cases(spec, loaded, dev))
     started = time.time()
     if not dev.interpreted:  # every kernel the gate will compile, compiled in parallel first (a cold cache)
-        from liger_perf.precompile import precompile
+        from liger_perf.measure.precompile import precompile
 
         with console.status("precompiling the gate's kernels..."):
             compiled = precompile(spec, [loaded.path], dev, convergence=convergence, timeout_s=300, part="gate")
@@ -211,13 +209,13 @@ def selfcheck_command(
 ) -> None:
     """Is this machine fit for trials? Gate of every kernel's baseline and best, a short trial of each baseline;
     writes reports/<device>/selfcheck.json. Run it after upgrading torch, Triton or the driver."""
-    from liger_perf.registry import get_spec
+    from liger_perf.kernel.registry import get_spec
     from liger_perf.selfcheck import PASS, run_selfcheck, summary_line, write_record
 
     for name in kernel or []:
         get_spec(name)  # a typo is one line, before anything runs
-    from liger_perf.device import select_device
-    from liger_perf.store import Store
+    from liger_perf.kernel.device import select_device
+    from liger_perf.record.store import Store
 
     reports = Store(device=select_device(device).device_class).reports  # the trials' notebooks kept beside it
     record = run_selfcheck(device, kernel or None, keep=reports / "selfcheck",
@@ -259,11 +257,11 @@ def trial_command(
     """Run one trial: a Papermill-executed notebook under notebooks/<device>/<kernel>/ (gate, timings, memory, NCU)."""
     from rich.markup import escape
 
-    from liger_perf.registry import baseline_path, get_spec
-    from liger_perf.runners import history_device, run_trial
-    from liger_perf.runners.papermill import PapermillRunner
-    from liger_perf.schema import HARNESS_ERROR
-    from liger_perf.store import Store
+    from liger_perf.kernel.registry import baseline_path, get_spec
+    from liger_perf.run import history_device, run_trial
+    from liger_perf.run.papermill import PapermillRunner
+    from liger_perf.record.schema import HARNESS_ERROR
+    from liger_perf.record.store import Store
 
     spec = get_spec(kernel)
     pass_list = [p.strip() for p in passes.split(",") if p.strip()]
@@ -299,8 +297,8 @@ READ_DEVICE_HELP = ("whose history: auto (this machine's GPU, else the recorded 
 
 def _history_store(kernel: str, device: str):
     """The store of the history a read-only command reads (no GPU needed to read a GPU's)."""
-    from liger_perf.history import warn
-    from liger_perf.store import Store, reading_device
+    from liger_perf.record.history import warn
+    from liger_perf.record.store import Store, reading_device
 
     return Store(device=reading_device(kernel, device, warn=warn))
 
@@ -312,11 +310,11 @@ def history_command(
     device: str = typer.Option("auto", help=READ_DEVICE_HELP),
 ) -> None:
     """Print a kernel's trial history, read from its notebooks."""
-    from liger_perf.history import history_frame, load_trials
+    from liger_perf.record.history import history_frame, load_trials
 
     if format not in ("table", "csv", "json"):
         raise UserError(f"--format {format!r}: use table, csv or json")
-    from liger_perf.registry import get_spec
+    from liger_perf.kernel.registry import get_spec
 
     get_spec(kernel)
     store = _history_store(kernel, device)
@@ -405,27 +403,27 @@ def optimize_command(
                                                  "(bubblewrap) is available, with your permissions"),
 ) -> None:
     """The loop: propose a variant, run its trial against the current best, judge it, record the verdict."""
-    from liger_perf.device import select_device
-    from liger_perf.guardrails import TARGETS, load_guardrails
-    from liger_perf.history import load_trials, trial_pace
+    from liger_perf.kernel.device import select_device
+    from liger_perf.judge.guardrails import TARGETS, load_guardrails
+    from liger_perf.record.history import load_trials, trial_pace
     from liger_perf.loop import OptimizeLoop
-    from liger_perf.progress import PlainLog, describe, latest
-    from liger_perf.proposers import get_proposer
-    from liger_perf.registry import get_spec
+    from liger_perf.run.progress import PlainLog, describe, latest
+    from liger_perf.propose import get_proposer
+    from liger_perf.kernel.registry import get_spec
     from liger_perf.report import write_report
-    from liger_perf.workspace import current
+    from liger_perf.core.workspace import current
 
     get_spec(kernel)
     if target is not None and target not in TARGETS:
         raise UserError(f"--target {target!r}: use one of {', '.join(TARGETS)}")
     rules = load_guardrails(guardrails or current().guardrails, target=target)
-    from liger_perf.sandbox import require_sandbox, sandbox_required
+    from liger_perf.isolation.sandbox import require_sandbox, sandbox_required
 
     require_sandbox(proposer, unsandboxed)
     chosen = get_proposer(proposer, model=model, llm_config=str(llm_config) if llm_config else None)
     runner = None
     if workers > 1 or scheduler:
-        from liger_perf.runners.dask import DaskRunner
+        from liger_perf.run.dask import DaskRunner
 
         if not scheduler and select_device(device).mode == "cuda":
             import torch
@@ -452,9 +450,9 @@ def optimize_command(
 
     # Live progress of the trials under way (each one's step, from its progress file); the time a trial took
     # here before is the estimate.
-    from liger_perf.runners import history_device
-    from liger_perf.runners.papermill import PapermillRunner
-    from liger_perf.store import Store
+    from liger_perf.run import history_device
+    from liger_perf.run.papermill import PapermillRunner
+    from liger_perf.record.store import Store
 
     store = Store(device=history_device(runner or PapermillRunner(), device))  # the trials' device's history
     expected_s = trial_pace(load_trials(kernel, store.notebooks))
@@ -525,11 +523,11 @@ def bench_command(
 ) -> None:
     """Best variant, baseline, liger-kernel, eager and torch.compile side by side in one run -> reports/<device>/<kernel>/."""
     from liger_perf.bench import run_bench, summary_table, write_bench_report
-    from liger_perf.device import select_device
-    from liger_perf.history import best_variant_file
-    from liger_perf.registry import get_spec
-    from liger_perf.store import Store
-    from liger_perf.variants import read_source
+    from liger_perf.kernel.device import select_device
+    from liger_perf.record.history import best_variant_file
+    from liger_perf.kernel.registry import get_spec
+    from liger_perf.record.store import Store
+    from liger_perf.kernel.variants import read_source
 
     get_spec(kernel)
     here = select_device(device)
@@ -555,12 +553,12 @@ def bench_command(
 def patch_command(
     list_: bool = typer.Option(False, "--list", help="show the model types it patches and with which kernel"),
 ) -> None:
-    """What `liger_perf.patch.apply(model)` puts into a Hugging Face model (use it from Python)."""
-    from liger_perf.patch import supported_table
+    """What `liger_perf.models.patch.apply(model)` puts into a Hugging Face model (use it from Python)."""
+    from liger_perf.models.patch import supported_table
 
     if not list_:
-        console.print("liger_perf.patch.apply(model) patches a transformers model in place with the workspace's "
-                      "best kernels; liger_perf.patch.unpatch(model) undoes it. `liger-perf patch --list` shows "
+        console.print("liger_perf.models.patch.apply(model) patches a transformers model in place with the workspace's "
+                      "best kernels; liger_perf.models.patch.unpatch(model) undoes it. `liger-perf patch --list` shows "
                       "what it patches; `liger-perf e2e` measures it in training steps.", highlight=False)
         return
     table = Table("model type", "patched")
@@ -582,9 +580,9 @@ def e2e_command(
 ) -> None:
     """Train a randomly initialised transformers model unpatched, patched with liger-perf's best kernels and
     with liger-kernel's, interleaved: step time, tokens/s, peak memory, loss curves -> reports/<device>/e2e/."""
-    from liger_perf.device import select_device
-    from liger_perf.e2e import E2EConfig, mib_text, run_e2e, speedup_text, summary_rows, write_report
-    from liger_perf.store import Store
+    from liger_perf.kernel.device import select_device
+    from liger_perf.models.e2e import E2EConfig, mib_text, run_e2e, speedup_text, summary_rows, write_report
+    from liger_perf.record.store import Store
 
     here = select_device(device)
     gpu = not here.interpreted
@@ -615,8 +613,8 @@ def e2e_command(
 def diff_command(kernel: str = typer.Argument(..., metavar="KERNEL", help="a registered kernel"),
                  device: str = typer.Option("auto", help=READ_DEVICE_HELP)) -> None:
     """The unified diff from the baseline to the best accepted variant."""
-    from liger_perf.history import best_trial
-    from liger_perf.registry import get_spec
+    from liger_perf.record.history import best_trial
+    from liger_perf.kernel.registry import get_spec
     from liger_perf.report import variant_diff
 
     get_spec(kernel)
@@ -631,8 +629,8 @@ def diff_command(kernel: str = typer.Argument(..., metavar="KERNEL", help="a reg
 def report_command(kernel: str = typer.Argument(..., metavar="KERNEL", help="a registered kernel"),
                    device: str = typer.Option("auto", help=READ_DEVICE_HELP)) -> None:
     """Write reports/<device>/<kernel>/report.md (every trial, best vs baseline and peers, plots, the diff)."""
-    from liger_perf.history import load_trials
-    from liger_perf.registry import get_spec
+    from liger_perf.record.history import load_trials
+    from liger_perf.kernel.registry import get_spec
     from liger_perf.report import write_report
 
     get_spec(kernel)
@@ -652,7 +650,7 @@ def nightly_command(
     Exit code 1 when a regression was found (so that a scheduler can alert), else 3 when the job itself had errors
     (a trial the harness could not run, a kernel's job that failed: never a regression), 2 on bad input."""
     from liger_perf.nightly import Nightly, load_config, schedule
-    from liger_perf.workspace import current
+    from liger_perf.core.workspace import current
 
     if print_schedule is not None:
         sys.stdout.write(schedule(print_schedule, config))
@@ -746,7 +744,7 @@ def main() -> None:
     # The CLI library runs outside its standalone mode, so that every way a command line can be wrong is one line
     # on stderr here: a usage error (exit code 2), a UserError from a command (2), an interrupted prompt (1).
     # --help, --version and typer.Exit(code) come back as their exit codes.
-    from liger_perf.history import forget_warnings
+    from liger_perf.record.history import forget_warnings
 
     forget_warnings()  # each warning once per command
     exceptions = _click_exceptions()

@@ -13,19 +13,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from liger_perf.errors import UserError
-from liger_perf.guardrails import Guardrails
-from liger_perf.history import (accepted_chain, chain_ratios, load_trials, trial_pace, trial_variant_file,
+from liger_perf.core.errors import UserError
+from liger_perf.judge.guardrails import Guardrails
+from liger_perf.record.history import (accepted_chain, chain_ratios, load_trials, trial_pace, trial_variant_file,
                                 warn)
 from liger_perf.judge import judge
-from liger_perf.proposers import Context, Proposal, Proposer, Stop
-from liger_perf.record import record_verdict
-from liger_perf.registry import baseline_path, get_spec
-from liger_perf.runners import Runner, history_device, trial_request
-from liger_perf.schema import HARNESS_ERROR, TrialRequest, TrialResult
-from liger_perf.store import Store, trial_number
-from liger_perf.variants import source_hash
-from liger_perf.wording import count, speedup
+from liger_perf.propose import Context, Proposal, Proposer, Stop
+from liger_perf.record.notebook import record_verdict
+from liger_perf.kernel.registry import baseline_path, get_spec
+from liger_perf.run import Runner, history_device, trial_request
+from liger_perf.record.schema import HARNESS_ERROR, TrialRequest, TrialResult
+from liger_perf.record.store import Store, trial_number
+from liger_perf.kernel.variants import source_hash
+from liger_perf.core.wording import count, speedup
 
 
 def trials_before(seconds_left: float, pace: float | None, workers: int, count: int) -> int:
@@ -108,7 +108,7 @@ class OptimizeLoop:
                  confirm: Callable[[str], bool] | None = None, on_event: Callable[[LoopEvent], None] | None = None,
                  deadline: float | None = None, runner: Runner | None = None, screen: int = 0):
         if runner is None:
-            from liger_perf.runners.papermill import PapermillRunner
+            from liger_perf.run.papermill import PapermillRunner
 
             runner = PapermillRunner()
         self.spec = get_spec(kernel)
@@ -147,7 +147,7 @@ class OptimizeLoop:
             if baseline is None:
                 request = self._request(Proposal("baseline", "", "", ""), None, variant_file=self.baseline_file,
                                         peers=True)
-                from liger_perf.timing import peers_here
+                from liger_perf.measure.timing import peers_here
 
                 peers, _ = peers_here(self.spec, self.mode == "interpret")  # only those timed on this device
                 self._emit("trial-start", f"baseline trial (with peers: {', '.join(peers)})",
@@ -285,7 +285,7 @@ class OptimizeLoop:
     def _screen(self, batch: list[Proposal], best: TrialResult, best_file: Path) -> list[Proposal] | TrialResult:
         """Screen ``batch`` against ``best`` in one notebook (numbered in the history, kind ``screening``): the
         candidates that may be faster, best first; the screening's own result when its harness failed."""
-        from liger_perf.schema import ScreenEntry
+        from liger_perf.record.schema import ScreenEntry
 
         paths = self.store.new_trial(self.kernel, f"screen-{len(batch)}-candidates")
         entries = []
@@ -391,7 +391,7 @@ class OptimizeLoop:
         starts again from measurements of the new code). Only while the new chain is empty and no trial ran that
         source yet. A previous best whose code differs from its baseline beyond the knobs (a model's rewrite)
         cannot be carried over by the loop; it says so once."""
-        from liger_perf.variants import with_knobs
+        from liger_perf.kernel.variants import with_knobs
 
         if best.variant_sha != self.baseline_sha or best.against:
             return []
@@ -463,8 +463,8 @@ class OptimizeLoop:
     def _repetitions(self, step: Proposal) -> int:
         if step.diagnosis != "remeasure":
             return self.repetitions
-        from liger_perf.device import Device
-        from liger_perf.timing import TimingPlan
+        from liger_perf.kernel.device import Device
+        from liger_perf.measure.timing import TimingPlan
 
         import torch
 
@@ -491,7 +491,7 @@ class OptimizeLoop:
         return ""
 
     def _confirm_plan(self, baseline: TrialResult) -> bool:
-        from liger_perf.proposers.rules import diagnose
+        from liger_perf.propose.rules import diagnose
 
         passes = ["forward", "backward"] if self.guardrails.target == "full" else [self.guardrails.target]
         lines = [f"Diagnosis of the baseline ({self.guardrails.target}):"]

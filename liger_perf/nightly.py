@@ -30,21 +30,21 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from liger_perf.config import load_yaml_model
-from liger_perf.errors import EXIT_FAILED, EXIT_JOB_ERROR, UserError
-from liger_perf.guardrails import load_guardrails
-from liger_perf.history import (accepted_chain, chain_ratios, geomean, load_trials, measured_ratios,
+from liger_perf.core.config import load_yaml_model
+from liger_perf.core.errors import EXIT_FAILED, EXIT_JOB_ERROR, UserError
+from liger_perf.judge.guardrails import load_guardrails
+from liger_perf.record.history import (accepted_chain, chain_ratios, geomean, load_trials, measured_ratios,
                                 trial_variant_file)
 from liger_perf.loop import OptimizeLoop
-from liger_perf.proposers import get_proposer
-from liger_perf.record import jsonable
-from liger_perf.registry import baseline_path, kernel_names, unknown_kernel
-from liger_perf.runners import Runner, history_device, run_trial
-from liger_perf.schema import HARNESS_ERROR, Fingerprint, TrialResult
-from liger_perf.store import Store
-from liger_perf.workspace import current
-from liger_perf.variants import source_hash
-from liger_perf.wording import count, speedup
+from liger_perf.propose import get_proposer
+from liger_perf.record.notebook import jsonable
+from liger_perf.kernel.registry import baseline_path, kernel_names, unknown_kernel
+from liger_perf.run import Runner, history_device, run_trial
+from liger_perf.record.schema import HARNESS_ERROR, Fingerprint, TrialResult
+from liger_perf.record.store import Store
+from liger_perf.core.workspace import current
+from liger_perf.kernel.variants import source_hash
+from liger_perf.core.wording import count, speedup
 
 _ABSOLUTE = re.compile(r"(?<![\w.~:/])/(?:[^\s/\"':,()\[\]]+/)+[^\s/\"':,()\[\]]*")
 STACK_KEYS = ("gpu", "driver", "cuda", "torch", "triton", "liger_perf", "python")
@@ -111,7 +111,7 @@ class Nightly:
     def __init__(self, config: NightlyConfig, root: Path | None = None, reports: Path | None = None,
                  echo=print, runner: Runner | None = None, selfcheck=None):
         self.config = config
-        from liger_perf.runners.papermill import PapermillRunner
+        from liger_perf.run.papermill import PapermillRunner
 
         if runner is None:
             runner = PapermillRunner()
@@ -137,7 +137,7 @@ class Nightly:
 
     def run(self) -> tuple[int, Path]:
         """(exit code, summary path)."""
-        from liger_perf.sandbox import require_sandbox
+        from liger_perf.isolation.sandbox import require_sandbox
 
         require_sandbox(self.config.proposer, self.config.unsandboxed)
         self.root.mkdir(parents=True, exist_ok=True)

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from liger_perf.history import accepted_chain, chain_ratios, geomean, pass_interval
-from liger_perf.registry import baseline_path
-from liger_perf.schema import TrialResult
-from liger_perf.variants import source_hash
-from liger_perf.wording import speedup
+from liger_perf.record.history import accepted_chain, chain_ratios, geomean, pass_interval
+from liger_perf.kernel.registry import baseline_path
+from liger_perf.record.schema import TrialResult
+from liger_perf.kernel.variants import source_hash
+from liger_perf.core.wording import speedup
 
 
 def variant_diff(kernel: str, best: TrialResult | None) -> str:
@@ -71,7 +71,7 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from liger_perf.registry import get_spec
+    from liger_perf.kernel.registry import get_spec
 
     spec = get_spec(kernel)
     out.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from liger_perf.wording import count
+from liger_perf.core.wording import count
 
 PASS, FAIL, NOT_RUN, SKIPPED = "pass", "FAIL", "not run", "skipped"
 #: Baseline trials run side by side, after the gates (each a sandboxed notebook of its own).
@@ -44,7 +44,7 @@ class SelfcheckRow:
 
 
 def _gate_row(kernel: str, label: str, variant: Path | None, device: str) -> SelfcheckRow:
-    from liger_perf.gate_process import run_contained_gate
+    from liger_perf.gate.process import run_contained_gate
 
     started = time.time()
     run = run_contained_gate(kernel, variant, device, convergence=True, capture=True)
@@ -68,8 +68,8 @@ def _gate_row(kernel: str, label: str, variant: Path | None, device: str) -> Sel
 
 
 def _trial_row(kernel: str, device: str, mode: str, history: Path, keep: Path | None) -> SelfcheckRow:
-    from liger_perf.registry import baseline_path
-    from liger_perf.runners import run_trial
+    from liger_perf.kernel.registry import baseline_path
+    from liger_perf.run import run_trial
 
     started = time.time()
     try:
@@ -104,12 +104,12 @@ def run_selfcheck(device: str = "auto", kernels: list[str] | None = None, best: 
                   echo: Callable[[str], None] = print, keep: Path | None = None) -> dict[str, Any]:
     """The rows of every step, and the record that ``write_record`` writes. ``best``: also gate each history's
     best; ``trials``: also run each baseline's short trial; ``keep``: copy each trial's notebook there."""
-    from liger_perf.device import select_device
-    from liger_perf.fingerprint import fingerprint
-    from liger_perf.history import latest_best, trial_variant_file
-    from liger_perf.registry import baseline_path, kernel_names, kernel_origin
-    from liger_perf.store import Store
-    from liger_perf.workspace import current
+    from liger_perf.kernel.device import select_device
+    from liger_perf.measure.fingerprint import fingerprint
+    from liger_perf.record.history import latest_best, trial_variant_file
+    from liger_perf.kernel.registry import baseline_path, kernel_names, kernel_origin
+    from liger_perf.record.store import Store
+    from liger_perf.core.workspace import current
 
     dev = select_device(device)  # this process imports no variant: it only asks what the device is
     mode = dev.mode
@@ -170,9 +170,9 @@ def write_record(record: dict[str, Any], reports: Path | None = None) -> Path:
     import json
     import os
 
-    from liger_perf.record import jsonable
-    from liger_perf.store import Store
-    from liger_perf.workspace import current
+    from liger_perf.record.notebook import jsonable
+    from liger_perf.record.store import Store
+    from liger_perf.core.workspace import current
 
     root = current().root
     record = {**record, "kernels": {k: os.path.relpath(v, root) if Path(v).is_relative_to(root) else Path(v).name

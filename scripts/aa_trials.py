@@ -18,14 +18,14 @@ import json
 import time
 from pathlib import Path
 
-from liger_perf.guardrails import load_guardrails
-from liger_perf.history import best_trial, load_trials, trial_variant_file
+from liger_perf.judge.guardrails import load_guardrails
+from liger_perf.record.history import best_trial, load_trials, trial_variant_file
 from liger_perf.judge import judge
-from liger_perf.record import record_verdict
-from liger_perf.registry import baseline_path
-from liger_perf.runners import run_trial
-from liger_perf.store import Store
-from liger_perf.workspace import current
+from liger_perf.record.notebook import record_verdict
+from liger_perf.kernel.registry import baseline_path
+from liger_perf.run import run_trial
+from liger_perf.record.store import Store
+from liger_perf.core.workspace import current
 
 
 def excluding(trial) -> list[str]:
@@ -48,7 +48,7 @@ def main() -> None:
     args.root = args.root.absolute()
     started = time.time()
     rules = load_guardrails(current().guardrails)
-    from liger_perf.device import select_device
+    from liger_perf.kernel.device import select_device
 
     history = Store(device=select_device(args.device).device_class).notebooks
     baseline, best = best_trial(args.kernel, history)

@@ -1,4 +1,4 @@
-"""Benchmark: read a history of N trial notebooks (copies of a real one) with liger_perf.history.
+"""Benchmark: read a history of N trial notebooks (copies of a real one) with liger_perf.record.history.
 
     PYTHONPATH=. python3 scripts/bench_history.py [N] [NOTEBOOK]
 
@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from liger_perf.history import history_frame, load_trials
+from liger_perf.record.history import history_frame, load_trials
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
 source = Path(sys.argv[2] if len(sys.argv) > 2 else "notebooks/nvidia-h200/fused_add_rms_norm/0000-baseline.ipynb")

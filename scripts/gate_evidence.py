@@ -17,13 +17,13 @@ import torch
 
 
 def main(out_path: str, variant_path: str | None = None) -> None:
-    from liger_perf.device import select_device
+    from liger_perf.kernel.device import select_device
 
     device = select_device("cuda")
-    from liger_perf import correctness as gate
-    from liger_perf.record import jsonable
-    from liger_perf.registry import baseline_path, get_spec
-    from liger_perf.variants import load_variant
+    from liger_perf.gate import correctness as gate
+    from liger_perf.record.notebook import jsonable
+    from liger_perf.kernel.registry import baseline_path, get_spec
+    from liger_perf.kernel.variants import load_variant
 
     spec = get_spec("fused_add_rms_norm")
     variant = load_variant(variant_path or baseline_path("fused_add_rms_norm"), spec)

@@ -22,11 +22,11 @@ DEVICE = os.environ.get("GATE_DEVICE", "cuda")  # "interpret": a dry run of this
 
 
 def cost(kernel: str, out: Path) -> None:
-    from liger_perf.convergence import check_convergence
-    from liger_perf.correctness import determinism_rows, gate_cases, run_case
-    from liger_perf.device import select_device
-    from liger_perf.registry import baseline_path, get_spec
-    from liger_perf.variants import load_variant
+    from liger_perf.gate.convergence import check_convergence
+    from liger_perf.gate.correctness import determinism_rows, gate_cases, run_case
+    from liger_perf.kernel.device import select_device
+    from liger_perf.kernel.registry import baseline_path, get_spec
+    from liger_perf.kernel.variants import load_variant
 
     device = select_device(DEVICE)
     spec = get_spec(kernel)
@@ -62,10 +62,10 @@ def cost(kernel: str, out: Path) -> None:
 def broken(name: str, seeds: int, out: Path) -> None:
     from broken_variants import BROKEN, write_broken_variant
 
-    from liger_perf.correctness import check_variant
-    from liger_perf.device import select_device
-    from liger_perf.registry import get_spec
-    from liger_perf.variants import load_variant
+    from liger_perf.gate.correctness import check_variant
+    from liger_perf.kernel.device import select_device
+    from liger_perf.kernel.registry import get_spec
+    from liger_perf.kernel.variants import load_variant
 
     device = select_device(DEVICE)
     mistake = next(b for b in BROKEN if b.name == name)

@@ -8,9 +8,9 @@ Each fixture is one baseline profiled at one shape and dtype, so that it stays s
 import sys
 from pathlib import Path
 
-from liger_perf.device import select_device
-from liger_perf.ncu import profile, summary_table
-from liger_perf.registry import baseline_path
+from liger_perf.kernel.device import select_device
+from liger_perf.measure.ncu import profile, summary_table
+from liger_perf.kernel.registry import baseline_path
 
 FIXTURES = [
     ("fused_add_rms_norm", "forward,backward", "2048x32768", "bfloat16"),

@@ -62,11 +62,11 @@ FORGERIES = {
 
 
 def main(out: str) -> int:
-    from liger_perf.proposers.safety import check_generated_source
-    from liger_perf.registry import baseline_path, get_spec
-    from liger_perf.runners import run_trial
-    from liger_perf.runners.papermill import PapermillRunner
-    from liger_perf.sandbox import unavailable_reason
+    from liger_perf.propose.safety import check_generated_source
+    from liger_perf.kernel.registry import baseline_path, get_spec
+    from liger_perf.run import run_trial
+    from liger_perf.run.papermill import PapermillRunner
+    from liger_perf.isolation.sandbox import unavailable_reason
 
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)

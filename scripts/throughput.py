@@ -23,12 +23,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from liger_perf.guardrails import load_guardrails
-from liger_perf.history import load_trials
+from liger_perf.judge.guardrails import load_guardrails
+from liger_perf.record.history import load_trials
 from liger_perf.loop import OptimizeLoop
-from liger_perf.proposers.rules import RulesProposer
-from liger_perf.store import Store
-from liger_perf.workspace import current
+from liger_perf.propose.rules import RulesProposer
+from liger_perf.record.store import Store
+from liger_perf.core.workspace import current
 
 
 def _median(values):
@@ -50,17 +50,17 @@ def main() -> None:
     args = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="liger-perf-throughput-"))
-    from liger_perf.device import select_device
+    from liger_perf.kernel.device import select_device
 
     source = Store(device=select_device(args.device).device_class).kernel_folder(args.kernel)
     shutil.copytree(source, scratch / args.kernel, ignore=shutil.ignore_patterns("artifacts", ".*"))
     before = {t.trial_id for t in load_trials(args.kernel, scratch)}
     if args.workers > 1:
-        from liger_perf.runners.dask import DaskRunner
+        from liger_perf.run.dask import DaskRunner
 
         runner = DaskRunner(workers=args.workers)
     else:
-        from liger_perf.runners.papermill import PapermillRunner
+        from liger_perf.run.papermill import PapermillRunner
 
         runner = PapermillRunner()
     walls: dict[int, float] = {}

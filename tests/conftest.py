@@ -5,7 +5,7 @@ os.environ["TRITON_INTERPRET"] = "1"
 
 import pytest  # noqa: E402
 
-from liger_perf.device import select_device  # noqa: E402
+from liger_perf.kernel.device import select_device  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -29,9 +29,9 @@ def recorded_baselines(tmp_path, monkeypatch):
     baseline, and the history a replay test walks through was measured on the old one)."""
     import shutil
 
-    from liger_perf.history import load_trials
-    from liger_perf.registry import KERNELS_ENV
-    from liger_perf.workspace import builtin_kernels
+    from liger_perf.record.history import load_trials
+    from liger_perf.kernel.registry import KERNELS_ENV
+    from liger_perf.core.workspace import builtin_kernels
 
     from broken_variants import ROOT
 

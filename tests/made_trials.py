@@ -1,6 +1,6 @@
 """Hand-made trial results for the tests: a ``TrialResult`` from only the fields a test is about."""
 
-from liger_perf.schema import TrialResult, Verdict
+from liger_perf.record.schema import TrialResult, Verdict
 
 
 def make_trial(verdict: str | None = None, gain: float = 0.0, superseded_by: int | None = None,

@@ -3,12 +3,12 @@ to the current best's by the judge (``max_accuracy_regression``)."""
 
 import pytest
 
-from liger_perf.guardrails import Guardrails
-from liger_perf.history import accuracy_ratios
+from liger_perf.judge.guardrails import Guardrails
+from liger_perf.record.history import accuracy_ratios
 from liger_perf.judge import judge
-from liger_perf.registry import baseline_path
-from liger_perf.runners import run_trial
-from liger_perf.schema import TrialResult
+from liger_perf.kernel.registry import baseline_path
+from liger_perf.run import run_trial
+from liger_perf.record.schema import TrialResult
 
 from test_judge import _result
 
@@ -18,7 +18,7 @@ RULES = Guardrails(target="backward")
 def _with_accuracy(errors: dict, **row) -> TrialResult:
     """A clear backward improvement, with ``errors``: {(dtype, output): (candidate's, best's)} at two shapes, each
     row with the keys of ``row`` besides; the rows pass through the notebook's JSON as a trial's do."""
-    from liger_perf.record import jsonable
+    from liger_perf.record.notebook import jsonable
 
     rows = [{"shape": shape, "dtype": dtype, "config": "casting_mode=llama", "output": output,
              "contender": contender, "error": value, **row}
@@ -56,7 +56,7 @@ def test_a_result_that_is_not_finite_is_rejected_after_the_notebook_s_json():
 
     import torch
 
-    from liger_perf.accuracy import _error
+    from liger_perf.measure.accuracy import _error
 
     row = _error(torch.tensor([1.0, math.inf]), torch.tensor([1.0, 2.0]))
     assert row == {"error": None, "nonfinite": True}

@@ -4,8 +4,8 @@ import json
 import subprocess
 import sys
 
-from liger_perf.registry import baseline_path
-from liger_perf.variants import with_knobs
+from liger_perf.kernel.registry import baseline_path
+from liger_perf.kernel.variants import with_knobs
 
 
 def _bench(tmp_path, *args):

@@ -154,9 +154,10 @@ def test_more_local_workers_than_gpus_is_refused_before_a_cluster_starts(monkeyp
 
     from typer.testing import CliRunner
 
-    from liger_perf import cli, device
-    from liger_perf.errors import UserError
-    from liger_perf.runners import dask as dask_runner
+    from liger_perf import cli
+    from liger_perf.kernel import device
+    from liger_perf.core.errors import UserError
+    from liger_perf.run import dask as dask_runner
 
     monkeypatch.setattr(device, "select_device", lambda mode: SimpleNamespace(mode="cuda"))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
@@ -179,7 +180,7 @@ def test_a_variant_that_exits_at_import_fails_the_check_and_never_passes_it(tmp_
 
 
 def test_a_trial_while_a_loop_holds_the_kernel_is_refused_in_one_line(tmp_path):
-    from liger_perf.store import Store
+    from liger_perf.record.store import Store
 
     with Store(tmp_path / "interpret").lock("optimize", "relu_squared"):
         out = run_cli("trial", "relu_squared", "--device", "interpret", env={"LIGER_PERF_NOTEBOOKS": str(tmp_path)})

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from liger_perf.contained import reduced_environment, variant_environment
-from liger_perf.registry import baseline_path
-from liger_perf.runners import run_trial
+from liger_perf.isolation.contained import reduced_environment, variant_environment
+from liger_perf.kernel.registry import baseline_path
+from liger_perf.run import run_trial
 
 from broken_variants import ROOT
 
@@ -117,8 +117,8 @@ HARNESS_PATCHES = {
     "CUDA events": "import torch\ntorch.cuda.Event.elapsed_time = lambda self, other: 0.001\n",
     "a tensor method": "import torch\ntorch.Tensor.__sub__ = lambda a, b: a * 0\n",
     "the comparison": "import torch\ntorch.allclose = lambda *a, **k: True\n",
-    "the gate": "import liger_perf.correctness as c\nc.check_case = lambda *a, **k: []\n",
-    "the timing code": "import liger_perf.timing as t\nt.summarize = lambda *a, **k: None\n",
+    "the gate": "import liger_perf.gate.correctness as c\nc.check_case = lambda *a, **k: []\n",
+    "the timing code": "import liger_perf.measure.timing as t\nt.summarize = lambda *a, **k: None\n",
     "a builtin": "import builtins\nbuiltins.max = min\n",
     "a new attribute": "import triton\ntriton.cheat = True\n",
     "a patch by a decorator": ("import torch\ndef _d(f):\n    torch.isfinite = lambda x: torch.ones_like(x, "
@@ -132,9 +132,9 @@ def test_a_variant_that_patches_what_measures_it_at_import_is_rejected(tmp_path,
 
     import torch
 
-    from liger_perf.errors import UserError
-    from liger_perf.registry import get_spec
-    from liger_perf.variants import load_variant
+    from liger_perf.core.errors import UserError
+    from liger_perf.kernel.registry import get_spec
+    from liger_perf.kernel.variants import load_variant
 
     variant = tmp_path / "patcher.py"
     variant.write_text(HARNESS_PATCHES[what] + baseline_path("relu_squared").read_text())
@@ -142,8 +142,8 @@ def test_a_variant_that_patches_what_measures_it_at_import_is_rejected(tmp_path,
              "elapsed": torch.cuda.Event.elapsed_time, "isfinite": torch.isfinite}
     import builtins
 
-    import liger_perf.correctness as correctness
-    import liger_perf.timing as timing
+    import liger_perf.gate.correctness as correctness
+    import liger_perf.measure.timing as timing
     import triton
 
     kept = (builtins.max, correctness.check_case, timing.summarize)
@@ -158,8 +158,8 @@ def test_a_variant_that_patches_what_measures_it_at_import_is_rejected(tmp_path,
 
 
 def test_every_committed_variant_loads_without_touching_the_harness(interpret_device):
-    from liger_perf.registry import get_spec
-    from liger_perf.variants import load_variant
+    from liger_perf.kernel.registry import get_spec
+    from liger_perf.kernel.variants import load_variant
 
     for kernel in ("relu_squared", "fused_add_rms_norm"):
         for path in [baseline_path(kernel), *sorted((ROOT / "notebooks" / "nvidia-h200" / kernel / "variants").glob("*.py"))]:
@@ -167,8 +167,8 @@ def test_every_committed_variant_loads_without_touching_the_harness(interpret_de
 
 
 def test_the_measuring_modules_are_watched_even_before_a_trial_imports_them():
-    code = ("import sys\nfrom liger_perf.variants import MEASURING, harness_snapshot\n"
-            "assert 'liger_perf.timing' not in sys.modules\n"
+    code = ("import sys\nfrom liger_perf.kernel.variants import MEASURING, harness_snapshot\n"
+            "assert 'liger_perf.measure.timing' not in sys.modules\n"
             "spaces = {space for space, _ in harness_snapshot()}\n"
             "assert set(MEASURING) <= spaces and {'torch', 'torch.Tensor', 'time', 'builtins'} <= spaces, spaces\n")
     out = subprocess.run([sys.executable, "-c", "import torch, triton\n" + code], capture_output=True, text=True,
@@ -185,16 +185,16 @@ def test_there_are_at_least_fifty_hostile_modules_over_every_route():
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_every_hostile_module_is_rejected_by_the_static_check(name):
-    from liger_perf.proposers.safety import check_generated_source
-    from liger_perf.registry import get_spec
+    from liger_perf.propose.safety import check_generated_source
+    from liger_perf.kernel.registry import get_spec
 
     reason = check_generated_source(hostile_source(name), get_spec("relu_squared"))
     assert reason.startswith("line "), (name, reason)
 
 
 def test_every_committed_variant_passes_the_static_check():
-    from liger_perf.proposers.safety import check_generated_source
-    from liger_perf.registry import get_spec
+    from liger_perf.propose.safety import check_generated_source
+    from liger_perf.kernel.registry import get_spec
 
     for kernel in ("relu_squared", "fused_add_rms_norm"):
         for path in [baseline_path(kernel), *sorted((ROOT / "notebooks" / "nvidia-h200" / kernel / "variants").glob("*.py"))]:

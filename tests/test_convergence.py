@@ -2,9 +2,9 @@ import types
 
 import torch
 
-from liger_perf.convergence import check_convergence
-from liger_perf.registry import baseline_path, get_spec
-from liger_perf.variants import Variant, load_variant
+from liger_perf.gate.convergence import check_convergence
+from liger_perf.kernel.registry import baseline_path, get_spec
+from liger_perf.kernel.variants import Variant, load_variant
 
 
 class _SlightlyWrongGrad(torch.autograd.Function):

@@ -7,13 +7,13 @@ import time
 
 import pytest
 
-from liger_perf.guardrails import load_guardrails
-from liger_perf.history import load_trials
+from liger_perf.judge.guardrails import load_guardrails
+from liger_perf.record.history import load_trials
 from liger_perf.loop import OptimizeLoop
-from liger_perf.proposers.rules import RulesProposer
-from liger_perf.registry import baseline_path
-from liger_perf.runners import trial_request
-from liger_perf.store import Store
+from liger_perf.propose.rules import RulesProposer
+from liger_perf.kernel.registry import baseline_path
+from liger_perf.run import trial_request
+from liger_perf.record.store import Store
 
 from broken_variants import ROOT
 
@@ -24,7 +24,7 @@ FAST = dict(device="interpret", repetitions=2, convergence=False, ncu=False)
 
 @pytest.fixture(scope="module")
 def runner():
-    from liger_perf.runners.dask import DaskRunner
+    from liger_perf.run.dask import DaskRunner
 
     runner = DaskRunner(workers=2)
     yield runner
@@ -79,10 +79,10 @@ def test_generated_code_never_reaches_a_worker_without_a_sandbox(monkeypatch, tm
     harness's failure without its variant being written or run."""
     from distributed import LocalCluster
 
-    from liger_perf import sandbox
-    from liger_perf.errors import UserError
-    from liger_perf.runners import dask as dask_runner
-    from liger_perf.runners.dask import DaskRunner, NoSandboxOnWorker
+    from liger_perf.isolation import sandbox
+    from liger_perf.core.errors import UserError
+    from liger_perf.run import dask as dask_runner
+    from liger_perf.run.dask import DaskRunner, NoSandboxOnWorker
 
     # In-process workers: they see this test's stand-in for a host without bubblewrap.
     monkeypatch.setattr(sandbox, "unavailable_reason", lambda: "bubblewrap (bwrap) is not installed")
@@ -103,7 +103,7 @@ def test_generated_code_never_reaches_a_worker_without_a_sandbox(monkeypatch, tm
 
 
 def test_a_task_refused_for_want_of_a_sandbox_is_the_harness_failure(monkeypatch, tmp_path):
-    from liger_perf.runners.dask import DaskRunner
+    from liger_perf.run.dask import DaskRunner
 
     class Refused:
         def result(self):
@@ -125,9 +125,9 @@ def test_a_worker_runs_a_kernel_only_the_client_s_workspace_has(monkeypatch, tmp
 
     import nbformat
 
-    from liger_perf import record
-    from liger_perf.runners import dask as dask_runner
-    from liger_perf.workspace import builtin_kernels
+    from liger_perf.record import notebook as record
+    from liger_perf.run import dask as dask_runner
+    from liger_perf.core.workspace import builtin_kernels
 
     mine = tmp_path / "client-kernels" / "relu_cubed"
     shutil.copytree(builtin_kernels() / "relu_squared", mine, ignore=shutil.ignore_patterns("__pycache__"))

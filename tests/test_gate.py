@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 import torch
 
-from liger_perf.correctness import PoisonAllocations, _at_least_as_exact, check_variant, compare
-from liger_perf.registry import baseline_path, get_spec
-from liger_perf.spec import Tolerance
-from liger_perf.variants import load_variant
+from liger_perf.gate.correctness import PoisonAllocations, _at_least_as_exact, check_variant, compare
+from liger_perf.kernel.registry import baseline_path, get_spec
+from liger_perf.kernel.spec import Tolerance
+from liger_perf.kernel.variants import load_variant
 
 from broken_variants import BROKEN, write_broken_variant
 from gate_cover import pairwise_cases
@@ -180,7 +180,7 @@ def test_tolerance_used_says_how_close_a_pass_came():
 
 
 def test_incoming_gradients_come_in_the_layouts_models_hand_over():
-    from liger_perf.correctness import _laid_out, _row_equal
+    from liger_perf.gate.correctness import _laid_out, _row_equal
 
     t = torch.randn(6, 10)
     sliced, transposed = _laid_out(t, "sliced"), _laid_out(t, "transposed")
@@ -193,7 +193,7 @@ def test_incoming_gradients_come_in_the_layouts_models_hand_over():
 
 
 def test_edge_values_are_planted_in_rows():
-    from liger_perf.correctness import _planted
+    from liger_perf.gate.correctness import _planted
 
     inputs = {"X": torch.randn(8, 16, dtype=torch.float16), "W": torch.randn(16, dtype=torch.float16)}
     edges, special = _planted(inputs, "edges"), _planted(inputs, "nonfinite")
@@ -217,8 +217,8 @@ def test_boundary_sizes_come_from_the_variants_own_knobs():
 def test_the_gate_meets_every_block_edge_up_to_the_widest_block_the_suite_runs(suite):
     """A block is a power of two: one below, at and above each up to the largest block the suite's widths need,
     and a prime width; derived from the spec's widths, not listed."""
-    from liger_perf.correctness import gate_cases
-    from liger_perf.device import Device
+    from liger_perf.gate.correctness import gate_cases
+    from liger_perf.kernel.device import Device
 
     spec = get_spec("fused_add_rms_norm")
     widths = [s[-1] for s in (*spec.suites[suite], *spec.check_shapes[suite])]
@@ -237,7 +237,7 @@ def test_the_gate_meets_every_block_edge_up_to_the_widest_block_the_suite_runs(s
 def _round_once_dw(spec, dtype, rows, seed, drop_row=None):
     """dW of fused_add_rms_norm (llama) as a kernel that keeps its terms in float32 and rounds once computes it,
     with autograd's same-dtype dW and the float64 reference, on the CPU."""
-    from liger_perf import correctness as gate
+    from liger_perf.gate import correctness as gate
 
     config = dict(spec.check_configs[0])
     generator = torch.Generator().manual_seed(seed)
@@ -259,7 +259,7 @@ def test_a_row_reduction_rounded_once_passes_where_it_cancels_and_a_missing_row_
     """On the H200 the baseline's dW (terms in float32, rounded once) failed the same-dtype check at columns
     where the sum over rows cancels: autograd rounds each term, so the two differ by about eps * sqrt(sum of
     squared terms) there, far beyond atol + rtol * |dW|. The summation spread admits that, not a missing row."""
-    from liger_perf.correctness import sum_spread
+    from liger_perf.gate.correctness import sum_spread
 
     spec = get_spec("fused_add_rms_norm")
     tol = spec.tolerance(dtype, spec.check_configs[0])
@@ -280,7 +280,7 @@ def test_a_row_reduction_rounded_once_passes_where_it_cancels_and_a_missing_row_
 
 
 def test_the_float64_reference_s_row_terms_sum_to_its_gradient():
-    from liger_perf import correctness as gate
+    from liger_perf.gate import correctness as gate
 
     spec = get_spec("fused_add_rms_norm")
     config = dict(spec.check_configs[1])
@@ -320,8 +320,8 @@ def test_a_case_that_faults_the_device_is_a_fail_row_and_the_gate_goes_on_in_a_f
     """CUDA's error is sticky: after a kernel faults, no later case could run in that process. The faulting case
     is a FAIL row naming it, and the rest of the gate runs in a fresh process (the interpreter cannot fault, so a
     variant raising CUDA's message stands for one)."""
-    from liger_perf.correctness import _case_base, gate_cases
-    from liger_perf.gate_resume import resume
+    from liger_perf.gate.correctness import _case_base, gate_cases
+    from liger_perf.gate.resume import resume
 
     log = tmp_path / "calls.log"
     path = tmp_path / "faulting.py"
@@ -348,10 +348,10 @@ def test_a_case_that_faults_the_device_is_a_fail_row_and_the_gate_goes_on_in_a_f
 def test_a_case_the_device_has_no_memory_for_is_a_clean_not_run_row(monkeypatch, interpret_device):
     """Out of GPU memory is the machine's limit, not the variant's verdict: one row saying which case needs how
     much, never a traceback; the gate is not passed, and says it was the machine."""
-    from liger_perf import correctness
-    from liger_perf.correctness import GateCase, large_case_bytes, run_case
-    from liger_perf.device import Device
-    from liger_perf.spec import Case
+    from liger_perf.gate import correctness
+    from liger_perf.gate.correctness import GateCase, large_case_bytes, run_case
+    from liger_perf.kernel.device import Device
+    from liger_perf.kernel.spec import Case
 
     spec = get_spec("fused_add_rms_norm")
 
@@ -376,9 +376,9 @@ def test_a_case_the_device_has_no_memory_for_is_a_clean_not_run_row(monkeypatch,
 
 
 def test_a_borderline_case_is_drawn_again_until_it_fails_or_stays_under(monkeypatch, interpret_device):
-    from liger_perf import correctness
-    from liger_perf.correctness import REDRAWS, GateCase, run_case
-    from liger_perf.spec import Case
+    from liger_perf.gate import correctness
+    from liger_perf.gate.correctness import REDRAWS, GateCase, run_case
+    from liger_perf.kernel.spec import Case
 
     draws = []
 
@@ -407,8 +407,8 @@ def test_a_borderline_case_is_drawn_again_until_it_fails_or_stays_under(monkeypa
 def test_a_variant_that_raises_in_training_is_a_fail_row_at_its_step(interpret_device):
     from types import SimpleNamespace
 
-    from liger_perf.convergence import check_convergence
-    from liger_perf.variants import Variant
+    from liger_perf.gate.convergence import check_convergence
+    from liger_perf.kernel.variants import Variant
 
     calls = []
 
@@ -429,9 +429,9 @@ def test_a_variant_that_raises_in_training_is_a_fail_row_at_its_step(interpret_d
 def test_the_large_case_repeats_drawn_rows_and_compares_in_its_own_dtype(interpret_device, monkeypatch):
     """The GPU's case of more than 2**31 elements, scaled down: rows drawn once and repeated, compared against the
     same-dtype reference in pieces (float64 would not fit), no second backward."""
-    from liger_perf import correctness
-    from liger_perf.correctness import GateCase, check_case
-    from liger_perf.spec import Case
+    from liger_perf.gate import correctness
+    from liger_perf.gate.correctness import GateCase, check_case
+    from liger_perf.kernel.spec import Case
 
     monkeypatch.setattr(correctness, "LARGE_DRAWN_ROWS", 7)
     monkeypatch.setattr(correctness, "COMPARE_CHUNK", 100)
@@ -448,7 +448,7 @@ def test_the_large_case_repeats_drawn_rows_and_compares_in_its_own_dtype(interpr
 def test_the_large_case_s_float64_gradients_come_from_its_drawn_rows_weighted_by_their_repeats():
     """dW over 30 rows that repeat 7 drawn ones, from the 7 rows alone, equals dW of the 30 in float64; the
     row-wise gradients are the drawn rows' own."""
-    from liger_perf.correctness import _backward, _forward, _large_float64, _leaves, _rows_repeated
+    from liger_perf.gate.correctness import _backward, _forward, _large_float64, _leaves, _rows_repeated
 
     spec = get_spec("fused_add_rms_norm")
     config = {"casting_mode": "llama", "offset": 0.0, "eps": 1e-6}
@@ -470,7 +470,7 @@ def test_the_large_case_judges_a_gradient_rounded_once_by_float64_and_its_repeat
     """The large case's rows repeat, so a gradient rounded once drifts from autograd's by the repeats (on the
     H200: dW -696 against -880 at 262145x8192 bfloat16, 0022-baseline). Judged by float64 it passes; rows past
     the drawn ones that do not repeat them fail."""
-    from liger_perf.correctness import _large_at_least_as_exact
+    from liger_perf.gate.correctness import _large_at_least_as_exact
 
     same = Tolerance(atol=1e-4, rtol=1e-4, norm=1e-4)
     wide = Tolerance(atol=2e-2, rtol=2e-2, norm=1e-2)
@@ -490,7 +490,7 @@ def test_the_large_case_judges_a_gradient_rounded_once_by_float64_and_its_repeat
 
 
 def test_scalar_outputs_and_integer_inputs_do_not_crash_the_layout_checks():
-    from liger_perf.correctness import _bitwise_equal, _padded
+    from liger_perf.gate.correctness import _bitwise_equal, _padded
 
     assert _bitwise_equal(torch.tensor(float("nan")), torch.tensor(float("nan")))
     one = torch.zeros(2)[::2]  # one element of stride 2: contiguous() keeps its stride, a byte view needs 1

@@ -2,9 +2,9 @@
 
 import pytest
 
-from liger_perf.errors import UserError
-from liger_perf.guardrails import load_guardrails
-from liger_perf.workspace import current
+from liger_perf.core.errors import UserError
+from liger_perf.judge.guardrails import load_guardrails
+from liger_perf.core.workspace import current
 
 
 def test_the_projects_guardrails_load():

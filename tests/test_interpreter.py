@@ -37,7 +37,7 @@ def counted(tmp_path, monkeypatch, interpret_device):
     """The kernel module, and Triton's ``_patch_lang`` counting its calls (then wrapped by ``install``)."""
     from triton.runtime import interpreter
 
-    from liger_perf.interpreter import install
+    from liger_perf.kernel.interpreter import install
 
     calls = []
     triton_patch = getattr(interpreter._patch_lang, "__wrapped__", interpreter._patch_lang)  # Triton's own

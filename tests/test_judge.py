@@ -4,10 +4,10 @@ import copy
 
 import pytest
 
-from liger_perf.guardrails import Guardrails
-from liger_perf.history import chain_ratios, load_trials
+from liger_perf.judge.guardrails import Guardrails
+from liger_perf.record.history import chain_ratios, load_trials
 from liger_perf.judge import judge
-from liger_perf.schema import TrialResult, Verdict
+from liger_perf.record.schema import TrialResult, Verdict
 
 from broken_variants import ROOT
 
@@ -165,7 +165,7 @@ def test_chain_ratios_multiply_along_the_accepted_variants():
 def test_the_chain_counts_an_accepted_trial_only_when_it_was_measured_against_the_tip():
     """Two candidates of one round accepted against the same best (a loop killed before it reconciled them):
     only the first joins the chain, so the chain's ratios never multiply two measurements of one round."""
-    from liger_perf.history import accepted_chain
+    from liger_perf.record.history import accepted_chain
 
     def trial(n, sha, against, verdict="accepted"):
         return TrialResult.model_validate({
@@ -198,7 +198,7 @@ def _recorded_accepted_trial() -> TrialResult:
 
 def test_timings_that_disagree_with_the_ncu_kernel_durations_are_suspicious_and_never_accepted():
     from liger_perf.judge import suspicions
-    from liger_perf.schema import NcuLaunch
+    from liger_perf.record.schema import NcuLaunch
 
     trial = _recorded_accepted_trial()
     rails = Guardrails(target="backward")
@@ -225,7 +225,7 @@ def test_timings_that_disagree_with_the_ncu_kernel_durations_are_suspicious_and_
 
 
 def test_a_timed_call_whose_outputs_were_wrong_is_suspicious_and_never_accepted():
-    from liger_perf.schema import SpotCheck
+    from liger_perf.record.schema import SpotCheck
 
     trial = _recorded_accepted_trial().model_copy(deep=True)
     trial.timing.spot_checks = [SpotCheck(pass_name="backward", shape="2048x1024", dtype="float32",
@@ -269,7 +269,7 @@ def test_a_candidate_that_slows_the_current_best_is_suspicious_by_the_best_s_own
 def test_the_target_reads_as_a_speedup_with_its_interval_inverted_never_as_a_ratio_or_a_percentage():
     """A new user read 'backward: geomean ratio 2.821 [1.916, 3.082] (-182.1% vs the current best)' beside
     '160.4% slower', and a trial the history listed as 1.569x as '+36.3%': one wording everywhere now."""
-    from liger_perf.wording import speedup
+    from liger_perf.core.wording import speedup
 
     verdict = judge(_result(target_ratio=0.8, half_width=0.02), RULES)
     assert verdict.reasons[0] == ("backward: 1.25x (faster) [1.22x, 1.28x] over the current best (geomean over the "

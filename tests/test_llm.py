@@ -8,14 +8,14 @@ import sys
 import nbformat
 import pytest
 
-from liger_perf.history import load_trials
-from liger_perf.proposers import Context, Proposal
-from liger_perf.proposers.llm import LlmProposer, LlmSettings, build_prompt
-from liger_perf.proposers.safety import check_generated_source
-from liger_perf.record import read_result
-from liger_perf.schema import VERDICTS, Verdict
-from liger_perf.registry import baseline_path, get_spec
-from liger_perf.store import Store
+from liger_perf.record.history import load_trials
+from liger_perf.propose import Context, Proposal
+from liger_perf.propose.llm import LlmProposer, LlmSettings, build_prompt
+from liger_perf.propose.safety import check_generated_source
+from liger_perf.record.notebook import read_result
+from liger_perf.record.schema import VERDICTS, Verdict
+from liger_perf.kernel.registry import baseline_path, get_spec
+from liger_perf.record.store import Store
 
 from broken_variants import ROOT
 from llm_server import FakeOpenAI, reply
@@ -121,7 +121,7 @@ def test_static_checks():
 
 
 def _cli(args, env, timeout=900):
-    from liger_perf import sandbox
+    from liger_perf.isolation import sandbox
 
     if args[0] == "optimize" and not sandbox.available():  # a machine without bubblewrap: said explicitly
         args = [*args, "--unsandboxed"]
@@ -132,8 +132,9 @@ def _cli(args, env, timeout=900):
 def test_generated_code_is_refused_where_there_is_no_sandbox_unless_the_user_says_so(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
-    from liger_perf import cli, sandbox
-    from liger_perf.errors import UserError
+    from liger_perf import cli
+    from liger_perf.isolation import sandbox
+    from liger_perf.core.errors import UserError
 
     monkeypatch.setattr(sandbox, "unavailable_reason", lambda: "bubblewrap (bwrap) is not installed")
     monkeypatch.setenv("LIGER_PERF_NOTEBOOKS", str(tmp_path))
@@ -175,8 +176,8 @@ def test_a_short_llm_loop_in_interpreter_mode_records_prompts_and_replies(tmp_pa
 
 
 def test_auto_uses_the_rules_while_they_have_moves_then_the_llm():
-    from liger_perf.proposers.llm import AutoProposer
-    from liger_perf.variants import source_hash
+    from liger_perf.propose.llm import AutoProposer
+    from liger_perf.kernel.variants import source_hash
 
     context = _context()
     assert AutoProposer(LlmSettings()).propose(context).diagnosis != "llm"  # no endpoint: rules alone

@@ -8,14 +8,14 @@ import time
 
 import pytest
 
-from liger_perf.schema import VERDICTS
-from liger_perf.guardrails import Guardrails
-from liger_perf.history import load_trials
+from liger_perf.record.schema import VERDICTS
+from liger_perf.judge.guardrails import Guardrails
+from liger_perf.record.history import load_trials
 from liger_perf.loop import OptimizeLoop
-from liger_perf.proposers.rules import RulesProposer
-from liger_perf.registry import baseline_path
-from liger_perf.runners import run_trial
-from liger_perf.store import Store
+from liger_perf.propose.rules import RulesProposer
+from liger_perf.kernel.registry import baseline_path
+from liger_perf.run import run_trial
+from liger_perf.record.store import Store
 
 from broken_variants import ROOT
 from made_trials import make_trial
@@ -104,7 +104,7 @@ def test_piped_to_a_log_the_loop_prints_a_plain_line_for_each_step_of_each_trial
 def test_the_plain_log_says_each_change_of_step_once_and_a_running_step_again_after_a_while(tmp_path):
     import json
 
-    from liger_perf.progress import FILE_NAME, PlainLog
+    from liger_perf.run.progress import FILE_NAME, PlainLog
 
     lines, now = [], time.time()
     running = {3: ("0003 wider", str(tmp_path), now - 10)}
@@ -203,7 +203,7 @@ def test_a_changed_baseline_carries_the_previous_best_over_as_its_first_candidat
     """The baseline was fixed after a chain was accepted on it: the loop's first candidate on the new baseline is
     the old best's knob values on the new code (judged like any other), and it is proposed once. A best whose
     code differs from its baseline beyond the knobs is not carried over, and the loop says why."""
-    from liger_perf.variants import read_knobs, source_hash, with_knobs
+    from liger_perf.kernel.variants import read_knobs, source_hash, with_knobs
 
     new = baseline_path("fused_add_rms_norm").read_text()
     old = new.replace("# Tunable knobs:", "# (the old baseline)\n# Tunable knobs:")
@@ -232,7 +232,7 @@ def test_a_changed_baseline_carries_the_previous_best_over_as_its_first_candidat
 
 
 def test_a_carry_over_lists_only_the_moves_the_new_baseline_has_not_made(tmp_path):
-    from liger_perf.variants import read_knobs, source_hash, with_knobs
+    from liger_perf.kernel.variants import read_knobs, source_hash, with_knobs
 
     current = baseline_path("fused_add_rms_norm").read_text()
     new = with_knobs(current, {"num_stages": 2})
@@ -255,7 +255,7 @@ def test_a_round_packs_only_the_trials_that_start_before_the_deadline():
     """Kept candidates run one after another per worker: at 100 s a trial and 250 s left, three start (at 0,
     100 and 200 s), the fourth would start at 300 s; two workers start two at a time; without a pace (no trial
     finished yet) all of them; with time left, the first always; past the deadline none."""
-    from liger_perf.history import trial_pace
+    from liger_perf.record.history import trial_pace
     from liger_perf.loop import trials_before
 
     assert trials_before(250, 100, 1, 5) == 3

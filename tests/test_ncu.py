@@ -6,9 +6,9 @@ import shutil
 import stat
 
 
-from liger_perf import ncu
-from liger_perf.registry import baseline_path
-from liger_perf.ncu_driver import parse_range_name, range_name
+from liger_perf.measure import ncu
+from liger_perf.kernel.registry import baseline_path
+from liger_perf.measure.ncu_driver import parse_range_name, range_name
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "ncu")
 

@@ -10,12 +10,12 @@ import time
 import nbformat
 import pytest
 
-from liger_perf import record
-from liger_perf.history import load_trials
-from liger_perf.registry import baseline_path
-from liger_perf.runners import run_trial
-from liger_perf.schema import VERDICTS, Verdict
-from liger_perf.store import Store
+from liger_perf.record import notebook as record
+from liger_perf.record.history import load_trials
+from liger_perf.kernel.registry import baseline_path
+from liger_perf.run import run_trial
+from liger_perf.record.schema import VERDICTS, Verdict
+from liger_perf.record.store import Store
 
 from broken_variants import ROOT, broken_dependency
 
@@ -162,7 +162,7 @@ def test_a_best_that_got_slower_is_a_regression_with_both_fingerprints_and_exit_
 def test_a_trial_the_harness_cannot_run_is_an_error_of_the_job_never_a_regression(tmp_path, monkeypatch):
     import torch
 
-    from liger_perf.errors import EXIT_JOB_ERROR
+    from liger_perf.core.errors import EXIT_JOB_ERROR
     from liger_perf.nightly import Nightly, NightlyConfig
 
     root = _history_with_an_accepted_best(tmp_path)
@@ -230,7 +230,7 @@ def test_a_broken_config_is_a_one_line_error(tmp_path, text, expected):
 
 def test_a_config_error_points_to_the_line_of_the_offending_key_however_deep(tmp_path):
     """A budget of -6 on line 6 was reported at the line of `kernels:`, whatever line the error was on."""
-    from liger_perf.errors import UserError
+    from liger_perf.core.errors import UserError
     from liger_perf.nightly import load_config
 
     config = tmp_path / "nightly.yaml"

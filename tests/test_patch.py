@@ -1,18 +1,18 @@
-"""liger_perf.patch and liger-perf e2e on tiny transformers models, under the interpreter."""
+"""liger_perf.models.patch and liger-perf e2e on tiny transformers models, under the interpreter."""
 
 import json
 
 import pytest
 import torch
 
-from liger_perf.errors import UserError
-from liger_perf.registry import baseline_path, get_spec
-from liger_perf.variants import load_variant
+from liger_perf.core.errors import UserError
+from liger_perf.kernel.registry import baseline_path, get_spec
+from liger_perf.kernel.variants import load_variant
 
 transformers = pytest.importorskip("transformers")
 
-from liger_perf import patch  # noqa: E402
-from liger_perf.e2e import E2EConfig, run_e2e, write_report  # noqa: E402
+from liger_perf.models import patch  # noqa: E402
+from liger_perf.models.e2e import E2EConfig, run_e2e, write_report  # noqa: E402
 
 
 def _tiny(model_type, seed=0):

@@ -8,14 +8,14 @@ import sys
 import pytest
 import torch
 
-from liger_perf import correctness
-from liger_perf.accuracy import accuracy_cases
-from liger_perf.device import Device
-from liger_perf.precompile import (INTERPRETED_REASON, WorkItem, child_environment, config_key, launch,
+from liger_perf.gate import correctness
+from liger_perf.measure.accuracy import accuracy_cases
+from liger_perf.kernel.device import Device
+from liger_perf.measure.precompile import (INTERPRETED_REASON, WorkItem, child_environment, config_key, launch,
                                    precompile, shares, variant_source, work_list)
-from liger_perf.registry import baseline_path, get_spec
-from liger_perf.spec import dtype_name
-from liger_perf.variants import Variant
+from liger_perf.kernel.registry import baseline_path, get_spec
+from liger_perf.kernel.spec import dtype_name
+from liger_perf.kernel.variants import Variant
 
 RAISES_AT_CALL = '''
 
@@ -38,7 +38,7 @@ def _case_keys(items, variant):
 
 
 def _child(*args, cwd):
-    done = subprocess.run([sys.executable, "-m", "liger_perf.precompile", *args, "--device", "interpret"],
+    done = subprocess.run([sys.executable, "-m", "liger_perf.measure.precompile", *args, "--device", "interpret"],
                           capture_output=True, text=True, env=child_environment(), cwd=cwd, timeout=120)
     lines = [line for line in done.stdout.splitlines() if line.startswith('{"precompile"')]
     assert lines, done.stdout + done.stderr

@@ -5,14 +5,14 @@ import time
 
 import pytest
 
-from liger_perf.errors import UserError
-from liger_perf.guardrails import load_guardrails
-from liger_perf.history import load_trials
+from liger_perf.core.errors import UserError
+from liger_perf.judge.guardrails import load_guardrails
+from liger_perf.record.history import load_trials
 from liger_perf.loop import OptimizeLoop
-from liger_perf.proposers.rules import RulesProposer
-from liger_perf.registry import baseline_path
-from liger_perf.runners import run_trial
-from liger_perf.runners.replay import ReplayRunner
+from liger_perf.propose.rules import RulesProposer
+from liger_perf.kernel.registry import baseline_path
+from liger_perf.run import run_trial
+from liger_perf.run.replay import ReplayRunner
 
 from broken_variants import ROOT
 
@@ -71,7 +71,7 @@ def test_rounds_of_two_trial_two_candidates_against_one_best_and_reconcile_two_a
     superseded and re-trialled against 0003 in round two (that re-trial recorded too, from 0004's figures)."""
     import nbformat
 
-    from liger_perf import record
+    from liger_perf.record import notebook as record
 
     recorded = tmp_path / "recorded"
     (recorded / KERNEL).mkdir(parents=True)

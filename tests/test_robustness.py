@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from liger_perf import record
-from liger_perf.history import history_frame, load_trials
+from liger_perf.record import notebook as record
+from liger_perf.record.history import history_frame, load_trials
 from liger_perf.report import variant_diff, write_report
 
 from broken_variants import ROOT
@@ -114,8 +114,8 @@ def _liger_perf(args: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
 LOCKER = """
 import sys, time
 from pathlib import Path
-from liger_perf.errors import UserError
-from liger_perf.store import Lock
+from liger_perf.core.errors import UserError
+from liger_perf.record.store import Lock
 start = float(sys.argv[2])
 while time.time() < start:
     pass
@@ -178,7 +178,7 @@ def test_a_link_or_a_huge_file_in_the_history_is_one_warning_never_read(tmp_path
     """A link in the notebooks folder is never followed (a warning once showed part of /etc/passwd through
     one); a 50 MB file is not read as a trial; each warning is said once per command, however often the
     command reads the history."""
-    from liger_perf.history import NOTEBOOK_LIMIT, load_trials
+    from liger_perf.record.history import NOTEBOOK_LIMIT, load_trials
 
     secret = tmp_path / "secret.txt"
     secret.write_text("root:x:0:0:the secret line\n")

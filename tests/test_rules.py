@@ -2,13 +2,13 @@
 
 import copy
 
-from liger_perf.history import load_trials
-from liger_perf.proposers import Context, Proposal, Stop
-from liger_perf.proposers.rules import RulesProposer, diagnose, knob_pass
-from liger_perf.registry import baseline_path, get_spec
-from liger_perf.schema import Ncu
-from liger_perf.spec import Remedy
-from liger_perf.variants import read_knobs, source_hash, with_knobs
+from liger_perf.record.history import load_trials
+from liger_perf.propose import Context, Proposal, Stop
+from liger_perf.propose.rules import RulesProposer, diagnose, knob_pass
+from liger_perf.kernel.registry import baseline_path, get_spec
+from liger_perf.record.schema import Ncu
+from liger_perf.kernel.spec import Remedy
+from liger_perf.kernel.variants import read_knobs, source_hash, with_knobs
 
 from broken_variants import ROOT
 from made_trials import make_trial
@@ -238,7 +238,7 @@ def test_the_launch_model_foresees_trial_0008_s_shared_memory_failure_and_0017_s
     spilled at 2048x16384 and nowhere else. The spec's launch model says both before anything runs."""
     import torch
 
-    from liger_perf.proposers.resources import launch_problem, limits_for, spilling_shapes
+    from liger_perf.propose.resources import launch_problem, limits_for, spilling_shapes
 
     spec = get_spec("fused_add_rms_norm")
     crashed, best = _recorded("fused_add_rms_norm", 8), _recorded("fused_add_rms_norm", 17)
@@ -300,7 +300,7 @@ def test_a_launch_model_that_cannot_read_the_knobs_rules_nothing_out():
     """A variant a model wrote may set knob values its spec's author never listed; the proposer goes on."""
     import torch
 
-    from liger_perf.proposers.resources import DEFAULT_LIMITS, launch_problem
+    from liger_perf.propose.resources import DEFAULT_LIMITS, launch_problem
 
     spec = get_spec("fused_add_rms_norm")
     knobs, _ = read_knobs(baseline_path("fused_add_rms_norm").read_text())

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from liger_perf import sandbox
-from liger_perf.registry import baseline_path
-from liger_perf.runners import run_trial
-from liger_perf.runners.papermill import PapermillRunner
+from liger_perf.isolation import sandbox
+from liger_perf.kernel.registry import baseline_path
+from liger_perf.run import run_trial
+from liger_perf.run.papermill import PapermillRunner
 
 from broken_variants import ROOT
 
@@ -219,3 +219,58 @@ def test_a_variant_named_through_a_link_is_readable_and_the_caller_s_folder_stay
                        readable=[tmp_path / "link" / "v.py"], capture_output=True, text=True, timeout=120)
     assert done.stdout == "read\n" and "FileNotFoundError" in done.stderr, done.stderr[-500:]
 
+
+LOOKER = '''
+import json as _json, os as _os
+_seen = {"environ": {}, "root": sorted(_os.listdir("/")), "etc": sorted(_os.listdir("/etc")), "files": {}}
+for _pid in [p for p in _os.listdir("/proc") if p.isdigit()]:
+    try:
+        _seen["environ"][_pid] = open(f"/proc/{_pid}/environ", "rb").read().decode(errors="replace")
+    except OSError as _e:
+        _seen["environ"][_pid] = type(_e).__name__
+for _path in PATHS:
+    try:
+        _seen["files"][_path] = open(_path).read()
+    except OSError as _e:
+        _seen["files"][_path] = type(_e).__name__
+try:  # a JIT function's capture scope (once compiled, on a GPU, it holds the builtins)
+    _seen["capture_scope"] = sorted(_forward_kernel.get_capture_scope())[:5]
+except Exception as _e:
+    _seen["capture_scope"] = type(_e).__name__
+_json.dump(_seen, open("seen.json", "w"))
+'''
+
+
+@pytest.mark.slow
+def test_inside_the_sandbox_no_process_holds_the_caller_s_environment_and_only_what_the_trial_needs_is_there(
+        tmp_path, monkeypatch):
+    """Canaries in the caller's environment, a file of the user's outside the workspace, an /etc/shadow-like file
+    and the workspace's own notebooks: a variant that reads every process's environment, lists / and opens them
+    finds none of it (``/proc/1`` is bwrap, started with the allow-listed environment only)."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-canary-openai")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp-canary-github")
+    private = tmp_path / "elsewhere" / "shadow"
+    private.parent.mkdir()
+    private.write_text("root:$6$canary-hash:19000:0:99999:7:::\n")
+    history = tmp_path / "nb" / "relu_squared"
+    history.mkdir(parents=True)
+    (history / "0000-secret.ipynb").write_text('{"canary": "a notebook of the workspace"}')
+    paths = ["/etc/shadow", "/etc/passwd", str(private), str(history / "0000-secret.ipynb"),
+             str(ROOT / "README.md"), str(ROOT / ".git" / "config")]
+    variant = tmp_path / "looker.py"
+    variant.write_text(baseline_path("relu_squared").read_text() + LOOKER.replace("PATHS", repr(paths)))
+    run = run_trial("relu_squared", variant, root=tmp_path / "nb", device="interpret", repetitions=2,
+                    convergence=False, ncu=False, peers=False, runner=PapermillRunner(sandboxed=True))
+    assert run.result.status == "complete", run.result.reason
+    artifacts = tmp_path / "nb" / "relu_squared" / "artifacts" / f"{run.result.trial_id:04d}-looker"
+    seen = json.loads((artifacts / "seen.json").read_text())
+    every = json.dumps(seen)
+    assert "canary" not in every and "sk-" not in every
+    assert len(seen["environ"]) >= 2  # bwrap (process 1) and the processes of the trial: all read, none holds more
+    assert set(seen["etc"]) <= set(sandbox.ETC_FILES) | {"passwd", "group"}
+    assert not {"home", "root", "opt", "srv", "mnt"} & set(seen["root"]) or "root" in {
+        Path(p).parts[1] for _, p in sandbox.needed_paths()}  # /root only where the Python installation is
+    for path in paths:
+        if path != "/etc/passwd":
+            assert seen["files"][path] in ("FileNotFoundError", "PermissionError"), (path, seen["files"][path][:80])
+    assert len(seen["files"]["/etc/passwd"].splitlines()) == 1  # the sandbox's own: the user who runs it, alone

@@ -13,11 +13,11 @@ import numpy
 import pytest
 import torch
 
-from liger_perf.correctness import check_variant
-from liger_perf.errors import UserError
+from liger_perf.gate.correctness import check_variant
+from liger_perf.core.errors import UserError
 from liger_perf.scaffold import parse_dtypes, parse_shapes, scaffold_kernel
-from liger_perf.spec import KernelSpec
-from liger_perf.variants import load_variant, read_knobs, with_knobs
+from liger_perf.kernel.spec import KernelSpec
+from liger_perf.kernel.variants import load_variant, read_knobs, with_knobs
 
 REFERENCES = '''
 import math

@@ -5,8 +5,8 @@ import json
 import nbformat
 import pytest
 
-from liger_perf import record
-from liger_perf.schema import TrialResult, Verdict
+from liger_perf.record import notebook as record
+from liger_perf.record.schema import TrialResult, Verdict
 
 from broken_variants import ROOT
 

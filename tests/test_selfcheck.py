@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from liger_perf.workspace import builtin_kernels
+from liger_perf.core.workspace import builtin_kernels
 
 from broken_variants import BROKEN, ROOT, write_broken_variant
 
@@ -94,7 +94,7 @@ def _selfcheck_record(passed):
 
 @pytest.mark.parametrize("passed", [False, True])
 def test_the_nightly_job_runs_selfcheck_first_and_a_failing_one_is_an_error_of_the_job(tmp_path, passed):
-    from liger_perf.errors import EXIT_JOB_ERROR
+    from liger_perf.core.errors import EXIT_JOB_ERROR
     from liger_perf.nightly import Nightly, NightlyConfig
 
     calls = []

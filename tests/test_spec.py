@@ -1,6 +1,6 @@
 import torch
 
-from liger_perf.registry import get_spec, kernel_names
+from liger_perf.kernel.registry import get_spec, kernel_names
 
 
 def test_registry_finds_both_kernels():

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from liger_perf.guardrails import Guardrails
+from liger_perf.judge.guardrails import Guardrails
 from liger_perf.judge import Judgement, judge
-from liger_perf.registry import baseline_path
-from liger_perf.runners import run_trial
-from liger_perf.schema import TrialRequest, TrialResult
+from liger_perf.kernel.registry import baseline_path
+from liger_perf.run import run_trial
+from liger_perf.record.schema import TrialRequest, TrialResult
 
 from broken_variants import BROKEN, write_broken_variant
 
@@ -48,7 +48,7 @@ def test_a_candidate_whose_timing_would_be_accepted_meets_the_full_gate_and_fail
     """relu_drops_nan passes the quick gate (random values have no NaN) and fails the full one (its non-finite
     case): timed, then, as its timing would be accepted, fully gated, failed, and never accepted."""
     from liger_perf import judge as judge_module
-    from liger_perf.screening import open_trial
+    from liger_perf.run.screening import open_trial
 
     calls = []
 
@@ -69,7 +69,7 @@ def test_a_candidate_whose_timing_would_be_accepted_meets_the_full_gate_and_fail
 
 def test_a_candidate_that_would_not_be_accepted_skips_the_full_gate_and_is_never_accepted(tmp_path, monkeypatch):
     from liger_perf import judge as judge_module
-    from liger_perf.screening import open_trial
+    from liger_perf.run.screening import open_trial
 
     monkeypatch.setattr(judge_module, "judge", lambda result, guardrails, chain=None: Judgement(
         "rejected", ["backward: not better (made up for the test)"], 1.2, (1.1, 1.3)))
@@ -115,8 +115,8 @@ def _fails_when_wide(folder: Path) -> Path:
 
 
 def test_screening_drops_a_clearly_slower_and_a_wrong_candidate_and_says_why(tmp_path):
-    from liger_perf.schema import ScreenEntry
-    from liger_perf.screening import open_trial
+    from liger_perf.record.schema import ScreenEntry
+    from liger_perf.run.screening import open_trial
 
     folder = tmp_path / "v"
     folder.mkdir()
@@ -140,7 +140,7 @@ def test_screening_drops_a_clearly_slower_and_a_wrong_candidate_and_says_why(tmp
 
 
 def _endless():
-    from liger_perf.proposers import Proposal
+    from liger_perf.propose import Proposal
 
     class Endless:
         name = "test"
@@ -173,8 +173,8 @@ class _ScreeningRunner:
         return "interpret"
 
     def run_many(self, requests, store):
-        from liger_perf.runners import TrialRun
-        from liger_perf.variants import source_hash
+        from liger_perf.run import TrialRun
+        from liger_perf.kernel.variants import source_hash
 
         runs = []
         for request in requests:
@@ -197,7 +197,7 @@ class _ScreeningRunner:
 
 def test_the_loop_gives_a_full_trial_only_to_the_candidates_screening_kept(tmp_path, monkeypatch):
     from liger_perf import loop as loop_module
-    from liger_perf.proposers import Proposal, Stop
+    from liger_perf.propose import Proposal, Stop
 
     class Batch:
         name = "test"
@@ -275,8 +275,8 @@ def test_a_memory_target_is_not_screened(tmp_path):
 
 
 def test_a_candidate_screening_kept_but_never_trialled_may_be_proposed_again():
-    from liger_perf.proposers import Context, tried_sources
-    from liger_perf.registry import get_spec
+    from liger_perf.propose import Context, tried_sources
+    from liger_perf.kernel.registry import get_spec
 
     screening = TrialResult.model_validate({
         "kernel": "relu_squared", "status": "complete", "kind": "screening", "variant": {"sha256": "batch"},

@@ -3,8 +3,8 @@
 import numpy as np
 import pandas as pd
 
-from liger_perf.registry import get_spec
-from liger_perf.timing import TimingPlan, ratio_interval, summarize
+from liger_perf.kernel.registry import get_spec
+from liger_perf.measure.timing import TimingPlan, ratio_interval, summarize
 
 
 def _samples(candidate, against, shape="64x64"):
@@ -50,10 +50,10 @@ def test_intervals_widen_with_the_number_of_comparisons():
 def test_timed_backward_takes_gradients_as_training_does_without_accumulate_grad_copies(interpret_device):
     """dX = dR is one tensor from the kernel; accumulated into two leaves' .grad, autograd would copy it (a full
     extra read and write that no training step pays). The timed pass must hand it over as it is."""
-    from liger_perf.passes import case_inputs, prepare_pass
-    from liger_perf.registry import baseline_path
-    from liger_perf.spec import Case
-    from liger_perf.variants import load_variant
+    from liger_perf.kernel.passes import case_inputs, prepare_pass
+    from liger_perf.kernel.registry import baseline_path
+    from liger_perf.kernel.spec import Case
+    from liger_perf.kernel.variants import load_variant
 
     import torch
 
@@ -67,9 +67,9 @@ def test_timed_backward_takes_gradients_as_training_does_without_accumulate_grad
 
 
 def test_a_contender_that_replays_earlier_outputs_fails_the_spot_check_of_its_timed_calls(interpret_device):
-    from liger_perf.registry import baseline_path
-    from liger_perf.timing import time_suite
-    from liger_perf.variants import load_variant
+    from liger_perf.kernel.registry import baseline_path
+    from liger_perf.measure.timing import time_suite
+    from liger_perf.kernel.variants import load_variant
 
     spec = get_spec("relu_squared")
     honest = spec.variant_forward(load_variant(baseline_path(spec.name), spec).module)
@@ -98,9 +98,9 @@ def _placement_trial(device, monkeypatch, plan):
 
     import torch
 
-    from liger_perf import passes
-    from liger_perf.spec import Case
-    from liger_perf.timing import time_suite
+    from liger_perf.kernel import passes
+    from liger_perf.kernel.spec import Case
+    from liger_perf.measure.timing import time_suite
 
     spec = get_spec("relu_squared")
     pool_size = 2 * plan.slots
@@ -144,9 +144,9 @@ def test_every_judged_contender_gets_a_spot_check_and_every_contender_its_slots(
     """A screening passes every candidate and the current best as ``judged``; peers are timed, not checked."""
     import torch
 
-    from liger_perf import passes
-    from liger_perf.spec import Case
-    from liger_perf.timing import time_suite
+    from liger_perf.kernel import passes
+    from liger_perf.kernel.spec import Case
+    from liger_perf.measure.timing import time_suite
 
     spec = get_spec("relu_squared")
     calls: list[int] = []
@@ -171,8 +171,8 @@ def _copies_trial(device, plan, loaded: int):
 
     import torch
 
-    from liger_perf.spec import Case
-    from liger_perf.timing import time_suite
+    from liger_perf.kernel.spec import Case
+    from liger_perf.measure.timing import time_suite
 
     spec = get_spec("relu_squared")
     rng = np.random.default_rng(plan.seed + 100)

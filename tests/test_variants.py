@@ -1,8 +1,8 @@
 import pytest
 
-from liger_perf.errors import UserError
-from liger_perf.registry import baseline_path, get_spec
-from liger_perf.variants import load_variant, read_knobs, with_knobs
+from liger_perf.core.errors import UserError
+from liger_perf.kernel.registry import baseline_path, get_spec
+from liger_perf.kernel.variants import load_variant, read_knobs, with_knobs
 
 from gate_cover import pairwise_cases
 
@@ -70,7 +70,7 @@ def test_the_pairwise_cases_meet_every_pair():
 def test_each_backward_algorithm_passes_the_gate(tmp_path, interpret_device, algorithm):
     import torch
 
-    from liger_perf.correctness import check_variant
+    from liger_perf.gate.correctness import check_variant
 
     knobs, expected = ALGORITHMS[algorithm]
     spec = get_spec("fused_add_rms_norm")

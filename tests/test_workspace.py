@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from liger_perf import workspace
-from liger_perf.registry import baseline_path, get_spec, kernel_names, kernel_origin
-from liger_perf.store import Store, reading_device
+from liger_perf.core import workspace
+from liger_perf.kernel.registry import baseline_path, get_spec, kernel_names, kernel_origin
+from liger_perf.record.store import Store, reading_device
 
 from broken_variants import ROOT
 
@@ -43,7 +43,7 @@ def test_init_makes_a_workspace_and_a_second_init_keeps_what_is_there(tmp_path):
     ws = tmp_path / "ws"
     assert {p.name for p in ws.iterdir()} == {"kernels", "notebooks", "reports", "guardrails.yaml", "nightly.yaml",
                                              ".gitignore"}
-    from liger_perf.guardrails import load_guardrails
+    from liger_perf.judge.guardrails import load_guardrails
     from liger_perf.nightly import load_config
 
     assert load_guardrails(ws / "guardrails.yaml").target == "backward"  # the commented defaults load
@@ -165,7 +165,7 @@ def test_a_cpu_machine_reads_the_recorded_gpu_history_by_default(tmp_path, monke
     assert reading_device("relu_squared") == "nvidia-h200"
     assert reading_device("relu_squared", "cuda") == "nvidia-h200"
     assert reading_device("relu_squared", "interpret") == "interpret"
-    from liger_perf.errors import UserError
+    from liger_perf.core.errors import UserError
 
     with pytest.raises(UserError, match="recorded: nvidia-h200"):
         reading_device("relu_squared", "nvidia-a100")

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from liger_perf.errors import UserError
+from liger_perf.core.errors import UserError
 from liger_perf.scaffold.reference import (_DTYPE_ALIASES, DEFAULT_DTYPES, DEFAULT_SHAPES, DTYPES, PROBE_SHAPE,
                                          RESERVED_PARAMETERS, load_reference, probe_reference)
 from liger_perf.scaffold.source import baseline_source, spec_source, wrapped_baseline_source

@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from liger_perf.errors import UserError
+from liger_perf.core.errors import UserError
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

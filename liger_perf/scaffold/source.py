@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 
-from liger_perf.errors import UserError
+from liger_perf.core.errors import UserError
 from liger_perf.scaffold.reference import INTERPRET_DTYPES, Probe, Reference
 from liger_perf.scaffold.translate import HELPERS, _Kernel, _literal, _Names, _pointer
 
@@ -451,7 +451,7 @@ def _top_level_names(tree: ast.Module) -> dict[str, ast.AST]:
 
 def wrapped_baseline_source(name: str, ref: Reference, path: Path, entry: str, command: str) -> str:
     """The user's Triton module, with the interface the spec calls appended (and empty knobs where it has none)."""
-    from liger_perf.variants import read_knobs
+    from liger_perf.kernel.variants import read_knobs
 
     path = Path(path)
     if not path.is_file():

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import torch
 
-from liger_perf.errors import UserError
+from liger_perf.core.errors import UserError
 from liger_perf.scaffold.reference import (PROBE_SHAPE, SECOND_PROBE_SHAPE, Probe, Reference, _draw, _one_line,
                                          _same)
 

@@ -1,0 +1,289 @@
+"""The judge: accepted, rejected or inconclusive, from one trial's side-by-side measurements and the guardrails.
+
+Every number judged was measured in the trial itself, the candidate interleaved with the current best; nothing
+is compared with a time from another run to accept it. (Another run's times serve one cross-check only: the
+current best's medians against its own in an earlier trial on the same stack, which can make a trial
+suspicious, never better: ``best_slowdown``.) The suite-level target is the geometric mean of the per-shape
+ratios (candidate / current best) over every shape and dtype; its interval is the geometric mean of the
+per-shape interval bounds, which holds at the trial's confidence because those intervals are simultaneous.
+A trial whose correctness gate ran under the Triton interpreter is at best provisional, never accepted; a staged
+trial that ran only the quick gate is never accepted either (it runs the full gate itself when its timing would
+be accepted, so this holds only where the loop's judgement and the trial's own differ).
+
+A guardrail regression (any pass's time at any shape and dtype, candidate / current best) is decided on its
+interval too: rejected only when the whole interval lies above the limit (``max_regression``; for the drift
+from the baseline, the interval's low end times the accepted variants' ratio above
+``max_cumulative_regression``). When only the point is above, the trial is inconclusive: possibly slower,
+never accepted, re-measured. A ratio without an interval (one repetition) is decided on its point, and peak
+memory (deterministic, no interval) on its ratio, as a regression. So is accuracy: an output or gradient whose
+error against float64 (per dtype and options, on the inputs both contenders were given) grows by more than
+``max_accuracy_regression`` over the current best's is a regression; one that shrinks as much is reported.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from liger_perf.judge.guardrails import Guardrails
+from liger_perf.record.history import accuracy_ratios, accuracy_reductions, geomean, geomean_interval, measured_ratios
+from liger_perf.record.schema import NCU_DURATION, JudgedRatio, Key, TrialResult, Verdict, VerdictName
+from liger_perf.core.wording import speedup, speedup_limit
+
+
+#: A contender's median CUDA-event time over the sum of its kernels' NCU durations in the same case: at least
+#: the kernels' own time (less a margin for clocks and noise), at most twice it (launch gaps). Over the H200
+#: trials in notebooks/nvidia-h200/fused_add_rms_norm/ (0002-0014) it lies between 0.95 and 1.54. Outside, the trial's
+#: timings are not to be trusted: a timer patched at run time, or the current best slowed by the candidate.
+NCU_AGREEMENT = (0.8, 2.0)
+#: Where the history holds a case's ratio in at least ``NCU_HISTORY_MIN`` of its last ``NCU_HISTORY_TRIALS``
+#: complete, fully profiled trials, the upper bound is this factor times their median (and never above
+#: NCU_AGREEMENT's): over the H200 history since the timing code's last change (fused_add_rms_norm 0015-0028,
+#: relu_squared 0000-0005) a case's ratios lie within ±12 % of their median, which is 1.01-1.55 by case.
+NCU_HISTORY_MARGIN = 1.3
+NCU_HISTORY_MIN, NCU_HISTORY_TRIALS = 3, 20
+#: The current best's medians here over its medians in the last trial that timed it on the same stack (GPU,
+#: driver, torch, Triton): over the H200 history a pass's geometric mean lies within 0.976-1.024 and no case
+#: beyond 1.083 (the timing code's own changes only ever made the times shorter). A best slower than this, when
+#: nothing but the candidate beside it changed, was slowed by the candidate: (a pass's geomean, any one case).
+BEST_SLOWDOWN = (1.10, 1.25)
+STACK = ("gpu", "driver", "torch", "triton")
+
+
+INTERPRETER_ONLY = ("provisional, never accepted: its correctness gate ran under the Triton interpreter, which runs "
+                    "programs one at a time (no race shows) and rounds bfloat16 as no GPU does; a GPU trial decides")
+
+
+#: A sum over rows (dW) summed in another order moves its float32 error by about ±12 %: the best against the
+#: baseline on the H200, 0.888-0.946 (reports/accuracy/0000-best-vs-baseline.ipynb), 1.06-1.13 the other way
+#: round. Its guard allows this much at least: it is there for a rounding more (a half-precision accumulator
+#: moves the error tenfold), not for the order of a sum.
+SUM_ORDER_SLACK = 0.25
+
+
+NO_FULL_GATE = ("never accepted without the full correctness gate, which this trial did not run (its own provisional "
+                "judgement differed): re-measure")
+
+
+def ncu_ratios(result: TrialResult) -> dict[tuple[str, Key], tuple[float, float, float]]:
+    """(contender, case) -> (CUDA-event median ms, NCU kernels ms, their ratio), where both were measured."""
+    found = {}
+    for contender in ("candidate", "against"):
+        kernels: dict[Key, float] = {}
+        for launch in result.launches(contender=contender):
+            duration = launch.metrics.get(NCU_DURATION)
+            if duration is not None:
+                kernels[launch.key] = kernels.get(launch.key, 0.0) + duration / 1e6  # ns -> ms
+        for row in result.timing_rows(contender):
+            if row.key in kernels and row.median_ms is not None and kernels[row.key] > 0:
+                found[(contender, row.key)] = (row.median_ms, kernels[row.key], row.median_ms / kernels[row.key])
+    return found
+
+
+def ncu_bounds(history: list[TrialResult]) -> dict[Key, float]:
+    """The upper bound of each case's events/NCU ratio that the history supports (``NCU_HISTORY_MARGIN``)."""
+    recent = [t for t in history if t.status == "complete" and t.ncu is not None and t.ncu.scope == "full"
+              and t.timing is not None][-NCU_HISTORY_TRIALS:]
+    seen: dict[Key, list[float]] = {}
+    for trial in recent:
+        for (_, key), (_, _, ratio) in ncu_ratios(trial).items():
+            seen.setdefault(key, []).append(ratio)
+    return {key: min(NCU_AGREEMENT[1], sorted(ratios)[len(ratios) // 2] * NCU_HISTORY_MARGIN)
+            for key, ratios in seen.items() if len(ratios) >= NCU_HISTORY_MIN}
+
+
+def _stack(trial: TrialResult) -> tuple:
+    fingerprint = trial.fingerprint.model_dump() if trial.fingerprint is not None else {}
+    return tuple(fingerprint.get(k) for k in STACK)
+
+
+def best_slowdown(result: TrialResult, history: list[TrialResult]) -> list[str]:
+    """Why the current best ran slower in this trial than in the last one that timed it on the same stack
+    (``BEST_SLOWDOWN``); empty when it did not, or when nothing on this stack timed it before."""
+    if not result.against_sha or result.fingerprint is None or _stack(result)[0] is None:
+        return []
+    now = {r.key: r.median_ms for r in result.timing_rows("against") if r.median_ms}
+    for earlier in reversed([t for t in history if t.trial_id != result.trial_id]):
+        if earlier.status != "complete" or earlier.timing is None or _stack(earlier) != _stack(result):
+            continue
+        contender = ("candidate" if earlier.variant_sha == result.against_sha else
+                     "against" if earlier.against_sha == result.against_sha else None)
+        if contender is None:
+            continue
+        before = {r.key: r.median_ms for r in earlier.timing_rows(contender) if r.median_ms}
+        found = []
+        for pass_name in sorted({k[0] for k in now}):
+            slower = {k: now[k] / before[k] for k in now if k[0] == pass_name and k in before}
+            if not slower:
+                continue
+            geo = geomean(list(slower.values()))
+            worst = max(slower, key=slower.get)
+            if geo > BEST_SLOWDOWN[0] or slower[worst] > BEST_SLOWDOWN[1]:
+                found.append(f"the current best's {pass_name} ran {geo:.2f}x its times in trial "
+                             f"{earlier.trial_id:04d} on this stack ({worst[1]} {worst[2]}: {slower[worst]:.2f}x): "
+                             "the candidate beside it may have changed how it runs")
+        return found
+    return []
+
+
+def suspicions(result: TrialResult, history: list[TrialResult] | None = None) -> list[str]:
+    """Why a complete trial's measurements are not to be trusted: a timed call whose outputs were wrong, a
+    contender whose CUDA-event times disagree with its kernels' NCU durations (beyond the bound the history
+    supports for the case, else ``NCU_AGREEMENT``), or a current best slower than the history recorded it on
+    this stack. Empty when none."""
+    history = history or []
+    found = [f"spot check of a timed call: {c.contender} {c.pass_name} {c.shape} {c.dtype}: {c.reason}"
+             for c in (result.timing.spot_checks if result.timing else []) if not c.passed]
+    # A light profile (a staged trial not accepted as measured) does not profile the best: nothing to hold to.
+    if result.ncu is not None and result.ncu.scope == "full" and result.ncu.against_durations not in (None, "ok"):
+        found.append(f"the current best's kernel durations could not be profiled ({result.ncu.against_durations}):"
+                     " its times are held to nothing")
+    bounds = ncu_bounds(history)
+    for (contender, key), (events, kernels, ratio) in ncu_ratios(result).items():
+        upper = bounds.get(key, NCU_AGREEMENT[1])
+        if not NCU_AGREEMENT[0] <= ratio <= upper:
+            found.append(f"{contender} {key[0]} {key[1]} {key[2]}: CUDA events {events:.4g} ms, NCU kernels "
+                         f"{kernels:.4g} ms (ratio {ratio:.2f}, outside {NCU_AGREEMENT[0]}-{upper:.2f}"
+                         + (", the bound the history supports for this case)" if key in bounds else ")"))
+    return found + best_slowdown(result, history)
+
+
+@dataclass
+class Judgement:
+    verdict: VerdictName
+    reasons: list[str]
+    target_ratio: float = math.nan  # geomean candidate / current best on the target (< 1 is better)
+    target_interval: tuple[float, float] = (math.nan, math.nan)
+    ratios: dict[Key, float] = field(default_factory=dict)  # every judged metric, candidate / current best
+    suspicious: list[str] = field(default_factory=list)
+
+    @property
+    def gain(self) -> float:
+        return 1 - self.target_ratio if math.isfinite(self.target_ratio) else 0.0
+
+    def record(self, target: str, proposer: str) -> Verdict:
+        """The verdict as the trial's notebook records it."""
+        return Verdict(verdict=self.verdict, reasons=self.reasons, target=target, proposer=proposer,
+                       target_ratio=_finite(self.target_ratio),
+                       target_interval=[_finite(x) for x in self.target_interval], gain=self.gain,
+                       ratios=[JudgedRatio(pass_name=k[0], shape=k[1], dtype=k[2], ratio=v)
+                               for k, v in self.ratios.items()], suspicious=self.suspicious)
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None  # JSON has no NaN
+
+
+def _pct(ratio: float) -> str:
+    return f"{abs(ratio - 1) * 100:.1f}%"
+
+
+def judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[Key, float] | None = None,
+          history: list[TrialResult] | None = None) -> Judgement:
+    """The verdict on one complete trial against its current best. ``best_vs_baseline``: the accepted chain's
+    ratios (the cumulative guardrail); ``history``: the earlier trials of this device, which the measurements
+    are cross-checked with (``suspicions``)."""
+    best_vs_baseline = best_vs_baseline or {}
+    status = result.status
+    if status != "complete":
+        what = {"failed-correctness": "failed the correctness gate", "invalid-variant": "is not a valid variant",
+                "crashed": "crashed or timed out"}.get(status, f"ended as {status}")
+        return Judgement("rejected", [f"the variant {what}: {result.reason}".strip()])
+    if not result.against:
+        raise ValueError("a trial without --against has no current best to be judged against")
+    if result.against_sha == result.variant_sha:
+        return Judgement("rejected", ["the variant is identical to the current best"])
+
+    suspicious = suspicions(result, history)
+    if suspicious:
+        return Judgement("rejected", [f"suspicious measurements, never accepted: {suspicious[0]}"
+                                      + (f" (and {len(suspicious) - 1} more)" if len(suspicious) > 1 else "")],
+                         suspicious=suspicious)
+    times, memory = measured_ratios(result)
+    reasons, remeasure = [], []  # regressions (rejected); possible regressions (never accepted, re-measured)
+    limit, cumulative = 1 + guardrails.max_regression, 1 + guardrails.max_cumulative_regression
+    for key, (ratio, low, high) in times.items():
+        label = f"{key[0]} {key[1]} {key[2]}"
+        measured = speedup(ratio, low, high)
+        chain = best_vs_baseline.get(key, 1.0)
+        step_limit = f"{speedup_limit(guardrails.max_regression)} the guardrails allow (max_regression " \
+                     f"{guardrails.max_regression:.0%})"
+        chain_limit = f"{speedup_limit(guardrails.max_cumulative_regression)} the guardrails allow " \
+                      f"(max_cumulative_regression {guardrails.max_cumulative_regression:.0%})"
+        through = (f"{speedup(ratio * chain, low * chain, high * chain)} over the baseline through the accepted "
+                   f"variants (this trial's {measured} times the accepted variants' {speedup(chain)})")
+        # A regression is decided on the interval's better end: slower for certain only when the whole interval
+        # lies above the limit. Without an interval (fewer than two repetitions) the point decides, as it must.
+        sure = low if math.isfinite(low) else ratio
+        if sure > limit:
+            reasons.append(f"{label}: {measured} over the current best, "
+                           f"{'wholly ' if math.isfinite(low) else ''}below the {step_limit}")
+        elif sure * chain > cumulative:
+            reasons.append(f"{label}: {through}, {'wholly ' if math.isfinite(low) else ''}below the {chain_limit}")
+        elif ratio > limit:
+            remeasure.append(f"{label}: possibly slower than allowed: {measured} over the current best, an "
+                             f"interval that contains the {step_limit}: re-measure")
+        elif ratio * chain > cumulative:
+            remeasure.append(f"{label}: possibly slower than allowed: {through}, an interval that contains the "
+                             f"{chain_limit}: re-measure")
+    for key, ratio in memory.items():
+        label = f"peak memory {key[1]} {key[2]}"
+        if ratio > limit:
+            reasons.append(f"{label}: {_pct(ratio)} more than the current best (ratio {ratio:.3f}; at most "
+                           f"{guardrails.max_regression:.0%} allowed)")
+        elif ratio * best_vs_baseline.get(key, 1.0) > cumulative:
+            reasons.append(f"{label}: {_pct(ratio * best_vs_baseline.get(key, 1.0))} more than the baseline "
+                           f"through the accepted variants")
+
+    better = []  # accuracy gained, reported beside the target
+    reductions = accuracy_reductions(result)
+    for key, (mine, best, ratio) in accuracy_ratios(result).items():
+        dtype, config, output = key
+        label = f"accuracy of {output} {dtype}" + (f" [{config}]" if config else "")
+        allowed = guardrails.max_accuracy_regression
+        if key in reductions:
+            allowed = max(allowed, SUM_ORDER_SLACK)
+        if math.isinf(ratio):
+            reasons.append(f"{label}: results that are not finite where the float64 reference and the current "
+                           "best's are")
+        elif ratio > 1 + allowed:
+            reasons.append(f"{label}: error against float64 {ratio:.2f}x the current best's ({mine:.3g} vs "
+                           f"{best:.3g}; at most {allowed:.0%} more allowed)")
+        elif ratio < 1 / (1 + allowed):
+            better.append(f"{label}: error against float64 {ratio:.2f}x the current best's ({mine:.3g} vs {best:.3g})")
+
+    ratios = {**{k: v[0] for k, v in times.items()}, **memory}
+    if guardrails.target == "memory":
+        values = list(memory.values())
+        point = geomean(values)
+        low = high = point
+        improved, worse = point < 1 - 1e-9, point >= 1 - 1e-9
+    else:
+        rows = [v for k, v in times.items() if k[0] == guardrails.target]
+        if not rows:
+            return Judgement("rejected", [f"the trial has no {guardrails.target} timings to judge"], ratios=ratios)
+        point, low, high = geomean_interval(rows)
+        improved, worse = high < 1, low >= 1
+    if not math.isfinite(point):
+        return Judgement("rejected", [f"no {guardrails.target} measurement to judge"], ratios=ratios)
+    if guardrails.target == "memory":
+        target = f"memory: peak memory {point:.3f} of the current best's (geomean over the suite)"
+    else:
+        target = (f"{guardrails.target}: {speedup(point, low, high)} over the current best (geomean over the "
+                  "suite)")
+    if reasons:
+        return Judgement("rejected", [*reasons, *remeasure, target], point, (low, high), ratios)
+    interpreted = result.device == "interpret" or bool(result.correctness and result.correctness.interpreted)
+    if worse:
+        return Judgement("rejected", [f"{target}: not better than the current best", *remeasure], point,
+                         (low, high), ratios)
+    if remeasure:
+        return Judgement("inconclusive", [*remeasure, f"{target}; a possible regression is never accepted"],
+                         point, (low, high), ratios)
+    if improved and result.correctness is not None and result.correctness.stage != "full":
+        return Judgement("inconclusive", [target, NO_FULL_GATE], point, (low, high), ratios)
+    if improved and interpreted:
+        return Judgement("provisional", [target, INTERPRETER_ONLY], point, (low, high), ratios)
+    if improved:
+        return Judgement("accepted", [target, *better], point, (low, high), ratios)
+    return Judgement("inconclusive", [f"{target}: the interval straddles 1, noise is larger than the effect; "
+                                      "re-measure, never accept"], point, (low, high), ratios)

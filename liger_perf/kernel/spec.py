@@ -1,0 +1,268 @@
+"""What the loop must know about a kernel without reading its Triton code.
+
+A kernel lives in ``kernels/<name>/``: ``spec.py`` defines one ``KernelSpec`` subclass (the math, the inputs,
+the passes, the suites, the tolerances, the byte counts) and ``baseline.py`` is variant zero.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field, replace
+from types import ModuleType
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+PASSES = ("forward", "backward", "full")
+
+Shape = tuple[int, ...]
+Inputs = dict[str, Tensor]
+Outputs = tuple[Tensor, ...]
+# Runs a kernel's forward: the variant's public interface, or the PyTorch reference.
+ForwardFn = Callable[[Inputs, Mapping[str, Any]], Outputs]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """When a result counts as equal to its reference.
+
+    An element passes when ``|out - ref| <= atol + rtol * |ref|``; the whole tensor must also satisfy
+    ``||out - ref|| / ||ref|| <= norm``. The norm bound is what catches a systematic error (a wrong casting
+    mode shifts every element of a row by a fraction of an ulp) that stays inside the per-element bound.
+    """
+
+    atol: float
+    rtol: float
+    norm: float
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    same_dtype: Tolerance  # against the casting-faithful PyTorch reference in the same dtype: tight
+    float64: Tolerance  # against the same math in float64: scaled to the dtype's precision
+    convergence: float  # relative difference allowed in a training loss or a trained weight
+    #: For outputs that sum over rows (``KernelSpec.row_reductions``), against the same-dtype reference: their
+    #: rounding legitimately depends on the order of summation, which PyTorch's CPU and GPU reductions differ in.
+    row_reduction: Tolerance | None = None
+
+    def for_output(self, name: str, row_reductions: Sequence[str]) -> tuple[Tolerance, Tolerance]:
+        """(against the same-dtype reference, against float64) for one output."""
+        if name not in row_reductions:
+            return self.same_dtype, self.float64
+        # A sum over thousands of rows of half-precision products can cancel to a value far smaller than its
+        # terms, so one element's relative error against float64 says nothing; the norm bound still holds.
+        return self.row_reduction or self.same_dtype, replace(self.float64, atol=math.inf)
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """A knob change that answers a diagnosis, with the reason it should help and the effect to expect."""
+
+    changes: Mapping[str, Any]
+    why: str
+    effect: str
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What one kernel launch asks of the GPU, as the kernel author estimates it for given knobs.
+
+    ``threads``: per block (warps x 32); ``shared_bytes``: shared memory per block (software-pipelining buffers,
+    reduction scratch); ``registers``: an estimate of the registers per thread the live values need, or None;
+    ``elements``: the largest block-level tensor, in elements."""
+
+    kernel: str
+    threads: int
+    shared_bytes: int = 0
+    registers: int | None = None
+    elements: int = 0
+
+
+@dataclass(frozen=True)
+class Case:
+    """One point of a check or a benchmark: a shape, a dtype and the kernel's options."""
+
+    shape: Shape
+    dtype: torch.dtype
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+    def config_label(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.config.items())
+
+    def label(self) -> str:
+        opts = self.config_label()
+        return f"{shape_label(self.shape)} {dtype_name(self.dtype)}" + (f" [{opts}]" if opts else "")
+
+
+#: Rows of the gate's width cases: several programs (a row each where rows are split), and cheap.
+BOUNDARY_ROWS = 3
+
+
+def _prime_below(n: int) -> int:
+    """The largest prime below ``n`` (``n`` >= 3)."""
+    for candidate in range(n - 1, 1, -1):
+        if all(candidate % d for d in range(2, math.isqrt(candidate) + 1)):
+            return candidate
+    return 2
+
+
+def shape_label(shape: Shape) -> str:
+    return "x".join(map(str, shape))
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class KernelSpec(ABC):
+    """Everything the loop needs to know about one kernel. Subclass it in ``kernels/<name>/spec.py``."""
+
+    name: str
+    #: The math, stated once; shown by ``liger-perf kernels`` and handed to code-writing proposers.
+    math: str
+    #: Names a variant module must define (its public interface).
+    interface: tuple[str, ...]
+    #: Inputs that receive gradients, in the order ``make_inputs`` returns them.
+    differentiable: tuple[str, ...]
+    #: Names of the forward's outputs, in order.
+    outputs: tuple[str, ...]
+    #: Outputs (or gradients, named ``d<input>``) that are sums over rows, such as a weight's gradient.
+    row_reductions: tuple[str, ...] = ()
+    passes: tuple[str, ...] = PASSES
+    #: Dtypes per suite. The Triton interpreter rounds float32 -> bfloat16 by truncation where a GPU rounds to
+    #: nearest even, so a casting-faithful comparison in bfloat16 is only meaningful on a GPU; the interpreter
+    #: suite checks the half-precision casting paths in float16, whose conversions it rounds correctly.
+    dtypes: Mapping[str, tuple[torch.dtype, ...]] = {
+        "gpu": (torch.float32, torch.bfloat16),
+        "interpret": (torch.float32, torch.float16),
+    }
+    #: Benchmark shapes: "gpu" for a CUDA device, "interpret" (small) for the Triton interpreter.
+    suites: Mapping[str, Sequence[Shape]]
+    #: Shapes the correctness gate sweeps per suite: odd widths, one row, rows that do not divide evenly.
+    check_shapes: Mapping[str, Sequence[Shape]]
+    #: Kernel options the gate sweeps (casting modes and the like); the benchmark uses ``bench_config``.
+    check_configs: Sequence[Mapping[str, Any]] = ({},)
+    bench_config: Mapping[str, Any] = {}
+    tolerances: Mapping[torch.dtype, Tolerances]
+    #: Kernel knowledge for the rules proposer: per pass, per diagnosis (``spills``,
+    #: ``register_limited_occupancy``, ``low_achieved_occupancy``, ``under_one_wave``, ``memory_latency``,
+    #: ``extra_launches``), the knob changes worth trying, best first; ``explore`` lists moves to try when no
+    #: diagnosis is left.
+    remedies: Mapping[str, Mapping[str, Sequence[Remedy]]] = {}
+
+    @abstractmethod
+    def make_inputs(self, shape: Shape, dtype: torch.dtype, device: torch.device,
+                    generator: torch.Generator | None = None, config: Mapping[str, Any] | None = None) -> Inputs:
+        """Fresh random inputs (never zeros: they hide unwritten outputs); seeded only through ``generator``.
+
+        ``config`` is the case's kernel options: a spec may shape its inputs to what the options must survive
+        (activation outliers for a casting mode that promises float32 statistics, say)."""
+
+    def tolerance(self, dtype: torch.dtype, config: Mapping[str, Any]) -> Tolerances:
+        """Tolerances for a case; override where an option (a casting mode, say) changes what is achievable."""
+        return self.tolerances[dtype]
+
+    @abstractmethod
+    def reference(self, inputs: Inputs, config: Mapping[str, Any]) -> Outputs:
+        """The PyTorch reference, casting-faithful in the inputs' dtype and valid in float64."""
+
+    @abstractmethod
+    def call(self, variant: ModuleType, inputs: Inputs, config: Mapping[str, Any]) -> Outputs:
+        """Run a variant's forward through its public interface."""
+
+    @abstractmethod
+    def min_bytes(self, pass_name: str, shape: Shape, dtype: torch.dtype) -> int:
+        """Fewest bytes the pass must move through device memory: each input read once, each output written once."""
+
+    @abstractmethod
+    def convergence_model(self, forward: ForwardFn, config: Mapping[str, Any], generator: torch.Generator,
+                          device: torch.device, dtype: torch.dtype) -> tuple[torch.nn.Module, Tensor, Tensor]:
+        """A small model that uses the kernel through ``forward``, and its training data ``(inputs, targets)``.
+
+        Built from ``generator`` alone, so two calls with equally seeded generators give the same model and data.
+        """
+
+    def launch_footprints(self, knobs: Mapping[str, Any], pass_name: str, shape: Shape,
+                          dtype: torch.dtype) -> list[Footprint]:
+        """The launches ``pass_name`` makes at ``shape`` and ``dtype`` with the variant's ``knobs`` (read from its
+        source, never imported), for the rules proposer's launch model (``liger_perf.propose.resources``).
+        Empty (the default): no model, nothing is ruled out."""
+        return []
+
+    def upstream_forward(self) -> ForwardFn | None:
+        """The upstream ``liger-kernel`` implementation, a peer to compare against; None when that package (an
+        optional dependency) is not installed or has no such kernel."""
+        return None
+
+    def variant_forward(self, variant: ModuleType) -> ForwardFn:
+        return lambda inputs, config: self.call(variant, inputs, config)
+
+    def reference_forward(self) -> ForwardFn:
+        return self.reference
+
+    def grad_outputs(self, outputs: Outputs, generator: torch.Generator | None = None) -> Outputs:
+        """Random cotangents for every output, so that every output's gradient path is exercised; drawn on the
+        CPU (``generator`` is a CPU generator), so a seed gives the same values on every device."""
+        return tuple(torch.randn(o.shape, generator=generator).to(device=o.device, dtype=o.dtype) for o in outputs)
+
+    # -- what the correctness gate derives from the spec (``liger_perf.gate.correctness``) -------------------------
+
+    def batched_shape(self, shape: Shape) -> Shape:
+        """The check shape ``(rows, *row)`` as a model hands it over, with its rows split over two leading
+        dimensions (batch, sequence): ``make_inputs`` must accept it, and the outputs come back in it."""
+        rows, *row = shape
+        return (2, rows // 2, *row) if rows % 2 == 0 else (1, rows, *row)
+
+    def boundary_shapes(self, knobs: Mapping[str, Any], suite: str) -> list[Shape]:
+        """Shapes at the sizes a variant's knobs name: a power of two ``v`` >= 16 among the knob values (a block,
+        a chunk, a threshold between two paths) gives widths ``v - 1``, ``v`` and ``v + 1`` (a last block one
+        short, exactly full, one element into the next), a small integer ``n`` (rows per program, tile rows)
+        gives ``n - 1``, ``n`` and ``n + 1`` rows. The gate runs each in every option. Override where a kernel's
+        blocks run along another dimension."""
+        limit = 1 << (15 if suite == "interpret" else 17)
+        values = sorted({v for v in knobs.values() if isinstance(v, int) and not isinstance(v, bool)})
+        shapes = []
+        for v in values:
+            if 16 <= v < limit and v & (v - 1) == 0:
+                shapes += [(1, v + 1), (3, v - 1), (3, v)]
+            elif 2 <= v <= 128:
+                shapes += [(v + 1, 33), (v - 1, 33), (v, 33)]
+        return list(dict.fromkeys(shapes))
+
+    def width_sweep(self, suite: str) -> list[Shape]:
+        """Widths at the edges of every block the variant runs along the row: a Triton block is a power of two,
+        at least the row where the row is held whole, so at the widths of the suite and of the check shapes the
+        blocks are the powers of two up to the next one above the widest. Each power of two ``p`` up to that
+        gives ``p - 1``, ``p`` and (below the largest) ``p + 1`` columns, and a prime width no block divides;
+        ``BOUNDARY_ROWS`` rows each (several programs, and the smallest case that has them). The gate runs each
+        width once, the options and dtypes taking turns. Override (to return ``[]``, say) where a kernel's
+        blocks do not run along the row."""
+        widths = [s[-1] for s in (*self.suites[suite], *self.check_shapes[suite])]
+        largest = 1 << max(w - 1 for w in widths).bit_length()
+        found, p = [], 2
+        while p <= largest:
+            found += [p - 1, p] + ([p + 1] if p < largest else [])
+            p *= 2
+        found.append(_prime_below(largest * 3 // 4))
+        return [(BOUNDARY_ROWS, w) for w in dict.fromkeys(found)]
+
+    def large_shape(self) -> Shape:
+        """A GPU check shape of more than 2**31 elements: an offset computed in 32 bits overflows in it."""
+        return (2**31 // 8192 + 1, 8192)
+
+    def may_overwrite_cotangents(self, config: Mapping[str, Any]) -> bool:
+        """Whether the backward may write into the gradients it is given (an in-place option); otherwise the gate
+        fails a variant that does, since autograd may hand the same gradient to other consumers."""
+        return False
+
+    def gradient_names(self) -> tuple[str, ...]:
+        return tuple(f"d{name}" for name in self.differentiable)
+
+    def cases(self, suite: str, kind: str = "check") -> list[Case]:
+        """The check cases (every shape x dtype x config) or the benchmark cases of a suite."""
+        if kind == "check":
+            return [Case(tuple(s), d, dict(c)) for c in self.check_configs for d in self.dtypes[suite]
+                    for s in self.check_shapes[suite]]
+        return [Case(tuple(s), d, dict(self.bench_config)) for d in self.dtypes[suite] for s in self.suites[suite]]

@@ -1,0 +1,407 @@
+"""The rules proposer: diagnose the current best from its NCU metrics, turn the knob the diagnosis points to.
+
+Diagnoses are read from the dominant kernel (the longest) of the target pass at each shape and dtype of the
+best trial: register spills (local-memory traffic), occupancy limited by registers, achieved occupancy far
+under theoretical, fewer than one wave of blocks, and memory latency (long-scoreboard stalls while DRAM is far
+from its peak); and from all of the pass's launches: extra launches (kernels beside the dominant one that take
+a large share of the pass's time). Which knob changes answer which diagnosis is kernel knowledge, declared by the spec
+(``KernelSpec.remedies``); this module only ranks, filters and writes them.
+
+When the spec's remedies are used up (or a spec declares none), it searches the variant's ``KNOB_CHOICES``:
+one knob changed at a time from the current best, to a value the knob lists, in an order the diagnoses set
+(``_knob_moves``; the keyword tables ``PASS_PREFIXES``, ``KNOB_KINDS`` and ``DIAGNOSIS_PREFERENCES``). Only
+when every such move is in the history too does it stop.
+
+Before it proposes anything it asks the spec's launch model (``resources``) whether every launch of the
+variant fits the device the best ran on, at every suite and gate shape: a configuration that cannot launch
+(shared memory, threads, tile size) is skipped, never spent a trial on.
+
+It never proposes a variant the history already holds, and it learns from rejections: a knob moved in one
+direction from a given value by a trial that did not improve the target is not moved that way from that value
+again (a trial that improved the target but broke a guardrail elsewhere rules nothing out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from liger_perf.propose import Context, Proposal, Stop, tried_sources
+from liger_perf.propose.resources import footprints, launch_problem, limits_for, spilling_shapes
+from liger_perf.record.schema import NCU_DURATION, NcuLaunch, TrialResult
+from liger_perf.kernel.spec import Remedy
+from liger_perf.kernel.variants import read_knobs, source_hash, with_knobs
+
+
+@dataclass
+class Diagnosis:
+    name: str
+    severity: float
+    evidence: str
+
+
+def _numel(shape: str) -> int:
+    n = 1
+    for part in shape.split("x"):
+        n *= int(part)
+    return n
+
+
+#: Launches beside a pass's longest kernel (a separate reduction, a cast) that take this share of its kernel
+#: time are a diagnosis of their own: fusing them away is worth more than tuning the main kernel.
+EXTRA_LAUNCH_SHARE = 0.15
+
+
+def diagnose(trial: TrialResult, pass_name: str) -> list[Diagnosis]:
+    """What the NCU metrics of ``trial`` say about ``pass_name``, most severe first (empty without NCU)."""
+    dominant: dict[tuple[str, str], NcuLaunch] = {}
+    for launch in trial.launches(pass_name):
+        key = (launch.shape, launch.dtype)
+        time = launch.metric(NCU_DURATION)
+        if key not in dominant or time > dominant[key].metric(NCU_DURATION):
+            dominant[key] = launch
+    found: dict[str, Diagnosis] = {}
+
+    def note(name: str, severity: float, evidence: str) -> None:
+        if severity > 0 and (name not in found or severity > found[name].severity):
+            found[name] = Diagnosis(name, severity, evidence)
+
+    launch_time: dict[tuple[str, str], float] = {}
+    for launch in trial.launches(pass_name):
+        key = (launch.shape, launch.dtype)
+        launch_time[key] = launch_time.get(key, 0.0) + (launch.metric(NCU_DURATION) or 0.0)
+    for (shape, dtype), launch in sorted(dominant.items(), key=lambda kv: _numel(kv[0][0])):
+        total = launch_time.get((shape, dtype), 0.0)
+        others = total - (launch.metric(NCU_DURATION) or 0.0)
+        if total > 0 and others / total >= EXTRA_LAUNCH_SHARE:
+            extra = sorted({x.kernel for x in trial.launches(pass_name) if (x.shape, x.dtype) == (shape, dtype)}
+                           - {launch.kernel})
+            note("extra_launches", others / total, f"{pass_name} {shape} {dtype}: {', '.join(extra)} beside "
+                 f"{launch.kernel} take {others / total:.0%} of the pass's kernel time ({others / 1e3:.1f} of "
+                 f"{total / 1e3:.1f} us)")
+
+        m = {k: v for k, v in launch.metrics.items() if v is not None}  # an unreadable counter says nothing
+        where = f"{pass_name} {shape} {dtype}, kernel {launch.kernel}"
+        local = m.get("l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum", 0) + m.get(
+            "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum", 0)
+        dram = m.get("dram__bytes_read.sum", 0) + m.get("dram__bytes_write.sum", 0)
+        regs = m.get("launch__registers_per_thread")
+        if local > 0:
+            note("spills", 1 + local / max(dram, 1), f"{where}: {regs:.0f} registers per thread and "
+                 f"{local / 1e6:.0f} MB of local-memory traffic (register spills) beside {dram / 1e6:.0f} MB of DRAM")
+        theoretical = m.get("sm__maximum_warps_per_active_cycle_pct")
+        achieved = m.get("sm__warps_active.avg.pct_of_peak_sustained_active")
+        by_regs, by_warps = m.get("launch__occupancy_limit_registers"), m.get("launch__occupancy_limit_warps")
+        if theoretical is not None and by_regs is not None and by_warps is not None:
+            if by_regs < by_warps and theoretical < 50:
+                note("register_limited_occupancy", (50 - theoretical) / 50,
+                     f"{where}: theoretical occupancy {theoretical:.0f}%, limited by registers ({regs:.0f}/thread)")
+        if theoretical and achieved is not None and achieved < 0.6 * theoretical:
+            note("low_achieved_occupancy", 1 - achieved / theoretical,
+                 f"{where}: achieved occupancy {achieved:.0f}% of a theoretical {theoretical:.0f}%")
+        waves = m.get("launch__waves_per_multiprocessor")
+        if waves is not None and waves < 1:
+            note("under_one_wave", 1 - waves, f"{where}: {waves:.2f} waves of blocks ("
+                 f"{m.get('launch__grid_size', 0):.0f} blocks): part of the GPU idles")
+        stalls = launch.stalls()
+        dram_pct = m.get("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed")
+        if stalls and dram_pct is not None and dram_pct < 60:
+            top = max(stalls, key=stalls.get)
+            if top == "long_scoreboard":
+                note("memory_latency", (60 - dram_pct) / 60, f"{where}: DRAM at {dram_pct:.0f}% of peak and "
+                     f"long-scoreboard stalls dominate ({stalls[top]:.1f} cycles per issued instruction)")
+    return sorted(found.values(), key=lambda d: -d.severity)
+
+
+def _direction(choices: list, old, new):
+    """+1 / -1 along an ordered knob, or the new value itself for a categorical one."""
+    numeric = [c for c in choices if isinstance(c, (int, float)) and not isinstance(c, bool)]
+    if isinstance(old, (int, float)) and isinstance(new, (int, float)) and not isinstance(new, bool) \
+            and old in numeric and new in numeric:
+        return 1 if new > old else -1
+    return repr(new)
+
+
+# -- searching KNOB_CHOICES when the spec's remedies are used up -----------------------------------------------
+# Knob names say which pass and which kind of work they size; these tables read that from the name alone
+# (case-insensitive), so a new kernel needs no entry here, only the usual naming.
+
+#: A knob whose name starts with one of these belongs to that pass alone; any other knob is shared by both.
+PASS_PREFIXES = {"forward": ("fwd_", "forward_"), "backward": ("bwd_", "backward_")}
+
+#: Keyword in a knob's name (its pass prefix dropped) -> the kind of knob; the first keyword found decides.
+KNOB_KINDS = (
+    ("warps", "warps"),  # warps per program
+    ("stages", "stages"),  # software-pipelining depth
+    ("rows", "rows"),  # rows per program
+    ("block", "block"),  # elements or columns a program holds at once
+    ("tile", "block"),
+    ("chunk", "block"),
+)
+
+#: Diagnosis -> the kinds of knob it points to, most telling first, each with the direction the diagnosis
+#: suggests (+1 larger, -1 smaller, 0 either way). Kinds a diagnosis does not name come after the named ones.
+DIAGNOSIS_PREFERENCES = {
+    # Too much live state per thread: spread a tile over more threads, hold less of it, pipeline less.
+    "spills": (("warps", +1), ("block", -1), ("stages", -1), ("rows", -1)),
+    # Registers cap the warps an SM holds: change the warps per program, hold less, pipeline less.
+    "register_limited_occupancy": (("warps", 0), ("block", -1), ("stages", -1), ("rows", -1)),
+    # Too few programs for the SMs: smaller blocks and fewer rows per program make more of them; more warps
+    # fill the SMs that do get one.
+    "under_one_wave": (("block", -1), ("rows", -1), ("warps", +1)),
+    # The SMs hold fewer warps than they could: more, shorter programs; smaller blocks; other warp counts.
+    "low_achieved_occupancy": (("rows", -1), ("block", -1), ("warps", 0)),
+    # Loads wait on DRAM while it idles: deeper pipelining and larger tiles keep more loads in flight.
+    "memory_latency": (("stages", +1), ("block", +1), ("rows", +1), ("warps", +1)),
+    # Another kernel beside the main one: more rows per program leave fewer partials for it to reduce.
+    "extra_launches": (("rows", +1),),
+}
+
+_DIRECTION_WORDS = {1: "larger", -1: "smaller", 0: "either way"}
+
+
+def knob_pass(knob: str) -> str | None:
+    """The pass a knob belongs to by its name's prefix (``bwd_``, ``fwd_``), or None for a shared knob."""
+    lowered = knob.lower()
+    return next((p for p, prefixes in PASS_PREFIXES.items() if lowered.startswith(prefixes)), None)
+
+
+def knob_kind(knob: str) -> str | None:
+    """The kind of a knob (``warps``, ``stages``, ``rows``, ``block``) by a keyword in its name, or None."""
+    lowered = knob.lower()
+    for prefix in PASS_PREFIXES.get(knob_pass(knob), ()):
+        lowered = lowered.removeprefix(prefix)
+    return next((kind for keyword, kind in KNOB_KINDS if keyword in lowered), None)
+
+
+@dataclass
+class KnobMove:
+    """One knob changed from the current best to another value it lists, with why it comes where it does."""
+
+    knob: str
+    old: object
+    new: object
+    pass_name: str | None
+    diagnosis: Diagnosis | None
+    reason: str
+
+
+def _knob_moves(knobs: dict, choices: dict, target: str, plans: list[tuple[str | None, Diagnosis | None]]):
+    """Every single-knob move the choices allow, once each, in the order of ``plans``: for each (pass, diagnosis)
+    in turn (the most severe first; a diagnosis of None is the plain walk), the moves sorted by
+
+    1. the knob's pass: the diagnosed pass's own knobs (``bwd_*`` for the backward), then shared knobs, then
+       the other pass's;
+    2. the diagnosis's direction for the knob's kind: a move the way it suggests, then a move it has no view on
+       (a kind it does not name, or a value such as "auto" that is no step along the list), then the other way;
+    3. how near the new value is to the current one in the knob's list of choices;
+    4. the kind's place in the diagnosis's preferences, then the knob's place in ``KNOBS``.
+
+    A knob that belongs to a pass the target does not time (``bwd_*`` for ``forward``) is never moved."""
+    timed = {"forward": {"forward"}, "backward": {"backward"}}.get(target, {"forward", "backward"})
+    movable = [k for k in knobs if k in choices and (knob_pass(k) is None or knob_pass(k) in timed)]
+    seen = set()
+    for pass_name, diagnosis in plans:
+        preferences = dict(DIAGNOSIS_PREFERENCES.get(diagnosis.name, ())) if diagnosis else {}
+        kinds = list(preferences)
+        ranked = []
+        for order, knob in enumerate(movable):
+            old, listed = knobs[knob], list(choices[knob])
+            owner, kind = knob_pass(knob), knob_kind(knob)
+            pass_rank = 0 if owner == pass_name else 1 if owner is None else 2
+            wanted = preferences.get(kind)
+            for index, new in enumerate(listed):
+                if new == old:
+                    continue
+                distance = abs(index - listed.index(old)) if old in listed else index + 1
+                step = _direction(listed, old, new)
+                if diagnosis is None:
+                    tier, view = 0, "no diagnosis to order by: nearest values first"
+                elif wanted is None:
+                    tier, view = 1, f"{diagnosis.name} points to no knob of this kind: after the kinds it names"
+                elif not isinstance(step, int):
+                    tier, view = 1, (f"{diagnosis.name} points to {kind} {_DIRECTION_WORDS[wanted]}, but "
+                                     f"{old!r} -> {new!r} is no step along the list: after the moves it points to")
+                elif wanted == 0 or step == wanted:
+                    tier, view = 0, f"{diagnosis.name} points to {kind} {_DIRECTION_WORDS[wanted]}"
+                else:
+                    tier, view = 2, (f"{diagnosis.name} points to {kind} {_DIRECTION_WORDS[wanted]}: "
+                                     "this opposite move comes late")
+                where = (f"a {owner} knob" if owner else "a knob shared by both passes") + (
+                    f", {pass_name} diagnosed" if diagnosis else "")
+                rank = kinds.index(kind) if kind in kinds else len(kinds)
+                ranked.append(((pass_rank, tier, distance, rank, order), KnobMove(
+                    knob, old, new, pass_name, diagnosis, f"{where}; {view}")))
+        for _, move in sorted(ranked, key=lambda item: item[0]):
+            if (move.knob, repr(move.new)) not in seen:
+                seen.add((move.knob, repr(move.new)))
+                yield move
+
+
+class RulesProposer:
+    name = "rules"
+
+    def propose(self, context: Context) -> Proposal | Stop:
+        spec, best = context.spec, context.best
+        knobs, choices = read_knobs(context.best_source)
+        tried = tried_sources(context)
+        ran = _KnobsRan(context.trials, knobs, context.baseline_source)
+        rejected_moves = self._rejected_moves(context.trials, choices)
+        passes = ["forward", "backward"] if context.target == "full" else [context.target]
+        diagnoses = [(p, d) for p in passes for d in diagnose(best, p)] if context.target != "memory" else []
+        diagnoses.sort(key=lambda pd: -pd[1].severity)
+        skipped = []
+        unlaunchable = _LaunchModel(context, knobs)
+
+        def fresh_source(changes: dict) -> str | None:
+            """The best's source with ``changes``, unless the history holds it, ran those settings, or it cannot
+            launch (noted in ``skipped``)."""
+            source = with_knobs(context.best_source, changes)
+            if source_hash(source) in tried or ran(changes):
+                return None
+            problem = unlaunchable(changes)
+            if problem:
+                skipped.append(f"{changes} (cannot launch: {problem})")
+                return None
+            return source
+
+        plan = [(p, d, r) for p, d in diagnoses for r in spec.remedies.get(p, {}).get(d.name, ())]
+        plan += [(p, None, r) for p in passes for r in spec.remedies.get(p, {}).get("explore", ())]
+        for pass_name, diagnosis, remedy in plan:
+            changes = {k: v for k, v in remedy.changes.items() if knobs.get(k) != v}
+            # A remedy may name a knob the best's source predates (a knob added to the baseline since): it is
+            # for a later best that has it.
+            if not changes or any(k not in knobs or v not in choices.get(k, [v]) for k, v in changes.items()):
+                continue
+            moves = {(k, repr(knobs.get(k)), _direction(choices.get(k, []), knobs.get(k), v))
+                     for k, v in changes.items()}
+            if moves & rejected_moves:
+                skipped.append(f"{changes} (moves a knob the way a rejected trial did)")
+                continue
+            source = fresh_source(changes)
+            if source is None:
+                continue
+            evidence = diagnosis.evidence if diagnosis else (
+                "no NCU diagnosis left to act on" if best.ncu and best.ncu.status == "ok"
+                else f"no NCU profile to diagnose ({best.ncu.reason if best.ncu else 'none recorded'})")
+            return Proposal(
+                name="-".join(f"{k}-{v}" for k, v in changes.items()).replace("_", "-").lower(), source=source,
+                hypothesis=f"{evidence}. {remedy.why}{unlaunchable.spill_note(changes, diagnosis)}",
+                prediction=remedy.effect, changes=changes,
+                diagnosis=diagnosis.name if diagnosis else "explore")
+        remedies_left = "all tried or ruled out" if plan else "none for this target and its diagnoses"
+        for move in _knob_moves(knobs, choices, context.target,
+                                [*diagnoses, *((p, None) for p in passes)]):
+            changes = {move.knob: move.new}
+            if (move.knob, repr(move.old), _direction(choices[move.knob], move.old, move.new)) in rejected_moves:
+                skipped.append(f"{changes} (moves a knob the way a rejected trial did)")
+                continue
+            source = fresh_source(changes)
+            if source is None:
+                continue
+            diagnosis = move.diagnosis
+            ordered_by = (f"the {move.pass_name} diagnosis {diagnosis.name} ({diagnosis.evidence})" if diagnosis
+                          else "no diagnosis (" + ("the NCU profile shows none" if best.ncu and
+                                                   best.ncu.status == "ok" else "no NCU profile") + ")")
+            return Proposal(
+                name=f"explore-{move.knob}-{move.new}".replace("_", "-").lower(), source=source,
+                hypothesis=(f"Exploring KNOB_CHOICES, not a hand-written remedy (the spec's remedies: "
+                            f"{remedies_left}): knob {move.knob} from {move.old!r} to {move.new!r}, the only knob "
+                            f"changed from the current best. Ordered by {ordered_by}: {move.reason}."),
+                prediction=(f"unknown: a search step; the trial measures what {move.knob}={move.new!r} does to "
+                            f"{context.target}"),
+                changes=changes, diagnosis=f"explore-knobs:{diagnosis.name}" if diagnosis else "explore-knobs")
+        names = ", ".join(f"{p}:{d.name}" for p, d in diagnoses) or "none"
+        return Stop(f"nothing left to try for {context.target}: diagnoses [{names}]; every remedy the spec lists "
+                    f"for them and every exploration move is already in the history, and the knob choices are "
+                    f"exhausted too (every one-knob move KNOB_CHOICES allows from the current best is in it)"
+                    + (f" or was ruled out ({'; '.join(skipped[:3])})" if skipped else ""))
+
+    @staticmethod
+    def _rejected_moves(trials: list[TrialResult], choices: dict) -> set:
+        knobs_by_sha = {t.variant_sha: t.variant.knobs or {} for t in trials}
+        moves = set()
+        for t in trials:
+            if t.verdict != "rejected" or not t.changes or not t.against:
+                continue
+            if t.gain > 0:
+                # It won on the target and lost only on a guardrail somewhere: the direction is right, the
+                # step was too broad; the next remedy on the list may take it more narrowly.
+                continue
+            before = knobs_by_sha.get(t.against_sha, {})
+            for knob, value in t.changes.items():
+                if knob in before:
+                    moves.add((knob, repr(before[knob]), _direction(choices.get(knob, []), before[knob], value)))
+        return moves
+
+
+class _KnobsRan:
+    """Knob settings the history has measured, whatever baseline source they ran on: called with changes to the
+    best's knobs, whether a complete trial ran exactly those settings, or a screening found them clearly slower.
+
+    A changed baseline (a fix, a new knob) changes every variant's source, so a source hash no longer finds the
+    old trials: without this the proposer repeats them (trials 0019 and 0020 of the H200 history re-ran 0009
+    and 0011 after the baseline changed under them). A trial that failed its gate or crashed does not count: a
+    fixed baseline may make those settings work. A knob an older variant lacks counts at the value today's
+    baseline gives it, so a new knob should default to the behaviour before it; where it does not (the fused
+    kernel's ``bwd_grad_rounding`` defaults to ``"once"``; trials before 0022 rounded as autograd), settings
+    measured before are taken as measured with the new default."""
+
+    def __init__(self, trials: list[TrialResult], knobs: dict, baseline_source: str = ""):
+        baselines = [t for t in trials if t.name == "baseline" and t.variant.knobs]
+        self.defaults = dict(baselines[-1].variant.knobs) if baselines else {}
+        if baseline_source:
+            self.defaults.update(read_knobs(baseline_source)[0])
+        self.knobs = knobs
+        self.ran = set()
+        for t in trials:
+            if t.kind == "screening" and t.screening is not None:
+                for row in t.screening.rows:
+                    if not row.kept and row.source:
+                        try:
+                            self.ran.add(self._key(read_knobs(row.source)[0]))
+                        except Exception:  # noqa: BLE001 - a candidate whose KNOBS cannot be read: not a setting
+                            continue
+            elif t.status == "complete" and t.variant.knobs:
+                self.ran.add(self._key(t.variant.knobs))
+
+    def _key(self, knobs: dict) -> str:
+        return repr(sorted((k, repr(v)) for k, v in {**self.defaults, **knobs}.items()))
+
+    def __call__(self, changes: dict) -> bool:
+        return self._key({**self.knobs, **changes}) in self.ran
+
+
+class _LaunchModel:
+    """The spec's launch model asked about the best's knobs with some changed: called with the changes, the
+    reason a launch cannot run (at a suite or check shape, on the device the best trial ran on), or None."""
+
+    def __init__(self, context: Context, knobs: dict):
+        spec, best = context.spec, context.best
+        suite = best.suite if best.suite in spec.suites else next(iter(spec.suites), "")
+        self.spec, self.knobs = spec, knobs
+        self.shapes = [*spec.suites.get(suite, ()), *spec.check_shapes.get(suite, ())]
+        self.suite_shapes = list(spec.suites.get(suite, ()))
+        self.dtypes = list(spec.dtypes.get(suite, ()))
+        self.passes = [p for p in ("forward", "backward") if p in spec.passes]
+        self.limits = limits_for(best.fingerprint.compute_capability if best.fingerprint else None)
+
+    def __call__(self, changes: dict) -> str | None:
+        return launch_problem(self.spec, {**self.knobs, **changes}, self.passes, self.shapes, self.dtypes,
+                              self.limits)
+
+    def spill_note(self, changes: dict, diagnosis: Diagnosis | None) -> str:
+        """For a remedy of spills: where the register model still expects them (an estimate: it informs, the
+        trial decides); empty where the spec has no model."""
+        if diagnosis is None or diagnosis.name != "spills" or not self.suite_shapes or not self.dtypes:
+            return ""
+        knobs = {**self.knobs, **changes}
+        pass_name = "backward" if diagnosis.evidence.startswith("backward") else "forward"
+        if not footprints(self.spec, knobs, pass_name, self.suite_shapes[0], self.dtypes[0]):
+            return ""
+        still = spilling_shapes(self.spec, knobs, pass_name, self.suite_shapes, self.dtypes, self.limits)
+        return (f" (The launch model expects spills still at {', '.join(still)}.)" if still
+                else " (The launch model expects no spills at any suite shape.)")
+
+
+__all__ = ["DIAGNOSIS_PREFERENCES", "Diagnosis", "KNOB_KINDS", "KnobMove", "PASS_PREFIXES", "RulesProposer",
+           "Remedy", "diagnose", "knob_kind", "knob_pass"]

@@ -1,0 +1,353 @@
+"""The static check on a generated variant before it may run: an allow-list, a first filter before the sandbox.
+
+A variant module may
+- import only ``ALLOWED_IMPORTS`` (``torch``, ``triton``, ``triton.language``, ``math``, ``functools``,
+  ``typing``, ``__future__``);
+- reach into those modules only within their allowed surface (``surface``): tensor creation, dtypes and math of
+  ``torch``; ``torch.autograd.Function``; the device queries of ``torch.cuda``; ``triton.jit`` and its helpers;
+  the public language of ``triton.language``; all of ``math``. A module is never a value (``m = torch``);
+- use no dunder attribute, no frame or code object, no name that reaches the interpreter (``getattr``,
+  ``globals``, ``__builtins__``, ``open``, ``eval`` …), so no name can be built from a string; define no dunder
+  (a module-level ``__getattr__`` runs whenever a missing name is looked up);
+- touch no file by any route (``.numpy().dump``, ``.tofile``, ``torch.save`` …), and reach no internals of a JIT
+  function (``get_capture_scope``, ``.fn``, ``.src`` …: once compiled, its capture scope holds the builtins):
+  a kernel is only called or launched (``kernel[grid](...)``);
+- set attributes only on the ``ctx`` parameter of an ``autograd.Function``'s ``forward``/``backward``, and only
+  new ones (never one the context already has), and never rebind ``ctx``: an alias of a torch class named
+  ``ctx`` would otherwise patch torch for the whole process, the current best included;
+- use no inline assembly, under any name of ``triton.language``;
+- run nothing at import but definitions: at module level and in class bodies only imports, ``def``/``class``
+  with allowed decorators (``triton.jit`` …) and literal default arguments, literal assignments (and
+  ``tl.constexpr(<literal>)``), and docstrings.
+
+What the code then does when it is called is the sandbox's to contain; what it does at import is refused here.
+Each reason is one line, fed back to the language model for its repair.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+
+from liger_perf.core.errors import UserError
+from liger_perf.kernel.spec import KernelSpec
+from liger_perf.kernel.variants import read_knobs
+
+ALLOWED_IMPORTS = {"__future__", "math", "functools", "typing", "torch", "triton", "triton.language"}
+_TORCH_DTYPES = {"float16", "bfloat16", "float32", "float64", "half", "float", "double", "int8", "int16", "int32",
+                 "int64", "uint8", "bool", "long", "int", "float8_e4m3fn", "float8_e5m2"}
+_TORCH_FUNCTIONS = {
+    "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
+    "arange", "tensor", "as_tensor", "Tensor", "Size", "device", "dtype", "finfo", "iinfo", "promote_types",
+    "result_type", "is_grad_enabled", "no_grad", "enable_grad", "is_tensor", "is_floating_point",
+    "broadcast_shapes", "sum", "mean", "amax", "amin", "max", "min", "maximum", "minimum", "sqrt", "rsqrt", "exp",
+    "log", "tanh", "sigmoid", "relu", "where", "clamp", "abs", "square", "pow", "mul", "add", "sub", "div",
+    "matmul", "cat", "stack", "reshape", "addcmul", "erf", "cos", "sin", "softmax", "log_softmax",
+}
+_TORCH_MEMBERS = {"autograd.Function", "autograd.function.FunctionCtx", "cuda.get_device_properties",
+                  "cuda.current_device", "cuda.current_stream", "cuda.is_available", "cuda.device_count",
+                  "nn.functional.relu",
+                  "nn.functional.silu", "nn.functional.gelu"}
+_TRITON_MEMBERS = {"jit", "cdiv", "next_power_of_2", "autotune", "heuristics", "Config", "constexpr"}
+_FUNCTOOLS_MEMBERS = {"partial", "lru_cache", "cache", "wraps", "reduce"}
+#: Types only: typing's functions evaluate strings (``get_type_hints`` runs annotations through eval).
+_TYPING_MEMBERS = {"Any", "Optional", "Union", "Tuple", "List", "Dict", "Callable", "Sequence"}
+#: Decorators allowed on module-level and class-level definitions (they run at import).
+ALLOWED_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics", "staticmethod", "classmethod",
+                      "functools.lru_cache", "functools.cache", "functools.wraps"}
+FORBIDDEN_NAMES = {"open", "exec", "eval", "compile", "__import__", "breakpoint", "input", "globals", "locals",
+                   "vars", "memoryview", "setattr", "delattr", "getattr", "hasattr", "dir", "type", "object",
+                   "super", "property", "__builtins__", "__loader__", "__spec__", "__file__",
+                   "__dict__"}
+#: Objects whose attributes a variant may set (an autograd context keeps what the backward needs).
+ASSIGNABLE = {"ctx"}
+#: Attributes that reach the interpreter's internals from any object (frames, code, globals), or touch files,
+#: processes, the network or the environment whatever the object is.
+FORBIDDEN_ATTRIBUTES = {"gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame", "ag_code", "f_globals", "f_locals",
+                        "f_builtins", "f_back", "f_code", "tb_frame", "tb_next", "co_code", "func_globals",
+                        "system", "popen", "environ", "getenv", "putenv", "remove", "unlink", "rmdir", "rename",
+                        "write_text", "write_bytes", "read_text", "read_bytes", "mkdir", "makedirs", "chmod",
+                        "chown", "symlink", "fork", "spawn", "kill", "urlopen", "socket", "connect", "from_file",
+                        "tofile", "fromfile", "cpp_extension", "hub", "load_library", "load_inline",
+                        # files through numpy and torch's serialisation and storages
+                        "numpy", "dump", "dumps", "save", "load", "savetxt", "loadtxt", "storage",
+                        "untyped_storage", "share_memory_", "_share_filename_cpu_", "_share_fd_cpu_",
+                        # a JIT function's internals: its source, its Python function, its capture scope
+                        "fn", "fns", "src", "get_capture_scope", "cache", "device_caches", "used_global_vals",
+                        "kernel_decorators", "run", "warmup", "preload", "_unsafe_update_src", "hash",
+                        "cache_key", "module", "params", "arg_names"}
+#: Never on the surface, whatever a module's public names hold: inline assembly runs whatever it says.
+UNSAFE_SURFACE = {"triton.language.inline_asm_elementwise"}
+#: The autograd methods whose first parameter is the context, the one object a variant may set attributes on.
+CONTEXT_METHODS = {"forward", "backward", "setup_context", "jvp", "vjp"}
+
+
+@functools.cache
+def surface() -> frozenset[str]:
+    """Every dotted name a variant may reach in the allowed modules (by their full names)."""
+    import math
+
+    import triton.language as tl
+
+    names = {f"torch.{n}" for n in _TORCH_DTYPES | _TORCH_FUNCTIONS} | {f"torch.{m}" for m in _TORCH_MEMBERS}
+    names |= {f"triton.{n}" for n in _TRITON_MEMBERS} | {f"functools.{n}" for n in _FUNCTOOLS_MEMBERS}
+    names |= {f"math.{n}" for n in dir(math) if not n.startswith("_")}
+    # The language's own names and its math functions; never one of its modules (tl.math.core reaches knobs, os,
+    # builtins: a surface of whole modules is no surface).
+    names |= {f"triton.language.{n}" for n in _public_members(tl)}
+    names |= {f"triton.language.math.{n}" for n in _public_members(tl.math)}
+    names |= {f"typing.{n}" for n in _TYPING_MEMBERS}
+    return frozenset(names - UNSAFE_SURFACE)
+
+
+@functools.cache
+def context_attributes() -> frozenset[str]:
+    """What an autograd context already has (``save_for_backward``, ``needs_input_grad`` …): never set by a
+    variant, which may only add attributes of its own."""
+    from torch.autograd.function import BackwardCFunction, FunctionCtx
+
+    return frozenset(dir(FunctionCtx)) | frozenset(dir(BackwardCFunction))
+
+
+def _public_members(module) -> set[str]:
+    import types
+
+    return {n for n in dir(module) if not n.startswith("_") and not isinstance(getattr(module, n), types.ModuleType)}
+
+
+def _allowed_chain(dotted: str) -> bool:
+    """``dotted`` (a full module path and its attributes) is exactly a name on the surface: nothing reached
+    through one (an attribute of a surface member may be a module, and that module's attributes anything)."""
+    return dotted in surface()
+
+
+class _Checker(ast.NodeVisitor):
+    def __init__(self) -> None:
+        self.modules: dict[str, str] = {}  # local name -> the module it is bound to ("tl" -> "triton.language")
+        self.problem = ""
+        self.kernels: set[str] = set()  # module-level JIT functions: only called or launched
+        self.launches: set[int] = set()  # ids of the Name nodes that call or launch one
+        self.context = ""  # the ctx parameter of the autograd method being visited ("" elsewhere)
+        self.in_function_class = False  # visiting the body of a class derived from torch.autograd.Function
+
+    def fail(self, node: ast.AST, reason: str) -> None:
+        if not self.problem:
+            self.problem = f"line {getattr(node, 'lineno', '?')} {reason}"
+
+    # -- imports ------------------------------------------------------------------------------------------
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if alias.name not in ALLOWED_IMPORTS:
+                self.fail(node, f"imports {alias.name}: only {', '.join(sorted(ALLOWED_IMPORTS))}")
+            elif alias.asname:
+                self.modules[alias.asname] = alias.name
+            else:
+                self.modules[alias.name.split(".")[0]] = alias.name.split(".")[0]
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        if node.level or module not in ALLOWED_IMPORTS:
+            self.fail(node, f"imports from {module or '.'}: only {', '.join(sorted(ALLOWED_IMPORTS))}")
+            return
+        for alias in node.names:
+            full = f"{module}.{alias.name}"
+            if full in ALLOWED_IMPORTS:
+                self.modules[alias.asname or alias.name] = full
+            elif module != "__future__" and full not in surface():
+                self.fail(node, f"imports {full}: not on the surface a variant may use")
+
+    def visit_Match(self, node: ast.AST) -> None:
+        self.fail(node, "uses a match statement: its class patterns read attributes by name")
+
+    # -- definitions: where ctx may be written ------------------------------------------------------------
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        outer = self.in_function_class
+        self.in_function_class = any(self._dotted(b) == "torch.autograd.Function" for b in node.bases)
+        self.generic_visit(node)
+        self.in_function_class = outer
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        if node.name.startswith("__") and node.name.endswith("__"):
+            self.fail(node, f"defines {node.name}: no dunder methods or module hooks in a variant")
+        outer_context, outer_class = self.context, self.in_function_class
+        params = [*node.args.posonlyargs, *node.args.args]
+        self.context = (params[0].arg if self.in_function_class and node.name in CONTEXT_METHODS and params
+                        and params[0].arg == "ctx" else "")
+        self.in_function_class = False  # a class or function nested in it is not the autograd method
+        self.generic_visit(node)
+        self.context, self.in_function_class = outer_context, outer_class
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    # -- names and attributes -----------------------------------------------------------------------------
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id in FORBIDDEN_NAMES or (node.id.startswith("__") and node.id.endswith("__")):
+            self.fail(node, f"uses {node.id}(): no file, process or dynamic-code access in a variant")
+        elif node.id in self.modules:
+            self.fail(node, f"uses the module {node.id} as a value: only its allowed members")
+        elif node.id in ASSIGNABLE and not isinstance(node.ctx, ast.Load):
+            self.fail(node, f"rebinds {node.id}: ctx is the autograd context its method is given, nothing else")
+        elif node.id in self.kernels and id(node) not in self.launches:
+            self.fail(node, f"uses the JIT function {node.id} as a value: a kernel is only called or launched "
+                            f"({node.id}[grid](...))")
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        chain, root = [node.attr], node.value
+        while isinstance(root, ast.Attribute):
+            chain.append(root.attr)
+            root = root.value
+        chain.reverse()
+        if not isinstance(node.ctx, ast.Load):
+            if not (isinstance(root, ast.Name) and root.id == self.context and self.context and len(chain) == 1):
+                return self.fail(node, f"changes .{'.'.join(chain)}: a variant sets attributes only of the ctx "
+                                       "parameter of its autograd.Function's forward or backward")
+            if chain[0] in context_attributes():
+                return self.fail(node, f"replaces ctx.{chain[0]}: a variant adds attributes of its own to ctx, "
+                                       "never changes those it has")
+        if chain[-1] in ("format", "format_map"):
+            return self.fail(node, "formats with .format: its fields reach attributes by name; use an f-string")
+        module_chain = isinstance(root, ast.Name) and root.id in self.modules  # checked whole, on the surface
+        for attr in chain:
+            if attr.startswith("__") and attr.endswith("__"):
+                return self.fail(node, f"reaches {attr}: no introspection of the interpreter")
+            if attr in FORBIDDEN_ATTRIBUTES and not module_chain:
+                return self.fail(node, f"uses .{attr}: no file, process, network, environment, frame or JIT "
+                                       "internals access")
+        if isinstance(root, ast.Name) and root.id in self.kernels:
+            return self.fail(node, f"reaches {root.id}.{chain[0]}: a JIT function's internals are off limits")
+        if isinstance(root, ast.Name) and root.id in self.modules:
+            dotted = ".".join([self.modules[root.id], *chain])
+            if not isinstance(node.ctx, ast.Load):
+                return self.fail(node, f"changes {dotted}: a variant may not change torch, triton or math")
+            if not _allowed_chain(dotted):
+                return self.fail(node, f"uses {dotted}: not on the surface a variant may use")
+            return None  # the chain is checked whole: its inner Attribute nodes need no visit
+        self.visit(root)  # an object's attribute (a tensor's, ctx's): what it is built from is checked
+
+    # -- what runs at import --------------------------------------------------------------------------------
+    def check_module_level(self, body: list[ast.stmt], where: str) -> None:
+        for i, stmt in enumerate(body):
+            if isinstance(stmt, (ast.Import, ast.ImportFrom)) and where == "module":
+                continue
+            value = stmt.value if isinstance(stmt, ast.Expr) else None
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                continue  # a docstring
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self._definition(stmt)
+                continue
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                if all(isinstance(t, ast.Name) for t in targets) and self._literal(stmt.value):
+                    continue
+                self.fail(stmt, f"assigns something other than a literal in the {where} body: code there runs at "
+                                "import; compute it inside a function")
+                continue
+            if isinstance(stmt, ast.Pass):
+                continue
+            self.fail(stmt, f"runs a statement ({type(stmt).__name__}) in the {where} body: only definitions and "
+                            "literal assignments there (it would run at import)")
+
+    def _definition(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
+        for decorator in node.decorator_list:
+            target = decorator.func if isinstance(decorator, ast.Call) else decorator
+            name = self._dotted(target)
+            if name not in ALLOWED_DECORATORS:
+                self.fail(decorator, f"decorates {node.name} with {ast.unparse(target)}: only "
+                                     f"{', '.join(sorted(ALLOWED_DECORATORS))}")
+            elif isinstance(decorator, ast.Call) and not all(
+                    isinstance(a, ast.Constant) for a in [*decorator.args, *(k.value for k in decorator.keywords)]):
+                self.fail(decorator, f"passes a non-constant argument to the decorator of {node.name}")
+        if isinstance(node, ast.ClassDef):
+            for base in node.bases:
+                if self._dotted(base) not in {"torch.autograd.Function", "object"}:
+                    self.fail(base, f"class {node.name} derives from {ast.unparse(base)}: only "
+                                    "torch.autograd.Function")
+            if node.keywords:
+                self.fail(node, f"class {node.name} passes keywords to its metaclass")
+            self.check_module_level(node.body, "class")
+        else:
+            defaults = [*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)]
+            for default in defaults:
+                if not self._literal(default):
+                    self.fail(default, f"gives {node.name} a default argument that is not a literal (it runs at "
+                                       "import)")
+
+    def _dotted(self, node: ast.AST) -> str:
+        """The full dotted name of a module member, or of a builtin name; '' for anything else."""
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return ""
+        root = self.modules.get(node.id, node.id)
+        return ".".join([root, *reversed(parts)])
+
+    def _literal(self, node: ast.AST) -> bool:
+        """A constant, a container of literals, a signed number, an allowed module member (``torch.float32``),
+        or ``tl.constexpr(<literal>)``."""
+        if isinstance(node, ast.Constant):
+            return True
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return all(self._literal(e) for e in node.elts)
+        if isinstance(node, ast.Dict):
+            return all(k is None or self._literal(k) for k in node.keys) and all(self._literal(v) for v in node.values)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            return self._literal(node.operand)
+        if isinstance(node, ast.Attribute):
+            return _allowed_chain(self._dotted(node)) and self._dotted(node).split(".")[0] in self.modules.values()
+        if isinstance(node, ast.Call):
+            return (self._dotted(node.func) in {"triton.language.constexpr", "triton.constexpr"}
+                    and not node.keywords and all(self._literal(a) for a in node.args))
+        return False
+
+
+def check_generated_source(source: str, spec: KernelSpec) -> str:
+    """'' when ``source`` may run as a variant of ``spec``; otherwise the reason, in one line."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        return f"syntax error at line {e.lineno}: {e.msg}"
+    checker = _Checker()
+    for node in tree.body:  # the imports first: they bind the module names the rest is checked against
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            checker.visit(node)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and node not in tree.body:
+            checker.fail(node, "imports inside a function or class: imports belong at the top of the module")
+    if checker.problem:
+        return checker.problem
+    for node in tree.body:  # the JIT functions, and the places that call or launch them
+        if isinstance(node, ast.FunctionDef) and any(
+                checker._dotted(d.func if isinstance(d, ast.Call) else d) in ("triton.jit", "triton.autotune",
+                                                                               "triton.heuristics")
+                for d in node.decorator_list):
+            checker.kernels.add(node.name)
+    for node in ast.walk(tree):
+        for used in ([node.func] if isinstance(node, ast.Call) else [node.value] if isinstance(node, ast.Subscript)
+                     else []):
+            if isinstance(used, ast.Name):
+                checker.launches.add(id(used))
+    for node in tree.body:  # what the code reaches, then what of it runs at import
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            checker.visit(node)
+    checker.check_module_level(tree.body, "module")
+    if checker.problem:
+        return checker.problem
+    defined = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign):
+            defined.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            defined.add(node.target.id)
+    missing = [name for name in spec.interface if name not in defined]
+    if missing:
+        return (f"the module does not define {', '.join(missing)} "
+                f"(the {spec.name} interface: {', '.join(spec.interface)})")
+    try:
+        read_knobs(source)
+    except UserError as e:
+        return str(e)
+    return ""

@@ -1,0 +1,350 @@
+"""The history of a kernel: every trial notebook, read back into a pandas DataFrame.
+
+The notebooks are the only state the optimizer has. ``load_trials`` returns each trial's structured result
+(with the loop's verdict, if any); ``history_frame`` flattens them into one long table, one row per trial,
+pass, shape, dtype, contender and metric, with the trial's parameters and verdict as columns. A notebook that
+is corrupt, half-written or of another format is skipped with a one-line warning on stderr.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from liger_perf.record.notebook import read_result, read_verdict
+from liger_perf.kernel.registry import baseline_path
+from liger_perf.record.schema import Key, TrialResult
+from liger_perf.record.store import Store, trial_number
+from liger_perf.kernel.variants import source_hash
+from liger_perf.core.wording import count
+
+TRIAL_COLUMNS = ["trial_id", "name", "kind", "status", "verdict", "hypothesis", "prediction", "variant_sha256",
+                 "against_sha256", "device", "notebook"]
+COLUMNS = TRIAL_COLUMNS + ["pass", "shape", "dtype", "contender", "kernel_name", "metric", "value"]
+TIMING_METRICS = ("median_ms", "ratio", "ci_low", "ci_high", "bandwidth_fraction")
+
+
+_warned: set[str] = set()
+
+
+def warn(message: str) -> None:
+    """A warning on stderr, once per process: a command reads the history many times (a nightly run, each
+    kernel and round), and a notebook it skips is worth one line."""
+    if message in _warned:
+        return
+    _warned.add(message)
+    print(f"liger-perf: warning: {message}", file=sys.stderr)
+
+
+def forget_warnings() -> None:
+    """A new command starts: its warnings are said again."""
+    _warned.clear()
+
+
+#: The largest notebook read as a trial: a trial's notebook is well under 2 MB (the largest committed, 0.6 MB).
+NOTEBOOK_LIMIT = 32 * 2**20
+
+
+#: What a notebook file that is not a trial notebook raises while it is read: never more than a warning.
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError)
+
+
+def _read_no_follow(path: Path) -> str:
+    """The file's text, opened without following a link (one swapped in after the check above fails here)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, encoding="utf-8") as f:
+        return f.read(NOTEBOOK_LIMIT + 1)
+
+
+def read_trial(path: Path, kernel: str | None = None) -> TrialResult | None:
+    """A notebook's result with its verdict and path; None (with a one-line warning) if it is not a readable
+    trial notebook (of ``kernel``, when given): corrupt, half-written, of another format or another kernel."""
+    import nbformat
+    from pydantic import ValidationError
+
+    if path.is_symlink():  # never followed: it could name any file of the machine, and its text be shown
+        warn(f"skipping {path}: a symbolic link, not a trial notebook (links in a history are not followed)")
+        return None
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        warn(f"skipping {path}: not a readable notebook ({type(e).__name__})")
+        return None
+    if size > NOTEBOOK_LIMIT:
+        warn(f"skipping {path}: {size / 2**20:.0f} MB, larger than any trial notebook ({NOTEBOOK_LIMIT >> 20} MB "
+             "at most): move it out of the history")
+        return None
+    try:
+        # nbformat's own parser, without the conversion of every output into NotebookNodes: that conversion is
+        # most of the cost of a full read, and only the two tagged outputs are looked at.
+        nb = nbformat.reader.parse_json(_read_no_follow(path))
+        if not isinstance(nb, dict):
+            raise TypeError(f"a JSON {type(nb).__name__}, not a notebook object")
+        major = nbformat.reader.get_version(nb)[0]
+    except (*_UNREADABLE, nbformat.reader.NotJSONError) as e:
+        warn(f"skipping {path}: not a readable notebook ({type(e).__name__}: {_first_line(e)})")
+        return None
+    if major != 4 or not isinstance(nb.get("cells"), list):
+        warn(f"skipping {path}: " + (f"notebook format {major!r}, not 4" if major != 4 else "it has no cell list"))
+        return None
+    try:
+        result = read_result(nb)
+    except ValidationError as e:
+        where = ".".join(str(p) for p in e.errors()[0]["loc"]) if e.errors() else "?"
+        warn(f"skipping {path}: its result does not fit a trial result ({count(e.error_count(), 'problem')}, first at "
+             f"{where!r})")
+        return None
+    except _UNREADABLE as e:
+        warn(f"skipping {path}: its result output is malformed ({type(e).__name__}: {_first_line(e)})")
+        return None
+    if result is None:
+        warn(f"skipping {path}: it holds no trial result (half-written, or not a trial notebook)")
+        return None
+    if kernel is not None and result.kernel != kernel:
+        warn(f"skipping {path}: a trial of {result.kernel!r}, not of {kernel!r} (a notebook in the wrong folder)")
+        return None
+    try:
+        verdict = read_verdict(nb)
+    except _UNREADABLE as e:
+        warn(f"{path}: its verdict is malformed ({type(e).__name__}); read as a trial without a verdict")
+        verdict = None
+    # The file name's number is the trial's place in the history (what the result recorded is kept beside it).
+    numbered = trial_number(path)
+    recorded = result.trial_id
+    return result.model_copy(update={"trial_id": numbered if numbered is not None else recorded,
+                                     "recorded_trial_id": recorded, "judged": verdict, "notebook": str(path)})
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).splitlines()
+    return lines[0][:120] if lines else ""
+
+
+def load_trials(kernel: str, root: Path) -> list[TrialResult]:
+    """Every readable trial of ``kernel`` in the history folder ``root`` (``notebooks/<device>``), in order."""
+    trials = [t for p in Store(root).trial_notebooks(kernel) if (t := read_trial(p, kernel)) is not None]
+    return trials
+
+
+def _trial_columns(trial: TrialResult) -> dict[str, Any]:
+    return {"trial_id": trial.trial_id, "name": trial.name, "kind": trial.kind, "status": trial.status,
+            "verdict": trial.verdict, "hypothesis": trial.hypothesis, "prediction": trial.prediction,
+            "variant_sha256": trial.variant_sha, "against_sha256": trial.against_sha, "device": trial.device,
+            "notebook": trial.notebook}
+
+
+MEASUREMENT_COLUMNS = ["pass", "shape", "dtype", "contender", "kernel_name", "metric", "value"]
+
+
+def _append_rows(trial: TrialResult, index: int, cols: dict[str, list]) -> None:
+    """Append one trial's measurements to column lists, tagged with the trial's ``index``."""
+
+    def add(pass_name, shape, dtype, contender, kernel_name, metrics: dict):
+        n = len(metrics)
+        for key, value in (("trial", index), ("pass", pass_name), ("shape", shape), ("dtype", dtype),
+                           ("contender", contender), ("kernel_name", kernel_name)):
+            cols[key].extend([value] * n)
+        cols["metric"].extend(metrics.keys())
+        cols["value"].extend(metrics.values())
+
+    start = len(cols["metric"])
+    for r in trial.timing_rows():
+        add(r.pass_name, r.shape, r.dtype, r.contender, None, {m: getattr(r, m) for m in TIMING_METRICS})
+    for r in trial.memory_rows():
+        add("memory", r.shape, r.dtype, r.contender, None, {"peak_bytes": r.peak_bytes})
+    for launch in trial.launches():
+        add(launch.pass_name, launch.shape, launch.dtype, "candidate", launch.kernel,
+            {f"ncu:{m}": v for m, v in launch.metrics.items()})
+    if len(cols["metric"]) == start:  # a trial that measured nothing (failed the gate, crashed) appears once
+        add(None, None, None, None, None, {None: None})
+
+
+def history_frame(kernel: str, root: Path | None = None, trials: list[TrialResult] | None = None) -> pd.DataFrame:
+    """One row per trial, pass, shape, dtype, contender and metric (``COLUMNS``); of ``trials``, else of the
+    history folder ``root``."""
+    trials = load_trials(kernel, root) if trials is None else trials
+    cols: dict[str, list] = {c: [] for c in ["trial", *MEASUREMENT_COLUMNS]}
+    for index, trial in enumerate(trials):
+        _append_rows(trial, index, cols)
+    measurements = pd.DataFrame(cols)
+    # The trials' own columns are joined in by position: far cheaper than repeating them row by row.
+    per_trial = pd.DataFrame([_trial_columns(t) for t in trials], columns=TRIAL_COLUMNS)
+    frame = per_trial.iloc[measurements["trial"].to_numpy()].reset_index(drop=True)
+    for column in MEASUREMENT_COLUMNS:
+        frame[column] = measurements[column].to_numpy()
+    frame["value"] = pd.to_numeric(frame["value"], errors="coerce")
+    return frame[COLUMNS]
+
+
+# -- queries of the history: the accepted chain, its ratios, the module a trial ran ----------------------------
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+
+
+def measured_ratios(result: TrialResult) -> tuple[dict[Key, tuple[float, float, float]], dict[Key, float]]:
+    """``(times, memory)``: candidate / current best per (pass, shape, dtype) with the interval, and per
+    ("memory", shape, dtype). A ratio without its interval (fewer than two repetitions) has NaN bounds: the
+    judge finds it neither better nor worse, so inconclusive, never accepted on a bound that was not measured."""
+    times = {r.key: (r.ratio, _or(r.ci_low, math.nan), _or(r.ci_high, math.nan)) for r in result.candidate_ratios()}
+    peaks: dict[tuple[str, str], dict[str, float]] = {}
+    for r in result.memory_rows():
+        if r.peak_bytes is not None:
+            peaks.setdefault((r.shape, r.dtype), {})[r.contender] = r.peak_bytes
+    memory = {("memory", shape, dtype): p["candidate"] / p["against"]
+              for (shape, dtype), p in peaks.items() if p.get("against") and "candidate" in p}
+    return times, memory
+
+
+#: A quarter of each dtype's unit roundoff: errors below it are equal (``liger_perf.measure.accuracy``).
+ERROR_FLOOR = {"float64": 2.0 ** -55, "float32": 2.0 ** -26, "float16": 2.0 ** -13, "bfloat16": 2.0 ** -10}
+AccuracyKey = tuple[str, str, str]  # (dtype, config, output)
+
+
+def accuracy_ratios(result: TrialResult) -> dict[AccuracyKey, tuple[float, float, float]]:
+    """Per (dtype, options, output or gradient): ``(candidate's error, current best's, their ratio)``, each
+    the geometric mean, over the shapes where both were measured, of the error against float64 (at least the
+    dtype's ``ERROR_FLOOR``). Above 1: the candidate is less accurate; inf where the candidate's result was not
+    finite where the reference and the best's were. Empty without both contenders' rows."""
+    paired: dict[AccuracyKey, dict[str, dict[str, object]]] = {}
+    for r in result.accuracy_rows():
+        if r.contender in ("candidate", "against"):
+            paired.setdefault((r.dtype, r.config, r.output), {}).setdefault(r.shape, {})[r.contender] = r
+    found = {}
+    for key, shapes in paired.items():
+        floor = ERROR_FLOOR.get(key[0], 0.0) or 1e-300  # an exact 0 is as good as any: never log(0)
+        mine, best, broken = [], [], False
+        for rows in shapes.values():
+            cand, against = rows.get("candidate"), rows.get("against")
+            if cand is None or against is None or against.error is None:
+                continue  # the best raised, or nothing to be relative to: no comparison at this shape
+            if cand.nonfinite:
+                broken = True
+            elif cand.error is not None:
+                mine.append(max(cand.error, floor))
+                best.append(max(against.error, floor))
+        if broken:
+            found[key] = (math.inf, geomean(best) if best else math.nan, math.inf)
+        elif mine:
+            found[key] = (geomean(mine), geomean(best), geomean(mine) / geomean(best))
+    return found
+
+
+def accuracy_reductions(result: TrialResult) -> set[AccuracyKey]:
+    """The keys of ``accuracy_ratios`` whose output is a sum over rows (its error moves with the order of a sum)."""
+    return {(r.dtype, r.config, r.output) for r in result.accuracy_rows() if r.reduction}
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
+def chain_ratios(accepted: list[TrialResult]) -> dict[Key, float]:
+    """The current best against the baseline: the product, per metric, of the ratios of every accepted trial."""
+    total: dict[Key, float] = {}
+    for result in accepted:
+        times, memory = measured_ratios(result)
+        for key, (ratio, _, _) in times.items():
+            total[key] = total.get(key, 1.0) * ratio
+        for key, ratio in memory.items():
+            total[key] = total.get(key, 1.0) * ratio
+    return total
+
+
+def _is_baseline(trial: TrialResult, baseline_sha: str) -> bool:
+    return trial.variant_sha == baseline_sha and not trial.against and trial.status == "complete"
+
+
+def accepted_chain(trials: list[TrialResult], baseline_sha: str) -> tuple[TrialResult | None, list[TrialResult]]:
+    """(the baseline trial, the accepted trials in order): the current best is the last of them.
+
+    An accepted trial joins the chain only if it was measured against the chain's tip at that point: two
+    candidates of one round accepted against the same best (a loop killed before it reconciled them) never both
+    count, so the chain's ratios multiply only measurements that follow one another."""
+    baseline = next((t for t in trials if _is_baseline(t, baseline_sha)), None)
+    chain, tip = [], baseline_sha
+    for t in trials:
+        if t.verdict == "accepted" and t.against_sha == tip:
+            chain.append(t)
+            tip = t.variant_sha
+    return baseline, chain
+
+
+def trial_variant_file(kernel: str, trial: TrialResult, root: Path | None = None) -> Path:
+    """The module a trial ran: the baseline, or its variant file (rebuilt from the notebook's copy of the source
+    when the file is gone or differs, e.g. in another checkout)."""
+    baseline = baseline_path(kernel)
+    if trial.variant_sha == source_hash(baseline.read_text()):
+        return baseline
+    path = Path(trial.variant.path)
+    if path.is_file() and source_hash(path.read_text()) == trial.variant_sha:
+        return path
+    rebuilt = Store(root).trial_paths(kernel, trial.trial_id, trial.name).variant
+    rebuilt.parent.mkdir(parents=True, exist_ok=True)
+    rebuilt.write_text(trial.variant.source)
+    return rebuilt
+
+
+def best_trial(kernel: str, root: Path, mode: str | None = None,
+               ) -> tuple[TrialResult | None, TrialResult | None]:
+    """(baseline trial, best accepted trial or None) of a kernel's history in ``root``, for ``diff``, ``bench``."""
+    baseline_sha = source_hash(baseline_path(kernel).read_text())
+    trials = [t for t in load_trials(kernel, root) if mode is None or t.device == mode]
+    baseline, chain = accepted_chain(trials, baseline_sha)
+    return baseline, (chain[-1] if chain else None)
+
+
+def latest_best(kernel: str, root: Path) -> TrialResult | None:
+    """The history's best: the tip of today's baseline's accepted chain, else (the baseline changed since, and
+    no trial on it was accepted yet) the tip of the latest earlier baseline's chain, or None."""
+    _, best = best_trial(kernel, root)
+    if best is not None:
+        return best
+    trials = load_trials(kernel, root)
+    for baseline in reversed([t for t in trials if not t.against and t.status == "complete"
+                              and t.kind == "experiment"]):
+        _, chain = accepted_chain(trials, baseline.variant_sha)
+        if chain:
+            return chain[-1]
+    return None
+
+
+def trial_pace(trials: list[TrialResult]) -> float | None:
+    """How long a trial takes here: the median wall time of the last five complete experiment trials (the upper
+    of the two middle ones for an even count), or None before there are any."""
+    recent = [t.elapsed_s for t in trials if t.kind == "experiment" and t.status == "complete" and t.elapsed_s][-5:]
+    return sorted(recent)[len(recent) // 2] if recent else None
+
+
+def best_variant_file(kernel: str, root: Path) -> Path:
+    """The best accepted variant of ``kernel``'s history in ``root`` (one device's), else the baseline: what
+    ``bench`` measures and ``patch`` puts into a model."""
+    _, best = best_trial(kernel, root)
+    return baseline_path(kernel) if best is None else trial_variant_file(kernel, best, root)
+
+
+def geomean_ratio(result: TrialResult, pass_name: str) -> float:
+    return geomean([r.ratio for r in result.candidate_ratios(pass_name) if r.ratio > 0])
+
+
+def geomean_interval(rows: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+    """The suite-level ratio with its interval as the judge takes it: the geometric means of the per-shape
+    ``(ratio, low, high)`` (a NaN bound anywhere makes that bound NaN)."""
+    return geomean([r[0] for r in rows]), geomean([r[1] for r in rows]), geomean([r[2] for r in rows])
+
+
+def pass_interval(result: TrialResult, pass_name: str) -> tuple[float, float, float]:
+    """A pass's ``geomean_interval`` over the trial's shapes (``measured_ratios``), for a report: a shape whose
+    ratio is not positive (a malformed record) is left out, and where any shape lacks a positive interval the
+    suite's interval is unmeasured (NaN)."""
+    times, _ = measured_ratios(result)
+    rows = [v for key, v in times.items() if key[0] == pass_name and v[0] > 0]
+    point, low, high = geomean_interval(rows)
+    if not all(v[1] > 0 and v[2] > 0 for v in rows):  # NaN compares false: an unmeasured bound too
+        return point, math.nan, math.nan
+    return point, low, high
