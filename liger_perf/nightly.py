@@ -191,10 +191,15 @@ class Nightly:
             return None
         from liger_perf.selfcheck import summary_line, write_record
 
+        names = [job.name for job in self.config.kernels]
+        earlier = self._passed_selfcheck(names)
+        if earlier is not None:
+            self.selfcheck_record = earlier
+            self.echo(earlier["summary"])
+            return None
         self.echo("selfcheck: the gate and a short trial of each kernel's baseline, before tonight's trials")
         try:
-            record = self.selfcheck(self.config.device, [job.name for job in self.config.kernels], best=False,
-                                    echo=self.echo)
+            record = self.selfcheck(self.config.device, names, best=False, echo=self.echo)
             path = write_record(record, self.store.reports)
         except Exception as e:  # the check itself could not run: the machine is no fitter for trials
             return self._relative(f"the selfcheck could not run: {type(e).__name__}: {e}")
@@ -203,6 +208,29 @@ class Nightly:
         self.echo(summary_line(record))
         return None if record["passed"] else (f"{self._relative(summary_line(record))} (record: "
                                               f"{self._relative(path)}); no trial ran tonight")
+
+    def _passed_selfcheck(self, names: list[str]) -> dict | None:
+        """The record of a selfcheck that already passed on this machine's stack for the code that runs now (the
+        same ``code_digest``), with the gate and the trial of every kernel of tonight: a second run the same
+        night, or the developer's own selfcheck just before. Nothing it checked has changed, so it is not run
+        again. None where any of that differs or cannot be read."""
+        from liger_perf.selfcheck import code_digest
+
+        path = self.store.reports / "selfcheck.json"
+        try:
+            record = json.loads(path.read_text())
+            steps = {(r["kernel"], r["step"]) for r in record["rows"] if r["variant"] == "baseline"
+                     and r["status"] == "pass"}
+            fits = (record["passed"] is True and record.get("code") == code_digest(names)
+                    and all(record["stack"].get(k) == self.stack.get(k) for k in STACK_KEYS)
+                    and all((name, step) in steps for name in names for step in ("gate", "trial")))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+        if not fits:
+            return None
+        return {"passed": True, "record": self._relative(path),
+                "summary": (f"selfcheck: passed for this code on this stack at {record.get('started')} (commit "
+                            f"{record.get('commit')}); not run again")}
 
     def _spent_tonight(self) -> dict[str, int]:
         """Tuning trials per kernel that earlier runs of the job recorded tonight (the same date). A run's summary

@@ -11,7 +11,8 @@ the workspace, built-in and the user's own:
    run, and a baseline that failed its gate gets none.
 
 A row per step; any row that does not pass fails the whole check. The record, ``reports/<device>/selfcheck.json``,
-names the commit it ran at (``"commit"``), the stack and every row: a change to what decides correctness or speed
+names the commit it ran at (``"commit"``), a digest of the code it checked (``"code"``: the package and each
+kernel's folder, ``code_digest``), the stack and every row: a change to what decides correctness or speed
 lands only with a passing record on the GPU at a commit after it (README, contributing).
 """
 
@@ -30,6 +31,26 @@ from liger_perf.core.wording import count
 PASS, FAIL, NOT_RUN, SKIPPED = "pass", "FAIL", "not run", "skipped"
 #: Baseline trials run side by side, after the gates (each a sandboxed notebook of its own).
 TRIALS_AT_ONCE = 2
+
+
+def code_digest(kernels: list[str]) -> str:
+    """SHA-256 over the package's files and each named kernel's folder (paths and contents, caches left out): what
+    a selfcheck checked. Two checkouts with the same digest run the same code, whatever their commits (a lent
+    machine's copy has no ``.git``; a commit that only adds evidence changes nothing a selfcheck saw)."""
+    import hashlib
+
+    from liger_perf.core.workspace import PACKAGE
+    from liger_perf.kernel.registry import baseline_path
+
+    digest = hashlib.sha256()
+    folders = [("liger_perf", PACKAGE)] + [(f"kernels/{k}", baseline_path(k).parent) for k in sorted(set(kernels))]
+    for label, folder in folders:
+        for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                           and not p.name.startswith(".")):
+            digest.update(f"{label}/{path.relative_to(folder).as_posix()}\0".encode())
+            digest.update(path.read_bytes())
+            digest.update(b"\0")
+    return digest.hexdigest()
 
 
 @dataclass
@@ -161,6 +182,7 @@ def run_selfcheck(device: str = "auto", kernels: list[str] | None = None, best: 
         "stack": {k: stack.get(k) for k in ("gpu", "driver", "cuda", "torch", "triton", "python", "liger_perf",
                                             "liger_kernel", "device_mode")},
         "kernels": {k: str(baseline_path(k).parent) for k in names},
+        "code": code_digest(names),
         "rows": [asdict(r) for r in rows],
     }
 

@@ -118,3 +118,48 @@ def test_the_nightly_job_runs_selfcheck_first_and_a_failing_one_is_an_error_of_t
         assert summary["regressions"] == 0 and "selfcheck FAIL" in summary["job_errors"][0]["what"]
         assert "selfcheck" in summary["kernels"][0]["skipped"]
         assert "error of the job" in path.read_text()
+
+
+@pytest.mark.parametrize("same_code, same_stack, reused", [(True, True, True), (False, True, False),
+                                                           (True, False, False)])
+def test_a_night_reuses_a_selfcheck_that_passed_for_this_code_on_this_stack(tmp_path, same_code, same_stack,
+                                                                            reused):
+    """A second night with the same code on the same stack (or the developer's own selfcheck just before) does
+    not check the machine again; other code (a changed package or kernel folder) or another stack does."""
+    from liger_perf.nightly import Nightly, NightlyConfig
+    from liger_perf.selfcheck import code_digest
+
+    earlier = _selfcheck_record(True)
+    earlier["code"] = code_digest(["relu_squared"]) if same_code else "0" * 64
+    earlier["stack"] = {"torch": "x" if same_stack else "an older one", "triton": "y"}
+    earlier["rows"].append({**earlier["rows"][0], "step": "trial"})
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "selfcheck.json").write_text(json.dumps(earlier))
+    calls, said = [], []
+
+    def selfcheck(device, kernels, best, echo):
+        calls.append(("selfcheck", tuple(kernels), best))
+        return _selfcheck_record(True)
+
+    config = NightlyConfig(kernels=[{"name": "relu_squared", "target": "forward", "budget": 1}], device="interpret",
+                           guardrails=str(ROOT / "guardrails.yaml"))
+    _, path = Nightly(config, root=tmp_path / "nb", reports=tmp_path / "reports", echo=said.append,
+                      runner=_Runner(calls), selfcheck=selfcheck).run()
+    summary = json.loads(path.with_suffix(".json").read_text())
+    assert (("selfcheck", ("relu_squared",), False) not in calls) is reused
+    assert summary["selfcheck"]["passed"] is True
+    assert any("not run again" in line for line in said) is reused
+
+
+def test_the_code_digest_changes_with_a_kernel_file_and_not_with_a_cache(tmp_path, monkeypatch):
+    from liger_perf.selfcheck import code_digest
+
+    shutil.copytree(ROOT / "kernels" / "relu_squared", tmp_path / "kernels" / "relu_squared")
+    monkeypatch.setenv("LIGER_PERF_KERNELS", str(tmp_path / "kernels"))
+    before = code_digest(["relu_squared"])
+    (tmp_path / "kernels" / "relu_squared" / "__pycache__").mkdir(exist_ok=True)
+    (tmp_path / "kernels" / "relu_squared" / "__pycache__" / "x.pyc").write_bytes(b"cache")
+    assert code_digest(["relu_squared"]) == before
+    baseline = tmp_path / "kernels" / "relu_squared" / "baseline.py"
+    baseline.write_text(baseline.read_text() + "\n# one more line\n")
+    assert code_digest(["relu_squared"]) != before
