@@ -3,9 +3,12 @@
 # and returns every file the steps wrote under reports/ and notebooks/ as $OUT/device.tgz (unpack it at the
 # checkout's root and commit what belongs to the evidence).
 #
-# Usage (carry .whl and .deb; .whlm too for e2e):  bash scripts/device.sh COMMIT LIMIT_S STEP[:ARG,...] ...
+# Usage (carry .whl and .deb; for e2e, .whlm and .whle, the wheels without Nsight Compute's, instead of .whl):
+#   bash scripts/device.sh COMMIT LIMIT_S STEP[:ARG,...] ... [@ STEP ... [@ ...]]
 #   COMMIT    the commit under test (the machine gets a copy of the working tree, without .git)
 #   LIMIT_S   seconds this call may take in all; each step stops in time for the results to come back
+#   @         starts the steps of the next GPU: each lane runs its steps in order on a GPU of its own
+#             (CUDA_VISIBLE_DEVICES), beside the other lanes (a machine of two GPUs, two lanes)
 # Steps (each writes into reports/evidence/<date>-<step>/ unless it says otherwise):
 #   selfcheck              liger-perf selfcheck --device cuda  -> reports/nvidia-h200/selfcheck.json
 #   gate-evidence          scripts/gate_evidence.py: the row-reduction rule at the gate's bfloat16 seeds
@@ -29,13 +32,15 @@ T0=$(date +%s)
 DAY=$(date +%F)
 MARK=$(mktemp) && touch -d '-1 second' "$MARK"
 left() { echo $(( LIMIT - 25 - ($(date +%s) - T0) )); }
-log() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "reports/evidence/$DAY-device.log"; }
+LANE=""
+log() { echo "[$(( $(date +%s) - T0 )) s]$LANE $*" | tee -a "reports/evidence/$DAY-device.log"; }
 mkdir -p "reports/evidence"
 dpkg -x .deb/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || { echo "device.sh: the wheels did not install"; exit 1; }
-if [ -d .whlm ]; then python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whlm/*.whl || echo "device.sh: the model wheels did not install"; fi
+for wheels in .whl .whle .whlm; do
+  [ -d "$wheels" ] || continue
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "$wheels"/*.whl || { echo "device.sh: the wheels of $wheels did not install"; exit 1; }
+done
 export PYTHONPATH=/tmp/site:$PWD TRITON_CACHE_DIR=/tmp/triton-cache
 log "install done; $(nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader)"
 run() {  # run STEP_DIR CMD...: the command under the time left, its output in STEP_DIR/log.txt
@@ -49,6 +54,7 @@ run() {  # run STEP_DIR CMD...: the command under the time left, its output in S
   log "end rc=$rc: $*"
   tail -n 12 "$dir/log.txt"
 }
+steps() {  # steps STEP...: one lane's steps, in order
 for step in "$@"; do
   name=${step%%:*}; arg=${step#*:}; [ "$arg" = "$step" ] && arg=""
   dir="reports/evidence/$DAY-$name"
@@ -74,15 +80,30 @@ for step in "$@"; do
       run "$dir-$kernel" python3 -m liger_perf optimize "$kernel" --target "$target" --device cuda \
         --max-minutes "$minutes" ;;
     aa) run "$dir" python3 scripts/aa_trials.py fused_add_rms_norm --trials "${arg:-20}" --root "$dir" \
-          --deadline-s "$(left)" ;;
+          --deadline-s "$(( $(left) - 110 ))" ;;
     nightly)
-      run "$dir/first" python3 -m liger_perf nightly
-      run "$dir/second" python3 -m liger_perf nightly ;;
+      run "$dir/first" python3 -m liger_perf nightly --config scripts/nightly-h200.yaml
+      run "$dir/second" python3 -m liger_perf nightly --config scripts/nightly-h200.yaml ;;
     security) run "$dir" python3 scripts/security_probe.py "$dir" ;;
-    e2e) run "$dir-$arg" python3 -m liger_perf e2e "${arg:-llama}" --device cuda ;;
+    e2e) run "$dir-${arg:-llama}" python3 -m liger_perf e2e --model "${arg:-llama}" --device cuda ;;
     *) log "unknown step $step" ;;
   esac
 done
+}
+lanes=() current=""
+for arg in "$@"; do
+  if [ "$arg" = "@" ]; then lanes+=("$current"); current=""; else current="$current $arg"; fi
+done
+lanes+=("$current")
+if [ "${#lanes[@]}" -eq 1 ]; then
+  steps "$@"
+else
+  for i in "${!lanes[@]}"; do
+    # shellcheck disable=SC2086  # a lane's steps are words
+    ( export CUDA_VISIBLE_DEVICES=$i; LANE=" [gpu$i]"; steps ${lanes[$i]} ) &
+  done
+  wait
+fi
 log "all steps done"
 find reports notebooks -type f -newer "$MARK" ! -name '*.ncu-rep' ! -path '*/artifacts/*' -print0 \
   | tar czf "$OUT/device.tgz" --null -T -
