@@ -7,8 +7,8 @@ the workspace, built-in and the user's own:
    process of its own (as ``check`` runs it, fresh processes after a device fault included);
 2. one short real trial of each baseline in a scratch history: the trial notebook end to end (sandbox,
    Papermill, precompilation, the quick gate, timing with a few repetitions, the accuracy step, a light NCU
-   profile), no peers, never judged. The trials run side by side (``TRIALS_AT_ONCE``) once every gate has
-   run, and a baseline that failed its gate gets none.
+   profile), no peers, never judged. The trials run one after another once every gate has run, and a
+   baseline that failed its gate gets none.
 
 A row per step; any row that does not pass fails the whole check. The record, ``reports/<device>/selfcheck.json``,
 names the commit it ran at (``"commit"``), a digest of the code it checked (``"code"``: the package and each
@@ -29,8 +29,10 @@ from typing import Any, Callable
 from liger_perf.core.wording import count
 
 PASS, FAIL, NOT_RUN, SKIPPED = "pass", "FAIL", "not run", "skipped"
-#: Baseline trials run side by side, after the gates (each a sandboxed notebook of its own).
-TRIALS_AT_ONCE = 2
+#: Baseline trials run one at a time, after the gates. Two at once on the H200 reached their NCU steps 0.1 s
+#: apart and one ``ncu`` failed (exit 9, reports/evidence/2026-12-01-selfcheck/): each sandbox has a /tmp of its
+#: own, so nothing keeps two Nsight Compute runs in two sandboxes apart on one GPU.
+TRIALS_AT_ONCE = 1
 
 
 def code_digest(kernels: list[str]) -> str:
@@ -142,8 +144,8 @@ def run_selfcheck(device: str = "auto", kernels: list[str] | None = None, best: 
     gates: list[SelfcheckRow] = []
     # Every gate first, one at a time: the large case of one takes most of a GPU's memory, and on the H200 two
     # trials beside a gate left it 95 GiB of the 96 it asks for (reports/evidence/2026-12-01-final-gpu-runs/).
-    # Then the trials of the baselines that passed, side by side: each takes a few GiB, and its timings here only
-    # show that timing works, they are never judged.
+    # Then the trials of the baselines that passed (``TRIALS_AT_ONCE``): their timings here only show that timing
+    # works, they are never judged.
     for kernel in names:
         echo(f"{kernel} ({kernel_origin(kernel)}): gate of the baseline")
         gates.append(_gate_row(kernel, "baseline", None, mode))
