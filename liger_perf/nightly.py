@@ -99,6 +99,16 @@ def stack_of(fingerprint: Fingerprint | dict | None) -> dict:
     return {k: fields.get(k) for k in STACK_KEYS}
 
 
+def _judged_speedup(trial: TrialResult) -> str:
+    """The judge's target speedup of a trial over the best it was timed against, worded as everywhere else
+    (``1.38x (faster) [1.37x, 1.40x]``); empty where it was not judged on a ratio."""
+    judged = trial.judged
+    if judged is None or judged.target_ratio is None:
+        return ""
+    low, high = (list(judged.target_interval or []) + [None, None])[:2]
+    return speedup(judged.target_ratio, low, high)
+
+
 def _advantage(result: TrialResult, target: str) -> float:
     """Baseline time (or memory) over the best's, from a best-against-baseline trial: > 1 means the best wins."""
     times, memory = measured_ratios(result)
@@ -290,8 +300,8 @@ class Nightly:
         entry["notebooks"] = [self._notebook(t) for t in new]
         entry["trials"] = [{"trial": t.trial_id, "name": t.name, "kind": t.kind, "status": t.status,
                             "verdict": t.verdict} for t in new]
-        entry["accepted"] = [{"trial": t.trial_id, "name": t.name, "gain": t.gain, "notebook": self._notebook(t)}
-                             for t in new if t.verdict == "accepted"]
+        entry["accepted"] = [{"trial": t.trial_id, "name": t.name, "gain": t.gain, "speedup": _judged_speedup(t),
+                              "notebook": self._notebook(t)} for t in new if t.verdict == "accepted"]
         self._write_summary(finished=False)
 
     def _revalidate(self, job: KernelJob, entry: dict, trials: list[TrialResult], chain: list[TrialResult],
@@ -409,9 +419,9 @@ class Nightly:
                 lines += [f"  | {k} | {r['fingerprint_before'].get(k)} | {r['fingerprint_now'].get(k)} |"
                           for k in STACK_KEYS]
             for a in e["accepted"]:
-                gain = a.get("gain")
+                said = a.get("speedup") or (speedup(1 - a["gain"]) if a.get("gain") is not None else "")
                 lines.append(f"- accepted: trial {a['trial']:04d} `{a['name']}`"
-                             + (f", {gain * 100:.1f}% on {e['target']}" if gain is not None else "")
+                             + (f", {e['target']} {said} over the best before it" if said else "")
                              + f" (`{a['notebook']}`)")
             lines += [f"- trial {t['trial']:04d} `{t['name']}` ({t['kind']}): {t['status']}"
                       + (f", {t['verdict']}" if t.get("verdict") else "") for t in e.get("trials", [])]

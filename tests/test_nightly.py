@@ -253,3 +253,20 @@ def test_print_schedule(kind, expected):
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and expected in out.stdout and "liger_perf nightly" in out.stdout
+
+
+def test_the_summary_words_an_accepted_trial_as_its_notebook_does():
+    """A night's summary states an accepted trial's speedup as the trial's own verdict cell does (one wording
+    everywhere: ``1.38x (faster) [1.37x, 1.40x]``), read here from the committed H200 history."""
+    from liger_perf.nightly import _judged_speedup
+
+    history = ROOT / "notebooks" / "nvidia-h200"
+    worded = 0
+    for trial in load_trials("fused_add_rms_norm", history):
+        text = next((history / "fused_add_rms_norm").glob(f"{trial.trial_id:04d}-*.ipynb")).read_text()
+        if trial.verdict != "accepted" or "x (faster) [" not in text:
+            continue  # notebooks judged before the one wording say it otherwise
+        said = _judged_speedup(trial)
+        assert said.endswith("]") and "(faster)" in said and said in text, (trial.trial_id, said)
+        worded += 1
+    assert worded >= 1
