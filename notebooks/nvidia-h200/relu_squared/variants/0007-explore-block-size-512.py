@@ -1,0 +1,92 @@
+"""ReLU squared, variant zero (the baseline).
+
+Math, elementwise:
+
+    Y  = relu(X)^2
+    dX = 2 * relu(X) * dY
+
+Special values as PyTorch: NaN propagates (relu(NaN) = NaN), relu(+inf)^2 = +inf.
+
+Casting: each element is computed in float32 and rounded once to X's dtype, which is what PyTorch's
+``torch.relu(x).pow(2)`` and its autograd do in bfloat16 and float16 too. The forward saves X (not Y)
+for the backward. Both passes are one flat elementwise kernel over the contiguous tensor.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+KNOBS = {
+    "BLOCK_SIZE": 512,  # elements per program
+    "num_warps": 4,
+    "bwd_BLOCK_SIZE": "same",  # "same": the forward's BLOCK_SIZE
+    "bwd_num_warps": "same",
+}
+KNOB_CHOICES = {
+    "BLOCK_SIZE": [256, 512, 1024, 2048, 4096, 8192, 16384],
+    "num_warps": [1, 2, 4, 8, 16, 32],
+    "bwd_BLOCK_SIZE": ["same", 256, 512, 1024, 2048, 4096, 8192, 16384],
+    "bwd_num_warps": ["same", 1, 2, 4, 8, 16, 32],
+}
+
+
+@triton.jit
+def _relu(x):
+    # As torch.relu: NaN stays NaN (tl.maximum(x, 0.0) would return 0 for it, on the GPU and the interpreter).
+    return tl.where(x < 0.0, 0.0, x)
+
+
+@triton.jit
+def _forward_kernel(Y, X, n_elements, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32)
+    r = _relu(x)
+    tl.store(Y + offsets, (r * r).to(Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _backward_kernel(DX, DY, X, n_elements, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(DY + offsets, mask=mask, other=0.0).to(tl.float32)
+    dx = 2.0 * _relu(x) * dy
+    tl.store(DX + offsets, dx.to(DX.dtype.element_ty), mask=mask)
+
+
+def _launch_settings():
+    block, warps = KNOBS["BLOCK_SIZE"], KNOBS["num_warps"]
+    bwd_block = block if KNOBS["bwd_BLOCK_SIZE"] == "same" else KNOBS["bwd_BLOCK_SIZE"]
+    bwd_warps = warps if KNOBS["bwd_num_warps"] == "same" else KNOBS["bwd_num_warps"]
+    return {"BLOCK_SIZE": block, "num_warps": warps, "bwd_BLOCK_SIZE": bwd_block, "bwd_num_warps": bwd_warps}
+
+
+class ReluSquaredFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, X):
+        X = X.contiguous()
+        Y = torch.empty_like(X)
+        n = X.numel()
+        settings = _launch_settings()
+        _forward_kernel[(triton.cdiv(n, settings["BLOCK_SIZE"]),)](
+            Y, X, n, BLOCK_SIZE=settings["BLOCK_SIZE"], num_warps=settings["num_warps"])
+        ctx.save_for_backward(X)
+        ctx.settings = settings
+        return Y
+
+    @staticmethod
+    def backward(ctx, dY):
+        (X,) = ctx.saved_tensors
+        dY = dY.contiguous()
+        dX = torch.empty_like(X)
+        n = X.numel()
+        settings = ctx.settings
+        _backward_kernel[(triton.cdiv(n, settings["bwd_BLOCK_SIZE"]),)](
+            dX, dY, X, n, BLOCK_SIZE=settings["bwd_BLOCK_SIZE"], num_warps=settings["bwd_num_warps"])
+        return dX
+
+
+def relu_squared(X):
+    """Returns ``relu(X) ** 2`` (see the module docstring)."""
+    return ReluSquaredFunction.apply(X)
