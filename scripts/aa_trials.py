@@ -3,7 +3,8 @@
 
 Each trial is judged as the loop judges; none may be accepted, and with intervals that cover the between-copy
 effect, at most about one in twenty has any per-shape interval that excludes 1. Resumable: trials already in
-``--root`` count, so a run cut short (a device call's time limit) goes on where it stopped.
+``--root`` against the same best count, so a run cut short (a device call's time limit) goes on where it stopped;
+trials there against an earlier best are left out of the count and of the summary (each row names its commit).
 
     python scripts/aa_trials.py fused_add_rms_norm --trials 20 --root reports/evidence/<date>-aa --deadline-s 540
 
@@ -21,6 +22,7 @@ from pathlib import Path
 from liger_perf.judge.guardrails import load_guardrails
 from liger_perf.record.history import best_trial, load_trials, trial_variant_file
 from liger_perf.judge import judge
+from liger_perf.kernel.variants import source_hash
 from liger_perf.record.notebook import record_verdict
 from liger_perf.kernel.registry import baseline_path
 from liger_perf.run import run_trial
@@ -58,8 +60,16 @@ def main() -> None:
     copy = args.root / "variants" / f"{args.kernel}-a-a-copy.py"
     copy.parent.mkdir(parents=True, exist_ok=True)
     copy.write_text(best_file.read_text() + "\n# A/A copy: the current best's code, another file.\n")
+    against_sha = source_hash(best_file.read_text())
+
+    def against_this_best() -> list:
+        """The root's A/A trials against today's best: a root that also holds trials against an earlier best
+        (another day's run) neither counts them towards ``--trials`` nor sums them into this summary."""
+        return [t for t in load_trials(args.kernel, notebooks) if t.kind == "experiment"
+                and t.against_sha == against_sha]
+
     while True:
-        done = [t for t in load_trials(args.kernel, notebooks) if t.kind == "experiment"]
+        done = against_this_best()
         if len(done) >= args.trials or (args.deadline_s and time.time() - started > args.deadline_s):
             break
         run = run_trial(args.kernel, copy, against=best_file, root=notebooks, name=f"a-a-{len(done):02d}",
@@ -74,15 +84,16 @@ def main() -> None:
         record_verdict(run.notebook, verdict.record(rules.target, "a-a"))
         print(f"{run.notebook.name}: {verdict.verdict}; {len(excluding(run.result))} intervals exclude 1; "
               f"{run.result.elapsed_s or 0:.0f} s", flush=True)
-    trials = [t for t in load_trials(args.kernel, notebooks) if t.kind == "experiment"]
+    trials = against_this_best()
     rows = [{"trial": t.trial_id, "notebook": Path(t.notebook).name, "status": t.status, "verdict": t.verdict,
+             "commit": t.fingerprint.git_commit if t.fingerprint else None,
              "target_ratio": t.judged.target_ratio if t.judged else None,
              "intervals": len(t.candidate_ratios()), "excluding_1": excluding(t),
              "elapsed_s": t.elapsed_s, "step_seconds": t.step_seconds} for t in trials]
     summary = {"kernel": args.kernel, "against": {"trial": best.trial_id if best else None,
                                                   "file": current().relative(best_file)},
                "device": trials[0].fingerprint.gpu if trials and trials[0].fingerprint else None,
-               "commit": trials[0].fingerprint.git_commit if trials and trials[0].fingerprint else None,
+               "commits": sorted({r["commit"] for r in rows if r["commit"]}),
                "trials": len(rows), "accepted": sum(r["verdict"] == "accepted" for r in rows),
                "with_any_interval_excluding_1": sum(bool(r["excluding_1"]) for r in rows),
                "verdicts": {v: sum(r["verdict"] == v for r in rows) for v in {r["verdict"] for r in rows}},
