@@ -21,7 +21,6 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -29,10 +28,9 @@ from typing import Any, Callable
 from liger_perf.core.wording import count
 
 PASS, FAIL, NOT_RUN, SKIPPED = "pass", "FAIL", "not run", "skipped"
-#: Baseline trials run one at a time, after the gates. Two at once on the H200 reached their NCU steps 0.1 s
-#: apart and one ``ncu`` failed (exit 9, reports/evidence/2026-12-01-selfcheck/): each sandbox has a /tmp of its
-#: own, so nothing keeps two Nsight Compute runs in two sandboxes apart on one GPU.
-TRIALS_AT_ONCE = 1
+# The baselines' trials run one at a time, after the gates. Two at once on the H200 reached their NCU steps 0.1 s
+# apart and one ``ncu`` failed (exit 9, reports/evidence/2026-12-01-selfcheck/): each sandbox has a /tmp of its
+# own, so nothing keeps two Nsight Compute runs in two sandboxes apart on one GPU.
 
 
 def code_digest(kernels: list[str]) -> str:
@@ -144,8 +142,8 @@ def run_selfcheck(device: str = "auto", kernels: list[str] | None = None, best: 
     gates: list[SelfcheckRow] = []
     # Every gate first, one at a time: the large case of one takes most of a GPU's memory, and on the H200 two
     # trials beside a gate left it 95 GiB of the 96 it asks for (reports/evidence/2026-12-01-final-gpu-runs/).
-    # Then the trials of the baselines that passed (``TRIALS_AT_ONCE``): their timings here only show that timing
-    # works, they are never judged.
+    # Then the trials of the baselines that passed: their timings here only show that timing works, they are never
+    # judged.
     for kernel in names:
         echo(f"{kernel} ({kernel_origin(kernel)}): gate of the baseline")
         gates.append(_gate_row(kernel, "baseline", None, mode))
@@ -160,19 +158,15 @@ def run_selfcheck(device: str = "auto", kernels: list[str] | None = None, best: 
             echo(f"{kernel}: no accepted best on this device yet")
     done: list[SelfcheckRow] = []
     if trials:
-        with tempfile.TemporaryDirectory(prefix="liger-perf-selfcheck-") as scratch, \
-                ThreadPoolExecutor(max_workers=TRIALS_AT_ONCE) as pool:
-            trial_of: dict[str, Future | SelfcheckRow] = {}
-            for kernel in names:
+        with tempfile.TemporaryDirectory(prefix="liger-perf-selfcheck-") as scratch:
+            for kernel in names:  # one at a time: see the note at the top of this module
                 baseline_gate = next(r for r in gates if r.kernel == kernel and r.variant == "baseline")
                 if baseline_gate.status == PASS:
-                    echo(f"{kernel}: a short trial of the baseline in a scratch history (started)")
-                    trial_of[kernel] = pool.submit(_trial_row, kernel, device, mode, Path(scratch), keep)
+                    echo(f"{kernel}: a short trial of the baseline in a scratch history")
+                    done.append(_trial_row(kernel, device, mode, Path(scratch), keep))
                 else:
-                    trial_of[kernel] = SelfcheckRow(kernel, "trial", "baseline", SKIPPED, 0.0,
-                                                   "not run: the baseline did not pass its gate")
-            for kernel, row in trial_of.items():
-                done.append(row.result() if isinstance(row, Future) else row)
+                    done.append(SelfcheckRow(kernel, "trial", "baseline", SKIPPED, 0.0,
+                                             "not run: the baseline did not pass its gate"))
                 echo(f"{kernel}: trial {done[-1].status}: {done[-1].detail}")
     order = {k: i for i, k in enumerate(names)}
     rows = sorted(gates, key=lambda r: (order[r.kernel], r.variant != "baseline")) + done

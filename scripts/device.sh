@@ -4,11 +4,9 @@
 # checkout's root and commit what belongs to the evidence).
 #
 # Usage (carry .whl and .deb; for e2e, .whlm and .whle, the wheels without Nsight Compute's, instead of .whl):
-#   bash scripts/device.sh COMMIT LIMIT_S STEP[:ARG,...] ... [@ STEP ... [@ ...]]
+#   bash scripts/device.sh COMMIT LIMIT_S STEP[:ARG,...] ...
 #   COMMIT    the commit under test (the machine gets a copy of the working tree, without .git)
 #   LIMIT_S   seconds this call may take in all; each step stops in time for the results to come back
-#   @         starts the steps of the next GPU: each lane runs its steps in order on a GPU of its own
-#             (CUDA_VISIBLE_DEVICES), beside the other lanes (a machine of two GPUs, two lanes)
 # Steps (each writes into reports/evidence/<date>-<step>/ unless it says otherwise):
 #   selfcheck              liger-perf selfcheck --device cuda  -> reports/nvidia-h200/selfcheck.json
 #   gate-evidence          scripts/gate_evidence.py: the row-reduction rule at the gate's bfloat16 seeds
@@ -32,8 +30,7 @@ T0=$(date +%s)
 DAY=$(date +%F)
 MARK=$(mktemp) && touch -d '-1 second' "$MARK"
 left() { echo $(( LIMIT - 25 - ($(date +%s) - T0) )); }
-LANE=""
-log() { echo "[$(( $(date +%s) - T0 )) s]$LANE $*" | tee -a "reports/evidence/$DAY-device.log"; }
+log() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "reports/evidence/$DAY-device.log"; }
 mkdir -p "reports/evidence"
 dpkg -x .deb/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH
 for wheels in .whl .whle .whlm; do
@@ -54,7 +51,6 @@ run() {  # run STEP_DIR CMD...: the command under the time left, its output in S
   log "end rc=$rc: $*"
   tail -n 12 "$dir/log.txt"
 }
-steps() {  # steps STEP...: one lane's steps, in order
 for step in "$@"; do
   name=${step%%:*}; arg=${step#*:}; [ "$arg" = "$step" ] && arg=""
   dir="reports/evidence/$DAY-$name"
@@ -89,21 +85,6 @@ for step in "$@"; do
     *) log "unknown step $step" ;;
   esac
 done
-}
-lanes=() current=""
-for arg in "$@"; do
-  if [ "$arg" = "@" ]; then lanes+=("$current"); current=""; else current="$current $arg"; fi
-done
-lanes+=("$current")
-if [ "${#lanes[@]}" -eq 1 ]; then
-  steps "$@"
-else
-  for i in "${!lanes[@]}"; do
-    # shellcheck disable=SC2086  # a lane's steps are words
-    ( export CUDA_VISIBLE_DEVICES=$i; LANE=" [gpu$i]"; steps ${lanes[$i]} ) &
-  done
-  wait
-fi
 log "all steps done"
 find reports notebooks -type f -newer "$MARK" ! -name '*.ncu-rep' ! -path '*/artifacts/*' -print0 \
   | tar czf "$OUT/device.tgz" --null -T -
