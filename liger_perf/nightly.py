@@ -48,6 +48,8 @@ from liger_perf.core.wording import count, speedup
 
 _ABSOLUTE = re.compile(r"(?<![\w.~:/])/(?:[^\s/\"':,()\[\]]+/)+[^\s/\"':,()\[\]]*")
 STACK_KEYS = ("gpu", "driver", "cuda", "torch", "triton", "liger_perf", "python")
+#: How long a passing selfcheck stands for the machine it ran on (the same code, the same stack): one night.
+SELFCHECK_REUSE_S = 12 * 3600
 
 
 class KernelJob(BaseModel):
@@ -99,14 +101,17 @@ def stack_of(fingerprint: Fingerprint | dict | None) -> dict:
     return {k: fields.get(k) for k in STACK_KEYS}
 
 
-def _judged_speedup(trial: TrialResult) -> str:
-    """The judge's target speedup of a trial over the best it was timed against, worded as everywhere else
-    (``1.38x (faster) [1.37x, 1.40x]``); empty where it was not judged on a ratio."""
+def _judged_gain(trial: TrialResult, target: str) -> str:
+    """What the judge found of an accepted trial against the best it was timed beside, worded as the judge words
+    it: a speedup (``1.38x (faster) [1.37x, 1.40x] over the previous best``), or for a memory target the
+    peak-memory ratio (``peak memory 0.725 of the previous best's``); empty where it was not judged on a ratio."""
     judged = trial.judged
     if judged is None or judged.target_ratio is None:
         return ""
+    if target == "memory":
+        return f"peak memory {judged.target_ratio:.3f} of the previous best's"
     low, high = (list(judged.target_interval or []) + [None, None])[:2]
-    return speedup(judged.target_ratio, low, high)
+    return f"{speedup(judged.target_ratio, low, high)} over the previous best"
 
 
 def _advantage(result: TrialResult, target: str) -> float:
@@ -220,10 +225,13 @@ class Nightly:
                                               f"{self._relative(path)}); no trial ran tonight")
 
     def _passed_selfcheck(self, names: list[str]) -> dict | None:
-        """The record of a selfcheck that already passed on this machine's stack for the code that runs now (the
-        same ``code_digest``), with the gate and the trial of every kernel of tonight: a second run the same
-        night, or the developer's own selfcheck just before. Nothing it checked has changed, so it is not run
-        again. None where any of that differs or cannot be read."""
+        """The record of a selfcheck that already passed on this machine (its host name), on today's stack, for
+        the code that runs now (each kernel's ``code_digest``), within ``SELFCHECK_REUSE_S``, with a passing gate and
+        trial of each of tonight's kernels: a second run the same night, or the developer's own selfcheck just
+        before. Nothing it checked has changed, so it is not run again. None where any of that differs, is
+        missing or cannot be read (a record committed from another machine never stands for this one)."""
+        import platform
+
         from liger_perf.selfcheck import code_digest
 
         path = self.store.reports / "selfcheck.json"
@@ -231,16 +239,20 @@ class Nightly:
             record = json.loads(path.read_text())
             steps = {(r["kernel"], r["step"]) for r in record["rows"] if r["variant"] == "baseline"
                      and r["status"] == "pass"}
-            fits = (record["passed"] is True and record.get("code") == code_digest(names)
-                    and all(record["stack"].get(k) == self.stack.get(k) for k in STACK_KEYS)
+            age = (dt.datetime.now() - dt.datetime.fromisoformat(record["started"])).total_seconds()
+            fits = (record["passed"] is True and record.get("host") == platform.node() and 0 <= age
+                    <= SELFCHECK_REUSE_S
+                    and all(self.stack.get(k) is not None and record["stack"].get(k) == self.stack.get(k)
+                            for k in STACK_KEYS)
+                    and all(record["code"].get(name) == code_digest(name) for name in names)
                     and all((name, step) in steps for name in names for step in ("gate", "trial")))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
         if not fits:
             return None
         return {"passed": True, "record": self._relative(path),
-                "summary": (f"selfcheck: passed for this code on this stack at {record.get('started')} (commit "
-                            f"{record.get('commit')}); not run again")}
+                "summary": (f"selfcheck: passed on this machine for this code on this stack at "
+                            f"{record['started']} (commit {record.get('commit')}); not run again")}
 
     def _spent_tonight(self) -> dict[str, int]:
         """Tuning trials per kernel that earlier runs of the job recorded tonight (the same date). A run's summary
@@ -300,8 +312,9 @@ class Nightly:
         entry["notebooks"] = [self._notebook(t) for t in new]
         entry["trials"] = [{"trial": t.trial_id, "name": t.name, "kind": t.kind, "status": t.status,
                             "verdict": t.verdict} for t in new]
-        entry["accepted"] = [{"trial": t.trial_id, "name": t.name, "gain": t.gain, "speedup": _judged_speedup(t),
-                              "notebook": self._notebook(t)} for t in new if t.verdict == "accepted"]
+        entry["accepted"] = [{"trial": t.trial_id, "name": t.name, "gain": t.gain,
+                              "judged": _judged_gain(t, job.target), "notebook": self._notebook(t)}
+                             for t in new if t.verdict == "accepted"]
         self._write_summary(finished=False)
 
     def _revalidate(self, job: KernelJob, entry: dict, trials: list[TrialResult], chain: list[TrialResult],
@@ -419,9 +432,8 @@ class Nightly:
                 lines += [f"  | {k} | {r['fingerprint_before'].get(k)} | {r['fingerprint_now'].get(k)} |"
                           for k in STACK_KEYS]
             for a in e["accepted"]:
-                said = a.get("speedup") or (speedup(1 - a["gain"]) if a.get("gain") is not None else "")
                 lines.append(f"- accepted: trial {a['trial']:04d} `{a['name']}`"
-                             + (f", {e['target']} {said} over the best before it" if said else "")
+                             + (f", {e['target']}: {a['judged']}" if a.get("judged") else "")
                              + f" (`{a['notebook']}`)")
             lines += [f"- trial {t['trial']:04d} `{t['name']}` ({t['kind']}): {t['status']}"
                       + (f", {t['verdict']}" if t.get("verdict") else "") for t in e.get("trials", [])]

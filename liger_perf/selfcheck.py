@@ -11,13 +11,14 @@ the workspace, built-in and the user's own:
    baseline that failed its gate gets none.
 
 A row per step; any row that does not pass fails the whole check. The record, ``reports/<device>/selfcheck.json``,
-names the commit it ran at (``"commit"``), a digest of the code it checked (``"code"``: the package and each
-kernel's folder, ``code_digest``), the stack and every row: a change to what decides correctness or speed
+names the commit it ran at (``"commit"``), the machine (``"host"``), a digest per kernel of the code it checked
+(``"code"``: the package and the kernel's folder, ``code_digest``), the stack and every row: a change to what decides correctness or speed
 lands only with a passing record on the GPU at a commit after it (README, contributing).
 """
 
 from __future__ import annotations
 
+import platform
 import shutil
 import tempfile
 import time
@@ -33,18 +34,17 @@ PASS, FAIL, NOT_RUN, SKIPPED = "pass", "FAIL", "not run", "skipped"
 # own, so nothing keeps two Nsight Compute runs in two sandboxes apart on one GPU.
 
 
-def code_digest(kernels: list[str]) -> str:
-    """SHA-256 over the package's files and each named kernel's folder (paths and contents, caches left out): what
-    a selfcheck checked. Two checkouts with the same digest run the same code, whatever their commits (a lent
-    machine's copy has no ``.git``; a commit that only adds evidence changes nothing a selfcheck saw)."""
+def code_digest(kernel: str) -> str:
+    """SHA-256 over the package's files and the kernel's folder (paths and contents, caches left out): the code a
+    selfcheck of that kernel checked. Two checkouts with the same digest run the same code, whatever their commits
+    (a lent machine's copy has no ``.git``; a commit that only adds evidence changes nothing a selfcheck saw)."""
     import hashlib
 
     from liger_perf.core.workspace import PACKAGE
     from liger_perf.kernel.registry import baseline_path
 
     digest = hashlib.sha256()
-    folders = [("liger_perf", PACKAGE)] + [(f"kernels/{k}", baseline_path(k).parent) for k in sorted(set(kernels))]
-    for label, folder in folders:
+    for label, folder in (("liger_perf", PACKAGE), (f"kernels/{kernel}", baseline_path(kernel).parent)):
         for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts
                            and not p.name.startswith(".")):
             digest.update(f"{label}/{path.relative_to(folder).as_posix()}\0".encode())
@@ -178,7 +178,8 @@ def run_selfcheck(device: str = "auto", kernels: list[str] | None = None, best: 
         "stack": {k: stack.get(k) for k in ("gpu", "driver", "cuda", "torch", "triton", "python", "liger_perf",
                                             "liger_kernel", "device_mode")},
         "kernels": {k: str(baseline_path(k).parent) for k in names},
-        "code": code_digest(names),
+        "host": platform.node(),
+        "code": {k: code_digest(k) for k in names},
         "rows": [asdict(r) for r in rows],
     }
 

@@ -60,13 +60,14 @@ def main() -> None:
     copy = args.root / "variants" / f"{args.kernel}-a-a-copy.py"
     copy.parent.mkdir(parents=True, exist_ok=True)
     copy.write_text(best_file.read_text() + "\n# A/A copy: the current best's code, another file.\n")
-    against_sha = source_hash(best_file.read_text())
+    copy_sha = source_hash(copy.read_text())
 
     def against_this_best() -> list:
-        """The root's A/A trials against today's best: a root that also holds trials against an earlier best
-        (another day's run) neither counts them towards ``--trials`` nor sums them into this summary."""
+        """The root's A/A trials of today's copy (its source names the best it copies), failed ones included: a
+        root that also holds trials of an earlier best's copy neither counts them towards ``--trials`` nor sums
+        them into this summary."""
         return [t for t in load_trials(args.kernel, notebooks) if t.kind == "experiment"
-                and t.against_sha == against_sha]
+                and t.variant_sha == copy_sha]
 
     while True:
         done = against_this_best()

@@ -76,7 +76,7 @@ for step in "$@"; do
       run "$dir-$kernel" python3 -m liger_perf optimize "$kernel" --target "$target" --device cuda \
         --max-minutes "$minutes" ;;
     aa) run "$dir" python3 scripts/aa_trials.py fused_add_rms_norm --trials "${arg:-20}" --root "$dir" \
-          --deadline-s "$(( $(left) - 110 ))" ;;
+          --deadline-s "$(( $(left) > 111 ? $(left) - 110 : 1 ))" ;;  # 0 would mean no deadline
     nightly)
       run "$dir/first" python3 -m liger_perf nightly --config scripts/nightly-h200.yaml
       run "$dir/second" python3 -m liger_perf nightly --config scripts/nightly-h200.yaml ;;

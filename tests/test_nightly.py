@@ -255,18 +255,40 @@ def test_print_schedule(kind, expected):
     assert out.returncode == 0 and expected in out.stdout and "liger_perf nightly" in out.stdout
 
 
-def test_the_summary_words_an_accepted_trial_as_its_notebook_does():
+def test_the_summary_words_an_accepted_trial_as_its_notebook_does(tmp_path):
     """A night's summary states an accepted trial's speedup as the trial's own verdict cell does (one wording
-    everywhere: ``1.38x (faster) [1.37x, 1.40x]``), read here from the committed H200 history."""
-    from liger_perf.nightly import _judged_speedup
+    everywhere: ``1.38x (faster) [1.37x, 1.40x]``), read here from the committed H200 history; a memory target
+    as the judge states memory, a ratio of peak memory, never as a speedup."""
+    from liger_perf.nightly import Nightly, NightlyConfig, _judged_gain
 
     history = ROOT / "notebooks" / "nvidia-h200"
-    worded = 0
+    worded = []
     for trial in load_trials("fused_add_rms_norm", history):
         text = next((history / "fused_add_rms_norm").glob(f"{trial.trial_id:04d}-*.ipynb")).read_text()
         if trial.verdict != "accepted" or "x (faster) [" not in text:
             continue  # notebooks judged before the one wording say it otherwise
-        said = _judged_speedup(trial)
-        assert said.endswith("]") and "(faster)" in said and said in text, (trial.trial_id, said)
-        worded += 1
-    assert worded >= 1
+        said = _judged_gain(trial, "backward")
+        assert said.endswith("] over the previous best") and "(faster)" in said, said
+        assert said.removesuffix(" over the previous best") in text, (trial.trial_id, said)
+        worded.append(trial)
+    assert worded
+    memory = worded[0].model_copy()
+    memory.judged = Verdict(verdict="accepted", target="memory", target_ratio=0.725)
+    assert _judged_gain(memory, "memory") == "peak memory 0.725 of the previous best's"
+
+    config = NightlyConfig(kernels=[{"name": "fused_add_rms_norm", "target": "backward", "budget": 1}],
+                           device="interpret", selfcheck=False)
+
+    class Runner:
+        def fingerprint(self, device):
+            return {}
+
+    night = Nightly(config, root=tmp_path / "nb", reports=tmp_path / "reports", echo=lambda text: None,
+                    runner=Runner())
+    night.job_errors, night.results = [], [{
+        "kernel": "fused_add_rms_norm", "target": "backward", "trials_run": 1, "seconds": 1.0, "errors": [],
+        "regressions": [], "trials": [], "notebooks": [],
+        "accepted": [{"trial": worded[0].trial_id, "name": worded[0].name, "gain": worded[0].gain,
+                      "judged": _judged_gain(worded[0], "backward"), "notebook": "n.ipynb"}]}]
+    line = next(x for x in night._write_summary(finished=True).read_text().splitlines() if "accepted:" in x)
+    assert f"backward: {_judged_gain(worded[0], 'backward')}" in line and "%" not in line

@@ -62,6 +62,10 @@ def test_selfcheck_fails_a_broken_baseline_with_one_clear_row(tmp_path):
     assert "Traceback" not in out.stdout + out.stderr
 
 
+STACK = {"gpu": "G", "driver": "1", "cuda": "13.0", "torch": "x", "triton": "y", "liger_perf": "0.1.0",
+         "python": "3.12"}
+
+
 class _Runner:
     """A runner that records that it was asked to run anything, and runs nothing."""
 
@@ -74,7 +78,7 @@ class _Runner:
         return "interpret"
 
     def fingerprint(self, device):
-        return {"torch": "x", "triton": "y"}
+        return dict(STACK)
 
     def run(self, request, store):
         self.calls.append(("trial", request.kernel))
@@ -120,19 +124,27 @@ def test_the_nightly_job_runs_selfcheck_first_and_a_failing_one_is_an_error_of_t
         assert "error of the job" in path.read_text()
 
 
-@pytest.mark.parametrize("same_code, same_stack, reused", [(True, True, True), (False, True, False),
-                                                           (True, False, False)])
-def test_a_night_reuses_a_selfcheck_that_passed_for_this_code_on_this_stack(tmp_path, same_code, same_stack,
-                                                                            reused):
-    """A second night with the same code on the same stack (or the developer's own selfcheck just before) does
-    not check the machine again; other code (a changed package or kernel folder) or another stack does."""
-    from liger_perf.nightly import Nightly, NightlyConfig
+@pytest.mark.parametrize("change", ["nothing", "code", "stack", "host", "age", "no trial row", "unknown stack"])
+def test_a_night_reuses_only_a_selfcheck_that_passed_here_for_this_code_on_this_stack_tonight(tmp_path, change):
+    """A second night on the same machine with the same code on the same stack (or the developer's own selfcheck
+    just before) does not check the machine again. Other code (a changed package or kernel folder), another stack,
+    another machine (a record committed from elsewhere), a record older than a night, one without the kernel's
+    trial, or a stack that could not be read: the selfcheck runs."""
+    import datetime
+    import platform
+
+    from liger_perf.nightly import SELFCHECK_REUSE_S, Nightly, NightlyConfig
     from liger_perf.selfcheck import code_digest
 
     earlier = _selfcheck_record(True)
-    earlier["code"] = code_digest(["relu_squared"]) if same_code else "0" * 64
-    earlier["stack"] = {"torch": "x" if same_stack else "an older one", "triton": "y"}
-    earlier["rows"].append({**earlier["rows"][0], "step": "trial"})
+    started = datetime.datetime.now() - datetime.timedelta(seconds=60 if change != "age" else SELFCHECK_REUSE_S + 60)
+    earlier.update(started=started.isoformat(timespec="seconds"), stack=dict(STACK),
+                   host=platform.node() if change != "host" else "another-machine",
+                   code={"relu_squared": code_digest("relu_squared") if change != "code" else "0" * 64})
+    if change == "stack":
+        earlier["stack"]["torch"] = "an older one"
+    if change != "no trial row":
+        earlier["rows"].append({**earlier["rows"][0], "step": "trial"})
     (tmp_path / "reports").mkdir()
     (tmp_path / "reports" / "selfcheck.json").write_text(json.dumps(earlier))
     calls, said = [], []
@@ -141,11 +153,17 @@ def test_a_night_reuses_a_selfcheck_that_passed_for_this_code_on_this_stack(tmp_
         calls.append(("selfcheck", tuple(kernels), best))
         return _selfcheck_record(True)
 
+    runner = _Runner(calls)
+    if change == "unknown stack":  # both sides without a driver: no match on what is not known
+        earlier["stack"]["driver"] = None
+        (tmp_path / "reports" / "selfcheck.json").write_text(json.dumps(earlier))
+        runner.fingerprint = lambda device: {**STACK, "driver": None}
     config = NightlyConfig(kernels=[{"name": "relu_squared", "target": "forward", "budget": 1}], device="interpret",
                            guardrails=str(ROOT / "guardrails.yaml"))
     _, path = Nightly(config, root=tmp_path / "nb", reports=tmp_path / "reports", echo=said.append,
-                      runner=_Runner(calls), selfcheck=selfcheck).run()
+                      runner=runner, selfcheck=selfcheck).run()
     summary = json.loads(path.with_suffix(".json").read_text())
+    reused = change == "nothing"
     assert (("selfcheck", ("relu_squared",), False) not in calls) is reused
     assert summary["selfcheck"]["passed"] is True
     assert any("not run again" in line for line in said) is reused
@@ -156,10 +174,10 @@ def test_the_code_digest_changes_with_a_kernel_file_and_not_with_a_cache(tmp_pat
 
     shutil.copytree(ROOT / "kernels" / "relu_squared", tmp_path / "kernels" / "relu_squared")
     monkeypatch.setenv("LIGER_PERF_KERNELS", str(tmp_path / "kernels"))
-    before = code_digest(["relu_squared"])
+    before = code_digest("relu_squared")
     (tmp_path / "kernels" / "relu_squared" / "__pycache__").mkdir(exist_ok=True)
     (tmp_path / "kernels" / "relu_squared" / "__pycache__" / "x.pyc").write_bytes(b"cache")
-    assert code_digest(["relu_squared"]) == before
+    assert code_digest("relu_squared") == before
     baseline = tmp_path / "kernels" / "relu_squared" / "baseline.py"
     baseline.write_text(baseline.read_text() + "\n# one more line\n")
-    assert code_digest(["relu_squared"]) != before
+    assert code_digest("relu_squared") != before
