@@ -226,13 +226,13 @@ class Nightly:
 
     def _passed_selfcheck(self, names: list[str]) -> dict | None:
         """The record of a selfcheck that already passed on this machine (its host name), on today's stack, for
-        the code that runs now (each kernel's ``code_digest``), within ``SELFCHECK_REUSE_S``, with a passing gate and
+        the code that runs now (each kernel's ``code_digests``), within ``SELFCHECK_REUSE_S``, with a passing gate and
         trial of each of tonight's kernels: a second run the same night, or the developer's own selfcheck just
         before. Nothing it checked has changed, so it is not run again. None where any of that differs, is
         missing or cannot be read (a record committed from another machine never stands for this one)."""
         import platform
 
-        from liger_perf.selfcheck import code_digest
+        from liger_perf.selfcheck import code_digests
 
         path = self.store.reports / "selfcheck.json"
         try:
@@ -244,7 +244,7 @@ class Nightly:
                     <= SELFCHECK_REUSE_S
                     and all(self.stack.get(k) is not None and record["stack"].get(k) == self.stack.get(k)
                             for k in STACK_KEYS)
-                    and all(record["code"].get(name) == code_digest(name) for name in names)
+                    and all(record["code"].get(name) == digest for name, digest in code_digests(names).items())
                     and all((name, step) in steps for name in names for step in ("gate", "trial")))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None

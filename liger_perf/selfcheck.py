@@ -12,7 +12,7 @@ the workspace, built-in and the user's own:
 
 A row per step; any row that does not pass fails the whole check. The record, ``reports/<device>/selfcheck.json``,
 names the commit it ran at (``"commit"``), the machine (``"host"``), a digest per kernel of the code it checked
-(``"code"``: the package and the kernel's folder, ``code_digest``), the stack and every row: a change to what decides correctness or speed
+(``"code"``: the package and the kernel's folder, ``code_digests``), the stack and every row: a change to what decides correctness or speed
 lands only with a passing record on the GPU at a commit after it (README, contributing).
 """
 
@@ -34,23 +34,28 @@ PASS, FAIL, NOT_RUN, SKIPPED = "pass", "FAIL", "not run", "skipped"
 # own, so nothing keeps two Nsight Compute runs in two sandboxes apart on one GPU.
 
 
-def code_digest(kernel: str) -> str:
-    """SHA-256 over the package's files and the kernel's folder (paths and contents, caches left out): the code a
-    selfcheck of that kernel checked. Two checkouts with the same digest run the same code, whatever their commits
-    (a lent machine's copy has no ``.git``; a commit that only adds evidence changes nothing a selfcheck saw)."""
+def code_digests(kernels: list[str]) -> dict[str, str]:
+    """Per kernel, SHA-256 over the package's files and the kernel's folder (paths and contents, caches left out):
+    the code a selfcheck of that kernel checked. Two checkouts with the same digest run the same code, whatever
+    their commits (a lent machine's copy has no ``.git``; a commit that only adds evidence changes nothing a
+    selfcheck saw). The package is read once for all the kernels."""
     import hashlib
 
     from liger_perf.core.workspace import PACKAGE
     from liger_perf.kernel.registry import baseline_path
 
-    digest = hashlib.sha256()
-    for label, folder in (("liger_perf", PACKAGE), (f"kernels/{kernel}", baseline_path(kernel).parent)):
+    def folder_digest(label: str, folder: Path) -> bytes:
+        digest = hashlib.sha256()
         for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts
                            and not p.name.startswith(".")):
             digest.update(f"{label}/{path.relative_to(folder).as_posix()}\0".encode())
             digest.update(path.read_bytes())
             digest.update(b"\0")
-    return digest.hexdigest()
+        return digest.digest()
+
+    package = folder_digest("liger_perf", PACKAGE)
+    return {k: hashlib.sha256(package + folder_digest(f"kernels/{k}", baseline_path(k).parent)).hexdigest()
+            for k in kernels}
 
 
 @dataclass
@@ -179,7 +184,7 @@ def run_selfcheck(device: str = "auto", kernels: list[str] | None = None, best: 
                                             "liger_kernel", "device_mode")},
         "kernels": {k: str(baseline_path(k).parent) for k in names},
         "host": platform.node(),
-        "code": {k: code_digest(k) for k in names},
+        "code": code_digests(names),
         "rows": [asdict(r) for r in rows],
     }
 

@@ -134,13 +134,13 @@ def test_a_night_reuses_only_a_selfcheck_that_passed_here_for_this_code_on_this_
     import platform
 
     from liger_perf.nightly import SELFCHECK_REUSE_S, Nightly, NightlyConfig
-    from liger_perf.selfcheck import code_digest
+    from liger_perf.selfcheck import code_digests
 
     earlier = _selfcheck_record(True)
     started = datetime.datetime.now() - datetime.timedelta(seconds=60 if change != "age" else SELFCHECK_REUSE_S + 60)
     earlier.update(started=started.isoformat(timespec="seconds"), stack=dict(STACK),
                    host=platform.node() if change != "host" else "another-machine",
-                   code={"relu_squared": code_digest("relu_squared") if change != "code" else "0" * 64})
+                   code={"relu_squared": code_digests(["relu_squared"])["relu_squared"] if change != "code" else "0" * 64})
     if change == "stack":
         earlier["stack"]["torch"] = "an older one"
     if change != "no trial row":
@@ -170,14 +170,14 @@ def test_a_night_reuses_only_a_selfcheck_that_passed_here_for_this_code_on_this_
 
 
 def test_the_code_digest_changes_with_a_kernel_file_and_not_with_a_cache(tmp_path, monkeypatch):
-    from liger_perf.selfcheck import code_digest
+    from liger_perf.selfcheck import code_digests
 
     shutil.copytree(ROOT / "kernels" / "relu_squared", tmp_path / "kernels" / "relu_squared")
     monkeypatch.setenv("LIGER_PERF_KERNELS", str(tmp_path / "kernels"))
-    before = code_digest("relu_squared")
+    before = code_digests(["relu_squared"])
     (tmp_path / "kernels" / "relu_squared" / "__pycache__").mkdir(exist_ok=True)
     (tmp_path / "kernels" / "relu_squared" / "__pycache__" / "x.pyc").write_bytes(b"cache")
-    assert code_digest("relu_squared") == before
+    assert code_digests(["relu_squared"]) == before
     baseline = tmp_path / "kernels" / "relu_squared" / "baseline.py"
     baseline.write_text(baseline.read_text() + "\n# one more line\n")
-    assert code_digest("relu_squared") != before
+    assert code_digests(["relu_squared"])["relu_squared"] != before["relu_squared"]
