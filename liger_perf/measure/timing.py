@@ -16,6 +16,14 @@ intervals excluding 1, by 0.5-1 %, the same sign in every trial). So each conten
 allocated in a random order interleaved across contenders, each repetition runs it on a slot drawn at random,
 and on a GPU the pool is re-allocated a few times per case: placement varies from repetition to repetition,
 where the bootstrap sees it, and no role keeps the first (or last) allocations.
+
+What no randomisation reaches is the timer itself: a difference of two medians of CUDA-event times is known to
+no better than the events' resolution (about half a microsecond, the CUDA Runtime API says of
+``cudaEventElapsedTime``). With placement randomised, six H200 A/A trials still had the copy 1.8-3.3 % faster
+at the shortest backward (2048x1024 float32, 23 us, the same sign every time: 0.4-0.8 us), and three of those
+intervals excluded 1 (reports/evidence/2026-12-01-aa/, -aa-70bfdac/). So each ratio's interval is widened by
+that resolution over the reference's median (``TimingPlan.resolution_ms``): at 23 us by 2.2 %, at 1 ms by
+0.05 %. A gain at a shape shorter than this allows is not claimed.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from liger_perf.core.wording import count
 SAMPLE_COLUMNS = ["pass", "shape", "dtype", "contender", "rep", "ms"]
 SUMMARY_COLUMNS = ["pass", "shape", "dtype", "contender", "median_ms", "relative_to", "ratio", "ci_low", "ci_high",
                    "reps", "min_bytes", "bandwidth_fraction"]
+CUDA_EVENT_RESOLUTION_MS = 0.5e-3  # "around 0.5 microseconds" (CUDA Runtime API, cudaEventElapsedTime)
 L2_FLUSH_BYTES = 256 * 2**20  # several times the L2 of any current GPU (an H200 has 60 MiB)
 
 
@@ -52,15 +61,20 @@ class TimingPlan:
     #: Re-allocate the slot pool every this many repetitions; 0: the device's default (``default_rebuild``),
     #: negative: never.
     rebuild_every: int = 0
+    #: The timer's resolution: each ratio's interval is widened by this over the reference's median (see the
+    #: module's docstring). ``default`` sets the CUDA events' on a GPU; the CPU wall clock needs none.
+    resolution_ms: float = 0.0
 
     @staticmethod
     def default(device: Device, repetitions: int = 0) -> "TimingPlan":
         slots = default_slots(device)
+        resolution = 0.0 if device.interpreted else CUDA_EVENT_RESOLUTION_MS
         if repetitions > 0:
-            return TimingPlan(repetitions=repetitions, warmup=2 if device.interpreted else 5, slots=slots)
+            return TimingPlan(repetitions=repetitions, warmup=2 if device.interpreted else 5, slots=slots,
+                              resolution_ms=resolution)
         # The interpreter runs a kernel thousands of times slower; its timings only exercise the machinery.
         return (TimingPlan(repetitions=5, warmup=1, slots=slots) if device.interpreted
-                else TimingPlan(repetitions=100, warmup=5, slots=slots))
+                else TimingPlan(repetitions=100, warmup=5, slots=slots, resolution_ms=resolution))
 
     def slots_on(self, device: Device) -> int:
         return self.slots if self.slots > 0 else default_slots(device)
@@ -340,6 +354,15 @@ def ratio_interval(times: np.ndarray, reference: np.ndarray, alpha: float, resam
     return ratio, float(low), float(high)
 
 
+def widened(low: float, high: float, resolution_ms: float, reference_ms: float) -> tuple[float, float]:
+    """A ratio's interval widened by the timer's resolution over the reference's median on each side: the
+    difference of two medians is not known more finely than the clock that measured them."""
+    if resolution_ms <= 0 or not reference_ms > 0 or not (math.isfinite(low) and math.isfinite(high)):
+        return low, high
+    margin = resolution_ms / reference_ms
+    return max(low - margin, 0.0), high + margin
+
+
 def summarize(samples: pd.DataFrame, reference: str, spec: KernelSpec, bandwidth: float,
               plan: TimingPlan) -> pd.DataFrame:
     """Per (pass, shape, dtype, contender): median, ratio to ``reference`` with a simultaneous interval, and
@@ -360,6 +383,7 @@ def summarize(samples: pd.DataFrame, reference: str, spec: KernelSpec, bandwidth
                 ratio, low, high = 1.0, 1.0, 1.0
             else:
                 ratio, low, high = ratio_interval(ms, ref, alpha, plan.bootstrap, rng)
+                low, high = widened(low, high, plan.resolution_ms, float(np.median(ref)))
             floor_ms = nbytes / bandwidth * 1e3
             rows.append({"pass": pass_name, "shape": shape, "dtype": dtype, "contender": name, "median_ms": median,
                          "relative_to": reference, "ratio": ratio, "ci_low": low, "ci_high": high, "reps": len(ms),

@@ -126,6 +126,8 @@ class Timing(_Record):
     warmup: int = 0
     confidence: float = 0.95
     intervals: str = ""
+    #: Each ratio's interval is widened by this over the reference's median (the timer's resolution).
+    resolution_ms: float = 0.0
     copy_bandwidth_bytes_per_s: float | None = None
     reference_contender: str = ""
     contenders: list[str] = []

@@ -336,7 +336,9 @@ class Trial:
         memory = peak_memory(self.spec, contenders, cases, self.device, drawn)
         del drawn
         self.data["timing"] = {"repetitions": plan.repetitions, "warmup": plan.warmup, "confidence": plan.confidence,
-                               "intervals": "simultaneous (Bonferroni over the trial's ratios), paired bootstrap",
+                               "intervals": "simultaneous (Bonferroni over the trial's ratios), paired bootstrap"
+                               + (", widened by the timer's resolution" if plan.resolution_ms else ""),
+                               "resolution_ms": plan.resolution_ms,
                                "copy_bandwidth_bytes_per_s": bandwidth, "reference_contender": reference,
                                "contenders": list(contenders), "rows": summary.to_dict("records"),
                                "spot_checks": spot_checks}
@@ -348,7 +350,10 @@ class Trial:
                "CUDA events, L2 flushed before each run")
         _display(markdown=f"## Timings\n\n{count(plan.repetitions, 'repetition')} per contender after {plan.warmup} warm-up, "
                           f"interleaved in random order ({how}); ratios are time / `{reference}` "
-                          f"time with {plan.confidence:.0%} simultaneous intervals. Copy bandwidth in this run: "
+                          f"time with {plan.confidence:.0%} simultaneous intervals"
+                          + (f", widened by the timer's resolution ({plan.resolution_ms * 1e3:g} µs over the "
+                             "reference's median)" if plan.resolution_ms else "")
+                          + f". Copy bandwidth in this run: "
                           f"{bandwidth / 1e9:.0f} GB/s (bytes read + written).")
         _display(timing_table(summary, unit))
         failed = [c for c in spot_checks if not c["passed"]]
