@@ -320,10 +320,16 @@ class Nightly:
     def _revalidate(self, job: KernelJob, entry: dict, trials: list[TrialResult], chain: list[TrialResult],
                     rules) -> None:
         best = chain[-1]
-        last = next((t for t in reversed(trials) if t.kind == "revalidation" and t.status != HARNESS_ERROR
-                     and t.variant_sha == best.variant_sha), None)
-        if last is not None and stack_of(last.fingerprint) == self.stack:
-            entry["revalidation"] = f"skipped: the software stack is unchanged since trial {last.trial_id:04d}"
+        revalidations = [t for t in trials if t.kind == "revalidation" and t.status != HARNESS_ERROR
+                         and t.variant_sha == best.variant_sha]
+        # A re-validation that passed stands until the stack changes; one that failed is run again each night
+        # (the regression is reported again until it is resolved, and a failure of the gate's own making, since
+        # fixed, is undone: on the H200 a bound too tight at 8 elements failed trial 0031).
+        last = next((t for t in reversed(revalidations) if t.status == "complete"), None)
+        if (revalidations and revalidations[-1].status == "complete"
+                and stack_of(revalidations[-1].fingerprint) == self.stack):
+            entry["revalidation"] = (f"skipped: the software stack is unchanged since trial "
+                                     f"{revalidations[-1].trial_id:04d}, which passed")
             return
         best_file = trial_variant_file(job.name, best, self.root)  # rebuilt from the notebook when gone or changed
         self.echo(f"{job.name}: re-validating trial {best.trial_id:04d} {best.name} against the baseline")

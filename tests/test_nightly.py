@@ -292,3 +292,36 @@ def test_the_summary_words_an_accepted_trial_as_its_notebook_does(tmp_path):
                       "judged": _judged_gain(worded[0], "backward"), "notebook": "n.ipynb"}]}]
     line = next(x for x in night._write_summary(finished=True).read_text().splitlines() if "accepted:" in x)
     assert f"backward: {_judged_gain(worded[0], 'backward')}" in line and "%" not in line
+
+
+@pytest.mark.slow
+def test_a_failed_revalidation_is_run_again_the_next_night_and_a_passed_one_stands(tmp_path):
+    """On the H200 a re-validation failed on a gate bound since fixed (trial 0031): the next night must not skip the
+    best because the stack is unchanged. A failed re-validation is run again; once one passes, it stands."""
+    from liger_perf.nightly import Nightly, NightlyConfig
+
+    root = _history_with_an_accepted_best(tmp_path)
+    config = NightlyConfig(kernels=[{"name": "relu_squared", "target": "forward", "budget": 0}], device="interpret",
+                           repetitions=2, convergence=False, wall_clock_s=1200.5,
+                           guardrails=str(ROOT / "guardrails.yaml"), selfcheck=False)
+    night = dict(root=root, reports=tmp_path / "reports", echo=lambda text: None)
+    Nightly(config, **night).run()
+    (first,) = [t for t in load_trials("relu_squared", root) if t.kind == "revalidation"]
+    # As if the gate had failed it: the same best, the same stack, status failed-correctness.
+    nb = nbformat.read(first.notebook, as_version=4)
+    result = record.read_result(nb)
+    result.status, result.reason = "failed-correctness", "the correctness gate failed (recorded for the test)"
+    record.set_result(nb, result)
+    record.write_atomic(nb, first.notebook)
+
+    code, path = Nightly(config, **night).run()
+    revalidations = [t for t in load_trials("relu_squared", root) if t.kind == "revalidation"]
+    assert [t.status for t in revalidations] == ["failed-correctness", "complete"]
+    (kernel,) = json.loads(path.with_suffix(".json").read_text())["kernels"]
+    assert kernel["revalidation"].startswith("best vs baseline on forward")
+
+    code, path = Nightly(config, **night).run()
+    assert len([t for t in load_trials("relu_squared", root) if t.kind == "revalidation"]) == 2
+    (kernel,) = json.loads(path.with_suffix(".json").read_text())["kernels"]
+    assert kernel["revalidation"] == (f"skipped: the software stack is unchanged since trial "
+                                      f"{revalidations[-1].trial_id:04d}, which passed")
