@@ -10,6 +10,7 @@
 # Steps (each writes into reports/evidence/<date>-<step>/ unless it says otherwise):
 #   selfcheck              liger-perf selfcheck --device cuda  -> reports/nvidia-h200/selfcheck.json
 #   gate-evidence          scripts/gate_evidence.py: the row-reduction rule at the gate's bfloat16 seeds
+#   norm-bound:SECONDS     scripts/norm_bound_evidence.py: the gate's norm bound at few elements, best and baseline
 #   broken:NAME[,NAME]     liger-perf check of broken variants (tests/broken_variants.py), on the GPU
 #   gate-cost-old:DIR      liger-perf check of the baseline with the package in DIR (an older checkout), cold
 #   main-job:MINUTES       a fresh workspace and the README's main job (optimize fused_add_rms_norm), its log
@@ -57,6 +58,10 @@ for step in "$@"; do
   case "$name" in
     selfcheck) run "$dir" python3 -m liger_perf selfcheck --device cuda ;;
     gate-evidence) run "$dir" python3 scripts/gate_evidence.py "$dir/dw.json" ;;
+    norm-bound)
+      best=$(ls notebooks/nvidia-h200/fused_add_rms_norm/variants/0030-*.py)
+      run "$dir" python3 scripts/norm_bound_evidence.py "$dir/norm-bound.json" --seconds "${arg:-40}" \
+        "$best" kernels/fused_add_rms_norm/baseline.py ;;
     broken)
       python3 tests/broken_variants.py /tmp/broken > /dev/null
       for b in ${arg//,/ }; do
