@@ -318,8 +318,8 @@ def _exponent_counts(values: torch.Tensor) -> torch.Tensor:
     if not nonzero.numel():
         return torch.zeros(EXPONENT_BINS, dtype=torch.float64)
     _, exponent = torch.frexp(nonzero.double())
-    index = (exponent.long() + EXPONENT_OFFSET).clamp(0, EXPONENT_BINS - 1).cpu()
-    return torch.bincount(index, minlength=EXPONENT_BINS).double()
+    index = (exponent.long() + EXPONENT_OFFSET).clamp(0, EXPONENT_BINS - 1)
+    return torch.bincount(index, minlength=EXPONENT_BINS).double().cpu()  # counted where the values are
 
 
 def _largest_ulps_norm(exponents: torch.Tensor, flips: int, finfo) -> float:
