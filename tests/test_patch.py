@@ -92,6 +92,8 @@ def test_unpatch_restores_the_model_and_a_second_patch_is_refused(interpret_devi
     assert report.fused_layers == []  # LayerNorm1P: nothing to fuse; its relu2 activations are replaced
     assert report.relu_squared == ["model.layers.0.mlp.act_fn", "model.layers.1.mlp.act_fn"]
     assert "relu_squared" in report.kernels
+    # A committed e2e report names the variant as the workspace sees it, not by this machine's absolute path.
+    assert report.kernels["relu_squared"] == "kernels/relu_squared/baseline.py"
     assert list(model.state_dict()) == list(before)  # the replacement holds no parameters or submodules
     with pytest.raises(UserError, match="patched already"):
         patch.apply(model)
