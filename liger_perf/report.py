@@ -38,7 +38,8 @@ def markdown_table(frame: pd.DataFrame) -> str:
         return "(none)"
     header = "| " + " | ".join(map(str, frame.columns)) + " |"
     rule = "| " + " | ".join("---" for _ in frame.columns) + " |"
-    body = ["| " + " | ".join(str(v).replace("|", "/").replace("\n", " ") for v in row) + " |"
+    # A pipe inside a cell is escaped, not replaced: a gate's reason reads "||err||/||ref||" as it was written.
+    body = ["| " + " | ".join(str(v).replace("|", "\\|").replace("\n", " ") for v in row) + " |"
             for row in frame.itertuples(index=False)]
     return "\n".join([header, rule, *body])
 
@@ -54,11 +55,11 @@ def trials_table(trials: list[TrialResult], passes: list[str]) -> pd.DataFrame:
         rows.append({
             "trial": f"{t.trial_id:04d}", "name": t.name, "device": t.device,
             "changes": ", ".join(f"{k}={v}" for k, v in (t.changes or {}).items()) or "-",
-            "hypothesis": (t.hypothesis or "-").replace("|", "/"),
+            "hypothesis": t.hypothesis or "-",
             **{f"{p} speedup": speedup(*pass_interval(t, p)) for p in passes},
             "peak memory ratio": _fmt(geomean(memory)) if memory else "-",
             "status": t.status, "verdict": t.verdict or "-",
-            "reasons": "; ".join(t.verdict_reasons or [t.reason]).replace("|", "/"),
+            "reasons": "; ".join(t.verdict_reasons or [t.reason]),
         })
     return pd.DataFrame(rows)
 

@@ -46,3 +46,15 @@ def test_bench_rejects_a_missing_variant_file_in_one_line(tmp_path):
     missing = _bench(tmp_path, "--variant", str(tmp_path / "nope.py"))
     assert missing.returncode != 0 and "does not exist" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+def test_a_pipe_in_a_table_cell_is_escaped_not_replaced():
+    """A gate's reason holds "||err||/||ref||": the report's tables keep it readable and the row's columns whole."""
+    import pandas as pd
+
+    from liger_perf.report import markdown_table
+
+    table = markdown_table(pd.DataFrame([{"trial": "0031", "reasons": "dW: ||err||/||ref|| = 0.00454 > 0.004"}]))
+    row = table.splitlines()[2]
+    assert row == r"| 0031 | dW: \|\|err\|\|/\|\|ref\|\| = 0.00454 > 0.004 |"
+    assert len(row.replace(r"\|", "").split("|")) == 4  # three separators: two cells
