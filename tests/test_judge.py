@@ -1,6 +1,7 @@
 """The judge, fed recorded measurements so that verdicts do not depend on this machine's speed."""
 
 import copy
+import math
 
 import pytest
 
@@ -53,6 +54,19 @@ def test_a_trial_gated_on_the_interpreter_alone_is_never_accepted():
         verdict = judge(interpreted, RULES)
         assert verdict.verdict == "provisional" and "Triton interpreter" in verdict.reasons[-1]
     assert judge(_result(target_ratio=1.5).model_copy(update={"device": "interpret"}), RULES).verdict == "rejected"
+
+
+def test_an_interval_whose_low_end_reached_zero_is_judged_not_a_crash():
+    """On a GPU each interval is widened by the timer's resolution over the best's median, its low end clamped at
+    0: a target shape whose median is shorter than the resolution reaches it. The suite's geometric mean is then
+    0 at that end; the judge goes on (here: inconclusive, the high end still above 1)."""
+    from liger_perf.record.history import geomean, geomean_interval
+
+    assert geomean([0.0, 4.0]) == 0.0 and math.isnan(geomean([-1.0, 4.0])) and math.isnan(geomean([]))
+    assert geomean_interval([(1.0, 0.0, 2.0), (1.0, 0.5, 1.5)])[1] == 0.0
+    tiny = {("backward", "2048x1024", "float32"): (0.9, 0.0, 1.9)}
+    verdict = judge(_result(target_ratio=0.95, half_width=0.01, intervals=tiny), RULES)
+    assert verdict.verdict == "inconclusive" and verdict.target_interval[0] == 0.0
 
 
 def test_faster_target_but_six_percent_slower_elsewhere_at_one_shape_is_rejected_with_that_reason():

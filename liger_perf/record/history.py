@@ -184,7 +184,13 @@ def history_frame(kernel: str, root: Path | None = None, trials: list[TrialResul
 # -- queries of the history: the accepted chain, its ratios, the module a trial ran ----------------------------
 
 def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
+    """The geometric mean; 0 where a value is 0 (an interval's low end can reach it: a timer's resolution over a
+    very short median), NaN where one is NaN or negative, or there are none."""
+    if not values or any(not v >= 0 for v in values):
+        return math.nan
+    if any(v == 0 for v in values):
+        return 0.0
+    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def measured_ratios(result: TrialResult) -> tuple[dict[Key, tuple[float, float, float]], dict[Key, float]]:
