@@ -7,6 +7,8 @@ is that many times faster. The measurement runs in a child process under a time 
 may be proposer-written code.
 
 Results: ``reports/<device>/<kernel>/bench.json`` (every figure), ``bench.md`` (tables) and ``bench-*.png`` (plots).
+With ``suite="models"`` the shapes are real models' (``liger_perf.kernel.model_shapes``), the tuning split and the
+held-out split side by side: ``bench-models.json``, ``bench-models.md``, ``bench-models-*.png``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,11 @@ from liger_perf.core.workspace import current
 BEST = "best"
 
 
-def measure(kernel: str, variant: str, device_arg: str, repetitions: int) -> dict:
+#: ``--suite``: the device's own suite (empty), or both model suites, each case marked with its split.
+SUITES = ("", "models")
+
+
+def measure(kernel: str, variant: str, device_arg: str, repetitions: int, suite: str = "") -> dict:
     """The worker: time and measure peak memory of every contender (runs in the child process)."""
     from liger_perf.kernel.device import select_device
 
@@ -51,10 +57,22 @@ def measure(kernel: str, variant: str, device_arg: str, repetitions: int) -> dic
     peers, unavailable = peer_contenders(spec, device)
     contenders.update(peers)
     plan = TimingPlan.default(device, repetitions)
-    cases = spec.cases(device.suite, "bench")
+    split_of: dict[str, str] = {}  # the models suite: shape label -> split
+    if suite == "models":
+        from liger_perf.kernel.spec import MODEL_SUITES, shape_label
+
+        cases = []
+        for name, split in MODEL_SUITES.items():
+            these = spec.cases(name, "bench")
+            split_of.update({shape_label(c.shape): split for c in these})
+            cases += these
+    else:
+        cases = spec.cases(device.suite, "bench")
     bandwidth = copy_bandwidth(device)
     samples = time_suite(spec, contenders, cases, list(spec.passes), device, plan)
     summary = summarize(samples, BEST, spec, bandwidth, plan)
+    if split_of:
+        summary["split"] = summary["shape"].map(split_of)
     memory = peak_memory(spec, contenders, cases, device)
     from liger_perf.measure.accuracy import accuracy_cases
     from liger_perf.measure.accuracy import measure as measure_accuracy
@@ -62,21 +80,21 @@ def measure(kernel: str, variant: str, device_arg: str, repetitions: int) -> dic
     accurate = {k: v for k, v in contenders.items() if k != "torch.compile"}  # it would compile every case again
     accuracy = measure_accuracy(spec, accurate, device, accuracy_cases(spec, device.suite))
     return {"kernel": kernel, "variant": {"path": str(variant), "sha256": best.sha256},
-            "device": device.mode, "measured_at": time.time(), "fingerprint": fingerprint(device, current().root),
+            "device": device.mode, "suite": suite or device.suite, "measured_at": time.time(), "fingerprint": fingerprint(device, current().root),
             "repetitions": plan.repetitions, "copy_bandwidth_bytes_per_s": bandwidth,
             "contenders": list(contenders), "unavailable": unavailable,
             "rows": summary.to_dict("records"), "memory": memory.to_dict("records"), "accuracy": accuracy}
 
 
 def run_bench(kernel: str, variant: Path, device: str = "auto", repetitions: int = 0,
-              timeout_s: float = 1800) -> dict:
+              timeout_s: float = 1800, suite: str = "") -> dict:
     """Run ``measure`` in a child process under ``timeout_s``; its JSON result."""
     # The child imports the variant: in the sandbox where there is one, with the allow-listed environment (no
     # secret of this process), in a scratch folder, where it also writes its result.
     with tempfile.TemporaryDirectory(prefix="liger-perf-bench-") as scratch:
         out = Path(scratch) / "bench.json"
         argv = [sys.executable, "-m", "liger_perf.bench", kernel, str(Path(variant).resolve()), device,
-                str(repetitions), str(out)]
+                str(repetitions), str(out), suite]
         try:
             done = run_contained(argv, Path(scratch), readable=[Path(variant).resolve()], timeout=timeout_s,
                                  capture_output=True, text=True)
@@ -93,19 +111,26 @@ def speedups(data: dict) -> pd.DataFrame:
     simultaneous interval) and the best's fraction of the bandwidth floor: the trials' timing table."""
     from liger_perf.measure.timing import timing_table
 
-    return timing_table(pd.DataFrame(data["rows"])).round(4).reset_index()
+    frame = pd.DataFrame(data["rows"])
+    table = timing_table(frame).round(4).reset_index()
+    if "split" in frame:  # the model suite: the tuning split first, then the held-out one
+        table.insert(0, "split", table["shape"].map(dict(zip(frame["shape"], frame["split"]))))
+        table = table.sort_values("split", key=lambda c: c.map({"tune": 0}).fillna(1), kind="stable")
+    return table.reset_index(drop=True)
 
 
 def summary_table(data: dict) -> pd.DataFrame:
     """Per pass and peer: geometric mean and minimum of (peer time / best time) over shapes and dtypes, and the
     best's lowest fraction of the bandwidth floor."""
     frame = pd.DataFrame(data["rows"])
+    keys = ["split", "pass"] if "split" in frame else ["pass"]  # the model suite: its two splits side by side
     rows = []
-    for pass_name, group in frame.groupby("pass", sort=False):
+    for key, group in frame.groupby(keys, sort=False):
         best = group[group["contender"] == BEST]
         for contender in [c for c in data["contenders"] if c != BEST]:
             ratios = group[group["contender"] == contender]["ratio"].tolist()
-            rows.append({"pass": pass_name, "peer": contender, "geomean peer / best": round(geomean(ratios), 3),
+            rows.append({**dict(zip(keys, key)), "peer": contender,
+                         "geomean peer / best": round(geomean(ratios), 3),
                          "min peer / best": round(min(ratios), 3),
                          "best: lowest % of floor": round(100 * best["bandwidth_fraction"].min(), 1)})
     return pd.DataFrame(rows)
@@ -146,7 +171,8 @@ def write_bench_report(kernel: str, data: dict, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     # Committed and read on other machines: the variant named inside the workspace, not by this machine's path.
     data = {**data, "variant": {**data["variant"], "path": current().relative(data["variant"]["path"])}}
-    (out / "bench.json").write_text(json.dumps(data, indent=1, default=float))
+    stem = "bench-models" if data.get("suite") == "models" else "bench"
+    (out / f"{stem}.json").write_text(json.dumps(data, indent=1, default=float))
     fp = data["fingerprint"]
     when = datetime.fromtimestamp(data["measured_at"], timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     where = (f"{fp['gpu']} ({fp['sm_count']} SMs), driver {fp['driver']}, CUDA {fp['cuda']}" if fp.get("gpu")
@@ -158,7 +184,10 @@ def write_bench_report(kernel: str, data: dict, out: Path) -> Path:
              f"- {data['repetitions']} interleaved repetitions per contender, medians; copy bandwidth measured in "
              f"the same run: {data['copy_bandwidth_bytes_per_s'] / 1e9:.0f} GB/s (bytes read + written). "
              "`peer / best` > 1: the best is that many times faster (95 % simultaneous intervals).",
-             *[f"- Not measured: {name} ({why})." for name, why in data.get("unavailable", {}).items()], "",
+             *[f"- Not measured: {name} ({why})." for name, why in data.get("unavailable", {}).items()],
+             *([f"- Shapes from real models (`liger_perf/kernel/model_shapes.py`): the `tune` split, which the loop "
+                f"may tune on, and the `held-out` split, which only this command reads, side by side."]
+               if stem == "bench-models" else []), "",
              "## Summary", "", markdown_table(summary_table(data)), "",
              "## Per shape", "", markdown_table(speedups(data)), ""]
     accuracy = accuracy_table(data)
@@ -169,13 +198,13 @@ def write_bench_report(kernel: str, data: dict, out: Path) -> Path:
     memory = memory_table(data)
     if not memory.empty:
         lines += ["## Peak memory of forward + backward (above the inputs)", "", markdown_table(memory), ""]
-    for path in _plot(data, out, plt):
+    for path in _plot(data, out, plt, stem):
         lines.append(f"![{path.stem}]({path.name})")
-    (out / "bench.md").write_text("\n".join(lines) + "\n")
-    return out / "bench.md"
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    return out / f"{stem}.md"
 
 
-def _plot(data: dict, out: Path, plt) -> list[Path]:
+def _plot(data: dict, out: Path, plt, stem: str = "bench") -> list[Path]:
     frame = pd.DataFrame(data["rows"])
     peers = [c for c in data["contenders"] if c != BEST]
     paths = []
@@ -195,7 +224,7 @@ def _plot(data: dict, out: Path, plt) -> list[Path]:
         ax.set_title(f"{pass_name}: how many times faster the best is")
         ax.legend(fontsize=7)
         fig.tight_layout()
-        path = out / f"bench-{pass_name}.png"
+        path = out / f"{stem}-{pass_name}.png"
         fig.savefig(path, dpi=90)
         plt.close(fig)
         paths.append(path)
@@ -203,8 +232,8 @@ def _plot(data: dict, out: Path, plt) -> list[Path]:
 
 
 def _main(argv: list[str]) -> None:
-    kernel, variant, device, repetitions, out = argv
-    data = measure(kernel, variant, device, int(repetitions))
+    kernel, variant, device, repetitions, out, *suite = argv
+    data = measure(kernel, variant, device, int(repetitions), *suite)
     Path(out).write_text(json.dumps(data, default=float))
 
 

@@ -520,6 +520,8 @@ def bench_command(
     repetitions: int = typer.Option(0, min=0, help="timed repetitions per contender; 0: 100 on a GPU, 5 "
                                                    "interpreted"),
     timeout: float = typer.Option(1800, help="seconds the measurement may run before it is stopped"),
+    suite: str = typer.Option("", help="'' (the device's suite) | models: real models' widths and token counts, "
+                                       "the tuning and the held-out split side by side (GPU only)"),
 ) -> None:
     """Best variant, baseline, liger-kernel, eager and torch.compile side by side in one run -> reports/<device>/<kernel>/."""
     from liger_perf.bench import run_bench, summary_table, write_bench_report
@@ -529,9 +531,16 @@ def bench_command(
     from liger_perf.record.store import Store
     from liger_perf.kernel.variants import read_source
 
+    from liger_perf.bench import SUITES
+
     get_spec(kernel)
+    if suite not in SUITES:
+        raise UserError(f"--suite {suite}: leave it out for the device's suite, or --suite models")
     here = select_device(device)
     mode, store = here.mode, Store(device=here.device_class)
+    if suite == "models" and mode == "interpret":
+        raise UserError("--suite models needs a GPU: its shapes (up to 256 Mi elements per tensor) would take hours "
+                        "under the Triton interpreter; on the CPU, leave --suite out")
     if variant is not None:
         read_source(variant)  # a missing file is a one-line error here, not in the child process
     chosen = variant or best_variant_file(kernel, store.notebooks)
@@ -539,7 +548,7 @@ def bench_command(
         console.print("No CUDA device: benchmarking under the Triton interpreter on the CPU (CPU timings; no "
                       "torch.compile, liger-kernel or peak memory).")
     with console.status(f"bench of {kernel}: {chosen} beside the baseline and the peers..."):
-        data = run_bench(kernel, chosen, device=device, repetitions=repetitions, timeout_s=timeout)
+        data = run_bench(kernel, chosen, device=device, repetitions=repetitions, timeout_s=timeout, suite=suite)
     path = write_bench_report(kernel, data, store.kernel_reports(kernel))
     table = summary_table(data)
     rich_table = Table(*table.columns)

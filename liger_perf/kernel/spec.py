@@ -16,6 +16,9 @@ import torch
 from torch import Tensor
 
 PASSES = ("forward", "backward", "full")
+#: The benchmark suites drawn from real models, by split (``liger_perf.kernel.model_shapes``): the loop may tune
+#: on the first; only ``liger-perf bench --suite models`` reads the second.
+MODEL_SUITES = {"models-tune": "tune", "models-held-out": "held-out"}
 
 Shape = tuple[int, ...]
 Inputs = dict[str, Tensor]
@@ -138,8 +141,13 @@ class KernelSpec(ABC):
         "gpu": (torch.float32, torch.bfloat16),
         "interpret": (torch.float32, torch.float16),
     }
-    #: Benchmark shapes: "gpu" for a CUDA device, "interpret" (small) for the Triton interpreter.
+    #: Benchmark shapes: "gpu" for a CUDA device, "interpret" (small) for the Triton interpreter. The model suites
+    #: ("models-tune", "models-held-out", ``MODEL_SUITES``) are drawn from real models' widths instead
+    #: (``liger_perf.kernel.model_shapes``), of the kind ``model_widths`` names.
     suites: Mapping[str, Sequence[Shape]]
+    #: Which of a model's widths a row of this kernel spans: "hidden" (the residual stream: a norm) or
+    #: "intermediate" (the MLP's: an activation).
+    model_widths: str = "hidden"
     #: Shapes the correctness gate sweeps per suite: odd widths, one row, rows that do not divide evenly.
     check_shapes: Mapping[str, Sequence[Shape]]
     #: Kernel options the gate sweeps (casting modes and the like); the benchmark uses ``bench_config``.
@@ -261,7 +269,16 @@ class KernelSpec(ABC):
         return tuple(f"d{name}" for name in self.differentiable)
 
     def cases(self, suite: str, kind: str = "check") -> list[Case]:
-        """The check cases (every shape x dtype x config) or the benchmark cases of a suite."""
+        """The check cases (every shape x dtype x config) or the benchmark cases of a suite. A model suite has
+        benchmark cases only: each shape in bfloat16 and float32, every fourth in float16 too."""
+        if suite in MODEL_SUITES:
+            from liger_perf.kernel.model_shapes import model_shapes
+
+            if kind == "check":
+                raise ValueError(f"the suite {suite} has benchmark cases only")
+            shapes = model_shapes(self.model_widths, MODEL_SUITES[suite])
+            return [Case(s, d, dict(self.bench_config)) for i, s in enumerate(shapes)
+                    for d in (torch.bfloat16, torch.float32, *((torch.float16,) if i % 4 == 0 else ()))]
         if kind == "check":
             return [Case(tuple(s), d, dict(c)) for c in self.check_configs for d in self.dtypes[suite]
                     for s in self.check_shapes[suite]]

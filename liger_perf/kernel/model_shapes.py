@@ -1,0 +1,108 @@
+"""The shapes real models train at, split into the widths the loop may tune on and widths it never reads.
+
+A kernel tuned at a handful of widths can lose at every other one (on the H200 the fused best's knobs acted only at
+the suite's widths: 0.83-0.95x of liger-kernel at H = 5120, 6144 and 12288). So the benchmark's model suite is drawn
+from the configurations of open model families: their hidden sizes (what a norm over the residual stream sees) and
+their MLP intermediate sizes (what an activation such as relu² sees), at the tokens of a training step on one GPU.
+
+Each distinct width belongs to one split, by its place in the sorted list of widths (every third one is held out:
+the held-out widths lie between tuned ones, and no tuned width tells the loop a held-out one). ``"tune"`` is what
+the loop may measure and judge on; ``"held-out"`` is read only by ``liger-perf bench --suite models``, which
+reports both side by side. ``tests/test_model_shapes.py`` keeps every other module away from the held-out split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+WidthKind = Literal["hidden", "intermediate"]
+Split = Literal["tune", "held-out"]
+SPLITS: tuple[Split, ...] = ("tune", "held-out")
+HELD_OUT_EVERY = 3  # the 2nd, 5th, 8th, ... distinct width (sorted) is held out
+
+
+@dataclass(frozen=True)
+class ModelWidths:
+    """One model's widths, as its published configuration gives them (``hidden_size``, ``intermediate_size``;
+    for a mixture of experts, the dense MLP's)."""
+
+    family: str
+    model: str
+    hidden: int
+    intermediate: int
+
+
+MODELS: tuple[ModelWidths, ...] = (
+    ModelWidths("Llama 3.2", "Llama-3.2-1B", 2048, 8192),
+    ModelWidths("Llama 3.2", "Llama-3.2-3B", 3072, 8192),
+    ModelWidths("Llama 3.1", "Llama-3.1-8B", 4096, 14336),
+    ModelWidths("Llama 3.1", "Llama-3.1-70B", 8192, 28672),
+    ModelWidths("Llama 3.1", "Llama-3.1-405B", 16384, 53248),
+    ModelWidths("Qwen 2.5", "Qwen2.5-0.5B", 896, 4864),
+    ModelWidths("Qwen 2.5", "Qwen2.5-1.5B", 1536, 8960),
+    ModelWidths("Qwen 2.5", "Qwen2.5-7B", 3584, 18944),
+    ModelWidths("Qwen 2.5", "Qwen2.5-14B", 5120, 13824),
+    ModelWidths("Qwen 2.5", "Qwen2.5-72B", 8192, 29568),
+    ModelWidths("Qwen 3", "Qwen3-0.6B", 1024, 3072),
+    ModelWidths("Qwen 3", "Qwen3-4B", 2560, 9728),
+    ModelWidths("Qwen 3", "Qwen3-8B", 4096, 12288),
+    ModelWidths("Qwen 3", "Qwen3-32B", 5120, 25600),
+    ModelWidths("Mistral", "Mistral-7B", 4096, 14336),
+    ModelWidths("Mistral", "Mistral-Large-2", 12288, 28672),
+    ModelWidths("Mistral Nemo", "Mistral-Nemo-12B", 5120, 14336),
+    ModelWidths("Gemma 2", "gemma-2-2b", 2304, 9216),
+    ModelWidths("Gemma 2", "gemma-2-9b", 3584, 14336),
+    ModelWidths("Gemma 2", "gemma-2-27b", 4608, 36864),
+    ModelWidths("Gemma 3", "gemma-3-1b", 1152, 6912),
+    ModelWidths("Gemma 3", "gemma-3-12b", 3840, 15360),
+    ModelWidths("Gemma 3", "gemma-3-27b", 5376, 21504),
+    ModelWidths("DeepSeek V3", "DeepSeek-V3", 7168, 18432),
+    ModelWidths("Phi-3", "Phi-3-mini", 3072, 8192),
+    ModelWidths("Phi-4", "phi-4", 5120, 17920),
+    ModelWidths("OLMo 2", "OLMo-2-13B", 5120, 13824),
+    ModelWidths("Nemotron-4", "Nemotron-4-15B", 6144, 24576),
+)
+
+#: Tokens of a training step on one GPU (micro-batch x sequence), 1k to 64k, with a few counts no power of two
+#: divides (a last partial block, rows that do not split evenly over the SMs).
+TOKENS: tuple[int, ...] = (1024, 2047, 4096, 8192, 12289, 16384, 32768, 65536)
+#: Each width meets this many token counts, taken in turn from TOKENS, so that the suite meets every count.
+TOKENS_PER_WIDTH = 2
+#: No case above this many elements per tensor (256 Mi: 1 GiB in float32 per tensor; a norm's backward holds
+#: about ten of them): a width whose turn falls on more tokens takes the most that fit.
+MAX_ELEMENTS = 2**28
+
+
+def widths(kind: WidthKind) -> list[int]:
+    """The distinct widths of ``kind`` over every model, ascending."""
+    return sorted({getattr(m, kind) for m in MODELS})
+
+
+def split_of(width: int, kind: WidthKind) -> Split:
+    """Which split ``width`` belongs to (see the module's docstring); a width no model has is neither."""
+    order = widths(kind)
+    if width not in order:
+        raise ValueError(f"{width} is no {kind} width of the model suite")
+    return "held-out" if order.index(width) % HELD_OUT_EVERY == 1 else "tune"
+
+
+def models_of(width: int, kind: WidthKind) -> list[str]:
+    """The models that have ``width`` (for the report's legend)."""
+    return [m.model for m in MODELS if getattr(m, kind) == width]
+
+
+def model_shapes(kind: WidthKind, split: Split) -> list[tuple[int, int]]:
+    """(tokens, width) of every case of ``split``: each width at TOKENS_PER_WIDTH token counts taken in turn from
+    TOKENS (over all widths, so that both splits meet small and large counts), capped at MAX_ELEMENTS."""
+    if split not in SPLITS:
+        raise ValueError(f"split {split!r}: one of {', '.join(SPLITS)}")
+    shapes = []
+    turn = 0
+    for width in widths(kind):
+        for _ in range(TOKENS_PER_WIDTH):
+            tokens = min(TOKENS[turn % len(TOKENS)], MAX_ELEMENTS // width)
+            turn += 1
+            if split_of(width, kind) == split and (tokens, width) not in shapes:
+                shapes.append((tokens, width))
+    return shapes
