@@ -10,7 +10,7 @@
 # Steps (each writes into reports/evidence/<date>-<step>/ unless it says otherwise):
 #   selfcheck              liger-perf selfcheck --device cuda  -> reports/nvidia-h200/selfcheck.json
 #   gate-evidence          scripts/gate_evidence.py: the row-reduction rule at the gate's bfloat16 seeds
-#   norm-bound:SECONDS     scripts/norm_bound_evidence.py: the gate's norm bound at few elements, best and baseline
+#   norm-bound:SECONDS     scripts/norm_bound_evidence.py: the norm bound at few elements (the H200 best, baseline)
 #   broken:NAME[,NAME]     liger-perf check of broken variants (tests/broken_variants.py), on the GPU
 #   gate-cost-old:DIR      liger-perf check of the baseline with the package in DIR (an older checkout), cold
 #   main-job:MINUTES       a fresh workspace and the README's main job (optimize fused_add_rms_norm), its log
@@ -60,7 +60,9 @@ for step in "$@"; do
     selfcheck) run "$dir" python3 -m liger_perf selfcheck --device cuda ;;
     gate-evidence) run "$dir" python3 scripts/gate_evidence.py "$dir/dw.json" ;;
     norm-bound)
-      best=$(ls notebooks/nvidia-h200/fused_add_rms_norm/variants/0030-*.py)
+      best=$(python3 -c 'from liger_perf.record.history import best_variant_file
+from liger_perf.record.store import Store
+print(best_variant_file("fused_add_rms_norm", Store(device="nvidia-h200").notebooks))')
       run "$dir" python3 scripts/norm_bound_evidence.py "$dir/norm-bound.json" --seconds "${arg:-40}" \
         "$best" kernels/fused_add_rms_norm/baseline.py ;;
     broken)
