@@ -31,6 +31,7 @@ from liger_perf.report import markdown_table
 from liger_perf.core.workspace import current
 
 BEST = "best"
+PLOT_MAX_WIDTH = 48  # inches
 
 
 #: ``--suite``: the device's own suite (empty), or both model suites, each case marked with its split.
@@ -80,7 +81,8 @@ def measure(kernel: str, variant: str, device_arg: str, repetitions: int, suite:
     accurate = {k: v for k, v in contenders.items() if k != "torch.compile"}  # it would compile every case again
     accuracy = measure_accuracy(spec, accurate, device, accuracy_cases(spec, device.suite))
     return {"kernel": kernel, "variant": {"path": str(variant), "sha256": best.sha256},
-            "device": device.mode, "suite": suite or device.suite, "measured_at": time.time(), "fingerprint": fingerprint(device, current().root),
+            "device": device.mode, "suite": suite or device.suite, "measured_at": time.time(),
+            "fingerprint": fingerprint(device, current().root),
             "repetitions": plan.repetitions, "copy_bandwidth_bytes_per_s": bandwidth,
             "contenders": list(contenders), "unavailable": unavailable,
             "rows": summary.to_dict("records"), "memory": memory.to_dict("records"), "accuracy": accuracy}
@@ -185,8 +187,8 @@ def write_bench_report(kernel: str, data: dict, out: Path) -> Path:
              f"the same run: {data['copy_bandwidth_bytes_per_s'] / 1e9:.0f} GB/s (bytes read + written). "
              "`peer / best` > 1: the best is that many times faster (95 % simultaneous intervals).",
              *[f"- Not measured: {name} ({why})." for name, why in data.get("unavailable", {}).items()],
-             *([f"- Shapes from real models (`liger_perf/kernel/model_shapes.py`): the `tune` split, which the loop "
-                f"may tune on, and the `held-out` split, which only this command reads, side by side."]
+             *(["- Shapes from real models (`liger_perf/kernel/model_shapes.py`): the `tune` split, which the loop "
+                "may tune on, and the `held-out` split, which only this command reads, side by side."]
                if stem == "bench-models" else []), "",
              "## Summary", "", markdown_table(summary_table(data)), "",
              "## Per shape", "", markdown_table(speedups(data)), ""]
@@ -210,7 +212,8 @@ def _plot(data: dict, out: Path, plt, stem: str = "bench") -> list[Path]:
     paths = []
     for pass_name, group in frame.groupby("pass", sort=False):
         cases = list(dict.fromkeys(zip(group["shape"], group["dtype"])))
-        fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(cases) * max(1, len(peers))), 4))
+        # At most PLOT_MAX_WIDTH inches: the model suite has some 160 cases per pass.
+        fig, ax = plt.subplots(figsize=(min(PLOT_MAX_WIDTH, max(6, 0.6 * len(cases) * max(1, len(peers)))), 4))
         width = 0.8 / max(1, len(peers))
         for i, peer in enumerate(peers):
             series = group[group["contender"] == peer].set_index(["shape", "dtype"])
