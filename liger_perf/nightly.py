@@ -322,10 +322,9 @@ class Nightly:
         best = chain[-1]
         revalidations = [t for t in trials if t.kind == "revalidation" and t.status != HARNESS_ERROR
                          and t.variant_sha == best.variant_sha]
-        # A re-validation that completed stands until the stack changes (a slowdown it found was reported then);
-        # one that failed is run again each night
-        # (the regression is reported again until it is resolved, and a failure of the gate's own making, since
-        # fixed, is undone: on the H200 a bound too tight at 8 elements failed trial 0031).
+        # A re-validation that completed stands until the stack changes (a slowdown it found was reported then).
+        # One that failed is run again each night: the regression is reported until it is resolved, and a failure
+        # of the gate's own making, since fixed, is undone (on the H200 a bound too tight at 8 elements failed 0031).
         last = next((t for t in reversed(revalidations) if t.status == "complete"), None)
         if (revalidations and revalidations[-1].status == "complete"
                 and stack_of(revalidations[-1].fingerprint) == self.stack):

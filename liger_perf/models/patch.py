@@ -124,7 +124,7 @@ def apply(model, device: str = "auto", variants: dict[str, Path] | None = None,
                 fused, report.kernels[FUSED] = functions[FUSED], getattr(functions[FUSED], "__module__", "given")
             elif fused is None:
                 module, path = load_kernel(FUSED, variants.get(FUSED), device)
-                fused, report.kernels[FUSED] = module.fused_add_rms_norm, _shown(path)
+                fused, report.kernels[FUSED] = module.fused_add_rms_norm, current().relative(path)
             _fuse_layer(layer, fused, casting, offset)
             report.fused_layers.append(name)
     activations = _relu2_modules(model) if relu2 and (functions is None or RELU2 in functions) else []
@@ -133,7 +133,7 @@ def apply(model, device: str = "auto", variants: dict[str, Path] | None = None,
             kernel, report.kernels[RELU2] = functions[RELU2], getattr(functions[RELU2], "__module__", "given")
         else:
             module, path = load_kernel(RELU2, variants.get(RELU2), device)
-            kernel, report.kernels[RELU2] = module.relu_squared, _shown(path)
+            kernel, report.kernels[RELU2] = module.relu_squared, current().relative(path)
         for parent, attr, name in activations:
             original = getattr(parent, attr)
             setattr(parent, attr, _ReluSquared(kernel, original))
@@ -238,12 +238,5 @@ class _ReluSquared(torch.nn.Module):
         return self.kernel(x)
 
 
-def _shown(path: Path) -> str:
-    """A variant's path as a committed report writes it: relative to the workspace when it lies inside it (this
-    machine's absolute paths mean nothing where the report is read)."""
-    return current().relative(path)
-
-
 __all__ = ["INSTALL_HINT", "PatchReport", "SUPPORTED", "apply", "best_variant_file", "load_kernel",
            "supported_table", "unpatch"]
-
