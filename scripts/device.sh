@@ -16,7 +16,8 @@
 #   main-job:MINUTES       a fresh workspace and the README's main job (optimize fused_add_rms_norm), its log
 #   loop:KERNEL,TARGET,MIN the optimize loop on the committed history (notebooks/nvidia-h200/KERNEL)
 #   aa:N                   N A/A trials of the fused best against a comment-only copy of itself (no NCU), in
-#                          reports/evidence/<date>-aa-COMMIT/ (a later call at the same commit resumes them)
+#                          reports/evidence/<date>-aa-COMMIT/ (a later call at the same commit resumes them;
+#                          AA_ROOT=DIR resumes DIR instead, e.g. across midnight or a commit that no gated file differs in)
 #   nightly                two nights in a row on the committed history (the second finds nothing to do)
 #   security               scripts/security_probe.py: canaries, files and forgeries inside a sandboxed trial
 #   e2e:MODEL              liger-perf e2e of a Llama-like or Gemma-like model -> reports/nvidia-h200/e2e/
@@ -83,7 +84,7 @@ print(best_variant_file("fused_add_rms_norm", Store(device="nvidia-h200").notebo
       IFS=, read -r kernel target minutes <<< "$arg"
       run "$dir-$kernel" python3 -m liger_perf optimize "$kernel" --target "$target" --device cuda \
         --max-minutes "$minutes" ;;
-    aa) dir="$dir-$LIGER_PERF_GIT_COMMIT"  # one root per commit: calls at the same commit resume it
+    aa) dir=${AA_ROOT:-"$dir-$LIGER_PERF_GIT_COMMIT"}  # one root per commit: calls at the same commit resume it
       run "$dir" python3 scripts/aa_trials.py fused_add_rms_norm --trials "${arg:-20}" --root "$dir" \
           --deadline-s "$(( $(left) > 111 ? $(left) - 110 : 1 ))" ;;  # 0 would mean no deadline
     nightly)
