@@ -54,6 +54,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from liger_perf.kernel.device import Device
 from liger_perf.kernel.spec import Case, KernelSpec, Tolerance, dtype_name, shape_label
 from liger_perf.kernel.variants import Variant
+from liger_perf.core.errors import UserError
 from liger_perf.core.wording import count
 
 aten = torch.ops.aten
@@ -822,7 +823,7 @@ def gate_cases(spec: KernelSpec, variant: Variant, device: Device, cases: list[C
     """Every case of the gate, cheapest first: the spec's check cases, each with a probe (the layouts, N-D
     shapes and gradient layouts alternate so that each meets every shape, dtype and option), the edge-value
     cases, the variant's boundary sizes and, on the GPU, the large case."""
-    from liger_perf.kernel.variants import read_knobs
+    from liger_perf.kernel.variants import knobs_in, read_dispatch, read_knobs
 
     suite = device.suite
     shapes = [tuple(s) for s in spec.check_shapes[suite]]
@@ -852,6 +853,15 @@ def gate_cases(spec: KernelSpec, variant: Variant, device: Device, cases: list[C
         for j, config in enumerate(configs):
             chosen.append(GateCase(Case(tuple(shape), dtypes[(i + j) % len(dtypes)], config),
                                    Probe(inputs="padded" if (i + j) % 2 else "contiguous"), "boundary"))
+    # Every bucket of the variant's dispatch table, in its own dtype (the sweep may have no shape in it), with the
+    # sizes its entry's knobs name: each in every option.
+    dispatch = read_dispatch(variant.source, variant.path)
+    for bucket in sorted(dispatch):
+        dtype = _bucket_dtype(bucket, dtypes)
+        for i, shape in enumerate(spec.bucket_shapes(bucket, knobs_in(knobs, dispatch, bucket), suite)):
+            for j, config in enumerate(configs):
+                chosen.append(GateCase(Case(tuple(shape), dtype, config),
+                                       Probe(inputs="padded" if (i + j) % 2 else "contiguous"), "boundary"))
     # The edges of every block along the row: each width once, options and dtypes taking turns (a width and its
     # neighbours meet different options), inputs padded or not.
     for i, shape in enumerate(spec.width_sweep(suite)):
@@ -863,6 +873,17 @@ def gate_cases(spec: KernelSpec, variant: Variant, device: Device, cases: list[C
         smallest = min(dtypes, key=lambda d: torch.tensor([], dtype=d).element_size())
         chosen.append(GateCase(Case(spec.large_shape(), smallest, dict(spec.bench_config)), Probe(), "large"))
     return chosen
+
+
+def _bucket_dtype(bucket: str, dtypes: list[torch.dtype]) -> torch.dtype:
+    """The dtype a dispatch bucket's cases run in: the suite's own dtype of the bucket's element size, else the
+    floating dtype of that size (a half-precision bucket under the interpreter, say, is float16)."""
+    size = int(bucket.partition("x")[2])
+    for dtype in (*dtypes, torch.float16, torch.float32, torch.float64):
+        if dtype.itemsize == size:
+            return dtype
+    raise UserError(f"DISPATCH bucket {bucket!r} names an element size of {size} bytes, which no floating dtype "
+                    "has: use 2, 4 or 8")
 
 
 def quick_gate_cases(spec: KernelSpec, device: Device) -> list[GateCase]:

@@ -239,6 +239,22 @@ class KernelSpec(ABC):
                 shapes += [(v + 1, 33), (v - 1, 33), (v, 33)]
         return list(dict.fromkeys(shapes))
 
+    def bucket_shapes(self, bucket: str, knobs: Mapping[str, Any], suite: str) -> list[Shape]:
+        """Shapes inside one bucket of a variant's ``DISPATCH`` table (``"<row block>x<bytes>"``: widths from half
+        the block, exclusive, to the block), where that entry's ``knobs`` run: the narrowest width, one short of
+        full and full, on ``BOUNDARY_ROWS`` rows; the widest on a prime number of rows (programs that share rows
+        unevenly); and each row count the entry's knobs name (``boundary_shapes``) at one short of full. Override
+        with ``boundary_shapes`` where a kernel's blocks run along another dimension."""
+        block = int(bucket.partition("x")[0])
+        widths = list(dict.fromkeys(w for w in (block // 2 + 1, block - 1, block) if w >= 1))
+        shapes = [(BOUNDARY_ROWS, w) for w in widths] + [(37, widths[-1])]
+        for rows, width in self.boundary_shapes(knobs, suite):
+            if block // 2 < width <= block:
+                shapes.append((rows, width))
+            elif width == 33 and rows != BOUNDARY_ROWS:  # a row count the knobs name, at this bucket's width
+                shapes.append((rows, max(1, block - 1)))
+        return list(dict.fromkeys(shapes))
+
     def width_sweep(self, suite: str) -> list[Shape]:
         """Widths at the edges of every block the variant runs along the row: a Triton block is a power of two,
         at least the row where the row is held whole, so at the widths of the suite and of the check shapes the
