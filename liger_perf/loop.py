@@ -391,7 +391,7 @@ class OptimizeLoop:
         starts again from measurements of the new code). Only while the new chain is empty and no trial ran that
         source yet. A previous best whose code differs from its baseline beyond the knobs (a model's rewrite)
         cannot be carried over by the loop; it says so once."""
-        from liger_perf.kernel.variants import with_knobs
+        from liger_perf.kernel.variants import knobs_in, qualified, recorded_dispatch, split_qualified, with_knobs
 
         if best.variant_sha != self.baseline_sha or best.against:
             return []
@@ -404,12 +404,22 @@ class OptimizeLoop:
                 continue
             tip = chain[-1]
             old_knobs, tip_knobs = old_baseline.variant.knobs or {}, tip.variant.knobs or {}
+            old_table, tip_table = recorded_dispatch(old_baseline.variant.source), recorded_dispatch(tip.variant.source)
             moves = {k: v for k, v in tip_knobs.items() if old_knobs.get(k) != v}
+            # The tip's dispatch entries, bucket by bucket, where they differ from what the old baseline ran there.
+            moves.update({qualified(k, b): v for b, entry in tip_table.items() for k, v in entry.items()
+                          if knobs_in(old_knobs, old_table, b).get(k) != v})
+
+            def ran(knobs: dict, table: dict, name: str):
+                knob, bucket = split_qualified(name)
+                return knobs_in(knobs, table, bucket).get(knob)
+
             # Of those, the ones the new baseline has not made itself (a no-op entry would read as a move tried).
-            new_knobs = best.variant.knobs or {}
-            changes = {k: v for k, v in moves.items() if new_knobs.get(k) != v}
+            new_knobs, new_table = best.variant.knobs or {}, recorded_dispatch(best.variant.source)
+            changes = {k: v for k, v in moves.items() if ran(new_knobs, new_table, k) != v}
             try:
-                knob_only = with_knobs(tip.variant.source, {k: old_knobs[k] for k in moves if k in old_knobs}
+                knob_only = with_knobs(tip.variant.source, {k: ran(old_knobs, old_table, k) for k in moves
+                                                            if split_qualified(k)[0] in old_knobs}
                                        ) == old_baseline.variant.source
                 source = with_knobs(best.variant.source, changes)
             except UserError as e:

@@ -251,6 +251,33 @@ def test_a_carry_over_lists_only_the_moves_the_new_baseline_has_not_made(tmp_pat
     assert carried.changes == {"bwd_tile_elements": 8192}
 
 
+def test_a_carry_over_takes_the_old_best_s_dispatch_entries_and_the_old_baseline_without_a_table_too(tmp_path):
+    """The old best's entries are carried bucket by bucket; a baseline from before tables (none in its source)
+    carries its best's knob values onto today's baseline, whose table starts empty."""
+    from liger_perf.kernel.variants import read_dispatch, read_knobs, source_hash, with_knobs
+
+    new = baseline_path("fused_add_rms_norm").read_text()
+    old = new.replace("# Tunable knobs:", "# (the old baseline)\n# Tunable knobs:")
+    tuned = with_knobs(old, {"bwd_tile_elements@8192x2": 16384, "num_warps": 8})
+
+    def trial(n, source, against=None, verdict=None):
+        return make_trial(trial_id=n, name=f"t{n}", variant={"sha256": source_hash(source), "source": source,
+                                                            "knobs": read_knobs(source)[0]},
+                          against={"sha256": source_hash(against)} if against else None, verdict=verdict)
+
+    loop = OptimizeLoop("fused_add_rms_norm", Guardrails(target="backward"), RulesProposer(), device="interpret",
+                        root=tmp_path)
+    (carried,) = loop._carry_over([trial(0, old), trial(1, tuned, old, "accepted"), trial(2, new)], trial(2, new))
+    assert carried.changes == {"num_warps": 8, "bwd_tile_elements@8192x2": 16384}
+    assert read_dispatch(carried.source) == {"8192x2": {"bwd_tile_elements": 16384}}
+    # Before tables: no DISPATCH line in the old baseline nor its best.
+    untabled = old.replace("\nDISPATCH = {}\n", "\n")
+    best = with_knobs(untabled, {"num_warps": 8})
+    (carried,) = loop._carry_over([trial(0, untabled), trial(1, best, untabled, "accepted"), trial(2, new)],
+                                  trial(2, new))
+    assert carried.changes == {"num_warps": 8} and read_dispatch(carried.source) == {}
+
+
 def test_a_round_packs_only_the_trials_that_start_before_the_deadline():
     """Kept candidates run one after another per worker: at 100 s a trial and 250 s left, three start (at 0,
     100 and 200 s), the fourth would start at 300 s; two workers start two at a time; without a pace (no trial
