@@ -21,6 +21,8 @@
 #   nightly                two nights in a row on the committed history (the second finds nothing to do)
 #   security               scripts/security_probe.py: canaries, files and forgeries inside a sandboxed trial
 #   e2e:MODEL              liger-perf e2e of a Llama-like or Gemma-like model -> reports/nvidia-h200/e2e/
+#   bench-models:K,R[,no-compile]  liger-perf bench K --suite models, R repetitions (torch.compile left out with
+#                          no-compile) -> reports/nvidia-h200/K/bench-models.*
 # After a call: unpack device.tgz, rename each step's folder to reports/evidence/<date>-<topic>/ if it needs a
 # clearer name, and write its README.md (the commit, this command line, the result in a few lines).
 # This script replaces the one-off scripts/gpu_*.sh of earlier runs; what each of those ran is written in the
@@ -92,6 +94,10 @@ print(best_variant_file("fused_add_rms_norm", Store(device="nvidia-h200").notebo
       run "$dir/second" python3 -m liger_perf nightly --config scripts/nightly-h200.yaml ;;
     security) run "$dir" python3 scripts/security_probe.py "$dir" ;;
     e2e) run "$dir-${arg:-llama}" python3 -m liger_perf e2e --model "${arg:-llama}" --device cuda ;;
+    bench-models)
+      IFS=, read -r kernel reps compiled <<< "$arg"
+      run "$dir-$kernel" python3 -m liger_perf bench "$kernel" --suite models --device cuda \
+        --repetitions "${reps:-20}" ${compiled:+"--$compiled"} --timeout "$(( $(left) > 60 ? $(left) - 30 : 30 ))" ;;
     *) log "unknown step $step" ;;
   esac
 done
