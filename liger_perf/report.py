@@ -64,14 +64,13 @@ def trials_table(trials: list[TrialResult], passes: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def dispatch_table(chain: list[TrialResult]) -> pd.DataFrame:
-    """The accepted chain's last dispatch table, an entry per row (bucket, the widths and element size it covers,
-    knob, value), with the trial of the chain that set the value it has now."""
-    if not chain:
-        return pd.DataFrame()
+def dispatch_table(chain: list[TrialResult], baseline: TrialResult | None = None) -> pd.DataFrame:
+    """The best's dispatch table (the accepted chain's last, or the baseline's), an entry per row (bucket, the
+    widths and element size it covers, knob, value), with the trial that set the value it has now: one of the
+    chain, or the baseline's own."""
     set_by: dict[tuple[str, str], TrialResult] = {}
     previous: dict = {}
-    for trial in chain:
+    for trial in [*([baseline] if baseline is not None else []), *chain]:
         table = recorded_dispatch(trial.variant.source)
         for bucket, entry in table.items():
             for knob, value in entry.items():
@@ -83,8 +82,9 @@ def dispatch_table(chain: list[TrialResult]) -> pd.DataFrame:
         block, _, size = bucket.partition("x")
         for knob, value in entry.items():
             trial = set_by[(bucket, knob)]
+            who = "the baseline" if trial is baseline else f"trial {trial.trial_id:04d} {trial.name}"
             rows.append({"bucket": bucket, "columns": f"{int(block) // 2 + 1}-{block}", "element bytes": size,
-                         "knob": knob, "value": value, "set by": f"trial {trial.trial_id:04d} {trial.name}"})
+                         "knob": knob, "value": value, "set by": who})
     return pd.DataFrame(rows)
 
 
@@ -156,7 +156,7 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
                   markdown_table(pd.DataFrame(rows)), ""]
         plots = _plot_times(baseline, ratios, out, plt)
         lines += [f"![{p.stem}]({p.name})" for p in plots] + [""]
-    table = dispatch_table(chain)
+    table = dispatch_table(chain, baseline)
     if not table.empty:
         lines += ["## The best's dispatch table", "",
                   "Knobs the best runs at the shapes of one bucket instead of its defaults (`DISPATCH`), each with "

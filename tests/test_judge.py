@@ -336,6 +336,10 @@ def test_a_move_of_one_dispatch_bucket_is_judged_on_that_bucket_and_guarded_ever
     judged = judge(result, guardrails)
     assert judged.verdict == "accepted" and math.isclose(judged.target_ratio, 0.9)
     assert "bucket 8192x2" in judged.reasons[0]
+    # What rounds and chains compare: the gain over the whole suite (one shape of four 0.9x).
+    assert math.isclose(judged.suite_ratio, 0.9 ** 0.25)
+    assert math.isclose(judged.record("backward", "rules").suite_gain, 1 - 0.9 ** 0.25)
+    assert judge(_result(half_width=0.01), guardrails).record("backward", "rules").suite_gain is None
     # Slower beyond the guardrail at a shape of another bucket: rejected, whatever the bucket gained.
     slower = dict(faster)
     slower[("forward", "2048x1024", "float32")] = 1.2
@@ -373,3 +377,8 @@ def test_the_report_shows_the_best_s_dispatch_table_with_the_trial_that_set_each
         {"bucket": "8192x2", "columns": "4097-8192", "element bytes": "2", "knob": "num_warps", "value": 16,
          "set by": "trial 0005 step-5"}]
     assert dispatch_table([]).empty
+    # A baseline's own entries are credited to it, not to the first accepted trial.
+    rooted = make_trial(trial_id=0, name="baseline", variant={"sha256": "b", "source": first})
+    table = dispatch_table([make_trial(trial_id=7, name="step-7", variant={"sha256": "7", "source": second})], rooted)
+    assert list(table["set by"]) == ["trial 0007 step-7", "the baseline"]
+    assert list(dispatch_table([], rooted)["set by"]) == ["the baseline"]

@@ -368,3 +368,36 @@ def test_with_a_dispatch_table_settings_a_trial_ran_are_not_proposed_again():
     second = RulesProposer().propose(Context(spec, "backward", [*context.trials, ran], context.best,
                                              context.best_source))
     assert second.changes != first.changes
+
+
+def test_with_a_dispatch_table_the_buckets_take_turns_and_no_move_is_a_no_op_at_its_shapes():
+    """Twelve proposals, each rejected in turn: the buckets (and then the defaults) take a move each before any
+    bucket gets a second one, and every bucket move changes what some timed shape of its bucket runs."""
+    import torch
+
+    spec = copy.copy(get_spec("fused_add_rms_norm"))
+    spec.remedies = {}
+    context = _context("fused_add_rms_norm", "backward", table=True)
+    context.spec = spec
+    best = context.best
+    cases = {}
+    for row in best.timing_rows("candidate", "backward"):
+        cases.setdefault(dispatch_bucket(row.shape, row.dtype), set()).add(
+            (tuple(map(int, row.shape.split("x"))), getattr(torch, row.dtype)))
+    trials, scopes = list(context.trials), []
+    knobs = read_knobs(context.best_source)[0]
+    for n in range(16):
+        proposal = RulesProposer().propose(Context(spec, "backward", trials, best, context.best_source))
+        [(name, value)] = proposal.changes.items()
+        knob, _, bucket = name.partition("@")
+        scopes.append(bucket or "defaults")
+        if bucket:
+            assert any(spec.effective_settings(knobs, s, d) != spec.effective_settings({**knobs, knob: value}, s, d)
+                       for s, d in cases[bucket]), name
+        trials.append(make_trial(trial_id=100 + n, verdict="rejected", gain=-0.01, changes=proposal.changes,
+                                 against={"sha256": best.variant_sha},
+                                 variant={"sha256": source_hash(proposal.source), "source": proposal.source,
+                                          "knobs": read_knobs(proposal.source)[0]}))
+    turn = len(cases) + 1
+    assert len(set(scopes[:turn])) == turn and scopes[turn - 1] == "defaults", scopes
+    assert scopes[turn] == scopes[0], scopes  # the second round starts with the first bucket again

@@ -857,11 +857,14 @@ def gate_cases(spec: KernelSpec, variant: Variant, device: Device, cases: list[C
     # sizes its entry's knobs name: each in every option.
     dispatch = read_dispatch(variant.source, variant.path)
     for bucket in sorted(dispatch):
-        dtype = _bucket_dtype(bucket, dtypes)
+        sized = _bucket_dtypes(spec, bucket, dtypes)
         for i, shape in enumerate(spec.bucket_shapes(bucket, knobs_in(knobs, dispatch, bucket), suite)):
             for j, config in enumerate(configs):
-                chosen.append(GateCase(Case(tuple(shape), dtype, config),
-                                       Probe(inputs="padded" if (i + j) % 2 else "contiguous"), "boundary"))
+                k = i + j  # layouts, N-D inputs and the bucket's dtypes take turns
+                chosen.append(GateCase(Case(tuple(shape), sized[k % len(sized)], config),
+                                       Probe(inputs="padded" if k % 2 else "contiguous",
+                                             cotangents=COTANGENT_LAYOUTS[k % len(COTANGENT_LAYOUTS)],
+                                             batched=(k // 2) % 2 == 1), "boundary"))
     # The edges of every block along the row: each width once, options and dtypes taking turns (a width and its
     # neighbours meet different options), inputs padded or not.
     for i, shape in enumerate(spec.width_sweep(suite)):
@@ -875,15 +878,18 @@ def gate_cases(spec: KernelSpec, variant: Variant, device: Device, cases: list[C
     return chosen
 
 
-def _bucket_dtype(bucket: str, dtypes: list[torch.dtype]) -> torch.dtype:
-    """The dtype a dispatch bucket's cases run in: the suite's own dtype of the bucket's element size, else the
-    floating dtype of that size (a half-precision bucket under the interpreter, say, is float16)."""
+def _bucket_dtypes(spec: KernelSpec, bucket: str, dtypes: list[torch.dtype]) -> list[torch.dtype]:
+    """The dtypes a dispatch bucket's cases take turns in: the suite's own of the bucket's element size, then
+    the others of that size the spec has tolerances for (float16 beside bfloat16 on a GPU: the model suite times
+    both). bfloat16 is never added under the interpreter, whose bfloat16 rounding no GPU shares."""
     size = int(bucket.partition("x")[2])
-    for dtype in (*dtypes, torch.float16, torch.float32, torch.float64):
-        if dtype.itemsize == size:
-            return dtype
-    raise UserError(f"DISPATCH bucket {bucket!r} names an element size of {size} bytes, which no floating dtype "
-                    "has: use 2, 4 or 8")
+    found = [d for d in dtypes if d.itemsize == size]
+    found += [d for d in spec.tolerances if d.itemsize == size and d not in found
+              and not (d == torch.bfloat16 and torch.bfloat16 not in dtypes)]
+    if not found:
+        raise UserError(f"DISPATCH bucket {bucket!r} is for {size}-byte elements, which none of the dtypes "
+                        f"{spec.name} is checked in has: drop that entry")
+    return found
 
 
 def quick_gate_cases(spec: KernelSpec, device: Device) -> list[GateCase]:

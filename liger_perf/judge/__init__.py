@@ -157,6 +157,8 @@ class Judgement:
     target_interval: tuple[float, float] = (math.nan, math.nan)
     ratios: dict[Key, float] = field(default_factory=dict)  # every judged metric, candidate / current best
     suspicious: list[str] = field(default_factory=list)
+    #: The target's geomean over the whole suite, where ``target_ratio`` is one dispatch bucket's (else NaN).
+    suite_ratio: float = math.nan
 
     @property
     def gain(self) -> float:
@@ -164,9 +166,11 @@ class Judgement:
 
     def record(self, target: str, proposer: str) -> Verdict:
         """The verdict as the trial's notebook records it."""
+        suite_gain = 1 - self.suite_ratio if math.isfinite(self.suite_ratio) else None
         return Verdict(verdict=self.verdict, reasons=self.reasons, target=target, proposer=proposer,
                        target_ratio=_finite(self.target_ratio),
                        target_interval=[_finite(x) for x in self.target_interval], gain=self.gain,
+                       suite_gain=suite_gain,
                        ratios=[JudgedRatio(pass_name=k[0], shape=k[1], dtype=k[2], ratio=v)
                                for k, v in self.ratios.items()], suspicious=self.suspicious)
 
@@ -183,7 +187,19 @@ def judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[Ke
           history: list[TrialResult] | None = None) -> Judgement:
     """The verdict on one complete trial against its current best. ``best_vs_baseline``: the accepted chain's
     ratios (the cumulative guardrail); ``history``: the earlier trials of this device, which the measurements
-    are cross-checked with (``suspicions``)."""
+    are cross-checked with (``suspicions``). Where the target is one dispatch bucket's, the judgement also
+    carries the target's geomean over the whole suite (``suite_ratio``), which rounds and chains compare."""
+    judgement = _judge(result, guardrails, best_vs_baseline, history)
+    if target_buckets(result.changes) and result.status == "complete" and result.timing is not None:
+        times, memory = measured_ratios(result)
+        values = (list(memory.values()) if guardrails.target == "memory"
+                  else [v[0] for k, v in times.items() if k[0] == guardrails.target])
+        judgement.suite_ratio = geomean(values) if values else math.nan
+    return judgement
+
+
+def _judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[Key, float] | None,
+           history: list[TrialResult] | None) -> Judgement:
     best_vs_baseline = best_vs_baseline or {}
     status = result.status
     if status != "complete":

@@ -105,7 +105,10 @@ def load_variant(path: str | Path, spec: KernelSpec) -> Variant:
     """Import a variant module from its file and check that it offers the spec's interface."""
     path = Path(path)
     source = read_source(path)
-    parse_source(source, path)
+    tree = parse_source(source, path)
+    if any(isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "DISPATCH" for t in node.targets)
+           for node in tree.body):  # a table the harness would read otherwise than the kernel: refused before import
+        read_dispatch(source, path)
     module_name = f"liger_perf_variant_{path.stem}_{next(_counter)}"
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(loader_spec)
@@ -138,7 +141,7 @@ def dispatch_bucket(shape: tuple[int, ...] | str, dtype: Any) -> str:
     width = int(shape.split("x")[-1]) if isinstance(shape, str) else int(shape[-1])
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
-    block = 1 << max(width - 1, 0).bit_length()
+    block = 1 << (width - 1).bit_length() if width > 0 else 0  # as triton.next_power_of_2, which the kernel calls
     return f"{block}x{dtype.itemsize}"
 
 
@@ -229,6 +232,15 @@ def recorded_dispatch(source: str) -> dict[str, dict[str, Any]]:
         return {}
 
 
+def _check_bucket(bucket: str, path) -> None:
+    """A bucket name as ``dispatch_bucket`` writes it (the kernel looks its entry up by that exact key)."""
+    block, _, size = bucket.partition("x")
+    if not (block.isdigit() and size in ("2", "4", "8") and int(block) > 0 and int(block) & (int(block) - 1) == 0
+            and bucket == f"{int(block)}x{size}"):
+        raise UserError(f"variant {path}: DISPATCH bucket {bucket!r} is not \"<row block>x<element bytes>\": a "
+                        "power of two, then 2, 4 or 8 (\"8192x2\": 4097-8192 columns of a 2-byte dtype)")
+
+
 def _read_dispatch_node(nodes: dict[str, ast.Assign], knobs: dict, choices: dict, path) -> dict[str, dict]:
     if "DISPATCH" not in nodes:
         return {}
@@ -239,10 +251,7 @@ def _read_dispatch_node(nodes: dict[str, ast.Assign], knobs: dict, choices: dict
     if not isinstance(table, dict) or not all(isinstance(b, str) and isinstance(e, dict) for b, e in table.items()):
         raise UserError(f"variant {path}: DISPATCH must map a bucket name (\"8192x2\") to a dict of knob values")
     for bucket, entry in table.items():
-        block, _, size = bucket.partition("x")
-        if not (block.isdigit() and size in ("2", "4", "8") and int(block) > 0 and int(block) & (int(block) - 1) == 0):
-            raise UserError(f"variant {path}: DISPATCH bucket {bucket!r} is not \"<row block>x<element bytes>\": a "
-                            "power of two, then 2, 4 or 8 (\"8192x2\": 4097-8192 columns of a 2-byte dtype)")
+        _check_bucket(bucket, path)
         for name, value in entry.items():
             if name not in knobs:
                 raise UserError(f"variant {path}: DISPATCH[{bucket!r}] names the unknown knob {name!r}")
@@ -250,6 +259,21 @@ def _read_dispatch_node(nodes: dict[str, ast.Assign], knobs: dict, choices: dict
                 raise UserError(f"variant {path}: DISPATCH[{bucket!r}] sets {name}={value!r}, which is not allowed: "
                                 f"choose one of {choices[name]}")
     return table
+
+
+def canonical_source(source: str, path: str | Path = "<variant>") -> str:
+    """The source with its ``DISPATCH`` table written as ``with_knobs`` writes one: two variants that differ only
+    in how their tables are laid out (spacing, order, comments inside) read the same."""
+    nodes = _knob_literals(parse_source(source, path), path)
+    if "DISPATCH" not in nodes:
+        return source
+    table = _read_dispatch_node(nodes, *_read_knob_nodes(nodes, path), path)
+    node = nodes["DISPATCH"].value
+    lines = source.splitlines(keepends=True)
+    start = sum(len(line.encode()) for line in lines[:node.lineno - 1]) + node.col_offset
+    end = sum(len(line.encode()) for line in lines[:node.end_lineno - 1]) + node.end_col_offset
+    encoded = source.encode()
+    return (encoded[:start] + _dispatch_text(table).encode() + encoded[end:]).decode()
 
 
 def _read_knob_nodes(nodes: dict[str, ast.Assign], path) -> tuple[dict[str, Any], dict[str, list]]:
@@ -294,6 +318,7 @@ def with_knobs(source: str, changes: dict[str, Any], path: str | Path = "<varian
         if bucket is None:
             plain[knob] = value
         else:
+            _check_bucket(bucket, path)
             per_bucket.setdefault(bucket, {})[knob] = value
     if per_bucket and "DISPATCH" not in nodes:
         raise UserError(f"variant {path} has no DISPATCH table, so it cannot take a change to one bucket "
@@ -319,8 +344,9 @@ def with_knobs(source: str, changes: dict[str, Any], path: str | Path = "<varian
         if name in plain:
             edits.append((*span(value), _value_text(plain[name]).encode()))
     if per_bucket or (plain and table):
-        _, table = apply_changes(knobs, table, changes)
-        edits.append((*span(nodes["DISPATCH"].value), _dispatch_text(table).encode()))
+        _, new_table = apply_changes(knobs, table, changes)
+        if new_table != table:  # else the table stays as it is written, comments and all
+            edits.append((*span(nodes["DISPATCH"].value), _dispatch_text(new_table).encode()))
     for start, end, text in sorted(edits, reverse=True):
         encoded = encoded[:start] + text + encoded[end:]
     return encoded.decode()

@@ -282,6 +282,7 @@ class RulesProposer:
                 return None
             return dispatch_bucket(diagnosis.shape, diagnosis.dtype)
 
+        cases = _bucket_cases(best, context.target) if buckets else {}
         plan = [(p, d, r) for p, d in diagnoses for r in spec.remedies.get(p, {}).get(d.name, ())]
         plan += [(p, None, r) for p in passes for r in spec.remedies.get(p, {}).get("explore", ())]
         for pass_name, diagnosis, remedy in plan:
@@ -292,7 +293,7 @@ class RulesProposer:
             if any(k not in knobs or v not in choices.get(k, [v]) for k, v in remedy.changes.items()):
                 continue
             changes = {qualified(k, bucket): v for k, v in remedy.changes.items() if here.get(k) != v}
-            if not changes:
+            if not changes or (bucket and _changes_nothing(spec, here, dict(remedy.changes), cases.get(bucket, []))):
                 continue
             moves = {(name, repr(here.get(split_qualified(name)[0])),
                       _direction(choices.get(split_qualified(name)[0], []), here.get(split_qualified(name)[0]), v))
@@ -313,36 +314,55 @@ class RulesProposer:
                 prediction=remedy.effect, changes=changes,
                 diagnosis=diagnosis.name if diagnosis else "explore")
         remedies_left = "all tried or ruled out" if plan else "none for this target and its diagnoses"
-        # The walk over KNOB_CHOICES: each bucket's knobs in turn (the diagnoses read in it first), then the
-        # defaults, which every shape without an entry of its own runs.
+        # The walk over KNOB_CHOICES: the buckets take turns, a move each (the diagnoses read in a bucket first
+        # within it), and the defaults, which every shape without an entry of its own runs, take the last turn.
+        # A move the history holds keeps its place, so each call goes on where the last one stopped.
         walks = [(bucket, knobs_in(knobs, dispatch, bucket),
                   [*((p, d) for p, d in diagnoses if bucket_of(d) == bucket), *((p, None) for p in passes)])
                  for bucket in buckets]
         walks.append((None, knobs, [*diagnoses, *((p, None) for p in passes)]))
-        for bucket, here, plans in walks:
+        def first_untried(bucket: str | None, here: dict, plans: list) -> tuple[int, KnobMove, dict, str] | None:
+            """A walk's next move: (how many of its moves the history tried before it, the move, its changes, its
+            source); None when it has none left. A move that cannot launch, changes nothing at the bucket's shapes
+            or was ruled out by a rejection takes no turn."""
+            turns = 0
             for move in _knob_moves(here, choices, context.target, plans):
                 name = qualified(move.knob, bucket)
                 changes = {name: move.new}
+                if bucket and _changes_nothing(spec, here, {move.knob: move.new}, cases.get(bucket, [])):
+                    continue  # e.g. a chunk at least as wide as every row of the bucket
+                source = with_knobs(context.best_source, changes)
+                if source_hash(source) in tried or ran(changes):
+                    turns += 1
+                    continue
                 if (name, repr(move.old), _direction(choices[move.knob], move.old, move.new)) in rejected_moves:
                     skipped.append(f"{changes} (moves a knob the way a rejected trial did)")
                     continue
-                source = fresh_source(changes)
-                if source is None:
+                problem = unlaunchable(changes)
+                if problem:
+                    skipped.append(f"{changes} (cannot launch: {problem})")
                     continue
-                diagnosis = move.diagnosis
-                ordered_by = (f"the {move.pass_name} diagnosis {diagnosis.name} ({diagnosis.evidence})" if diagnosis
-                              else "no diagnosis (" + ("the NCU profile shows none" if best.ncu and
-                                                       best.ncu.status == "ok" else "no NCU profile") + ")")
-                scope = (f" in bucket {bucket} ({_bucket_words(bucket)}) only, the bucket furthest from the copy "
-                         "floor whose moves are not used up" if bucket else "")
-                return Proposal(
-                    name=f"explore-{_proposal_name(changes)}", source=source,
-                    hypothesis=(f"Exploring KNOB_CHOICES, not a hand-written remedy (the spec's remedies: "
-                                f"{remedies_left}): knob {move.knob} from {move.old!r} to {move.new!r}{scope}, the "
-                                f"only knob changed from the current best. Ordered by {ordered_by}: {move.reason}."),
-                    prediction=(f"unknown: a search step; the trial measures what {move.knob}={move.new!r} does to "
-                                f"{context.target}" + (f" in bucket {bucket}" if bucket else "")),
-                    changes=changes, diagnosis=f"explore-knobs:{diagnosis.name}" if diagnosis else "explore-knobs")
+                return turns, move, changes, source
+            return None
+
+        nexts = [(found, order, bucket) for order, (bucket, here, plans) in enumerate(walks)
+                 if (found := first_untried(bucket, here, plans)) is not None]
+        if nexts:
+            (_, move, changes, source), _, bucket = min(nexts, key=lambda n: (n[0][0], n[1]))
+            diagnosis = move.diagnosis
+            ordered_by = (f"the {move.pass_name} diagnosis {diagnosis.name} ({diagnosis.evidence})" if diagnosis
+                          else "no diagnosis (" + ("the NCU profile shows none" if best.ncu and
+                                                   best.ncu.status == "ok" else "no NCU profile") + ")")
+            scope = (f" in bucket {bucket} ({_bucket_words(bucket)}) only (the buckets take turns, the one "
+                     "furthest from the copy floor first)" if bucket else "")
+            return Proposal(
+                name=f"explore-{_proposal_name(changes)}", source=source,
+                hypothesis=(f"Exploring KNOB_CHOICES, not a hand-written remedy (the spec's remedies: "
+                            f"{remedies_left}): knob {move.knob} from {move.old!r} to {move.new!r}{scope}, the "
+                            f"only knob changed from the current best. Ordered by {ordered_by}: {move.reason}."),
+                prediction=(f"unknown: a search step; the trial measures what {move.knob}={move.new!r} does to "
+                            f"{context.target}" + (f" in bucket {bucket}" if bucket else "")),
+                changes=changes, diagnosis=f"explore-knobs:{diagnosis.name}" if diagnosis else "explore-knobs")
         names = ", ".join(f"{p}:{d.name}" for p, d in diagnoses) or "none"
         return Stop(f"nothing left to try for {context.target}: diagnoses [{names}]; every remedy the spec lists "
                     f"for them and every exploration move is already in the history, and the knob choices are "
@@ -397,6 +417,37 @@ def _buckets_to_tune(best: TrialResult, target: str) -> list[str]:
         fraction = row.bandwidth_fraction if row.bandwidth_fraction is not None else math.inf
         worst[bucket] = min(worst.get(bucket, math.inf), fraction)
     return sorted(worst, key=lambda b: (worst[b], _bucket_key(b)))
+
+
+def _bucket_cases(best: TrialResult, target: str) -> dict[str, list[tuple[tuple[int, ...], str]]]:
+    """The (shape, dtype) cases the best trial timed on the target, by dispatch bucket."""
+    passes = ("forward", "backward") if target in ("full", "memory") else (target,)
+    found: dict[str, list] = {}
+    for row in best.timing_rows("candidate"):
+        if row.pass_name in passes:
+            case = (tuple(int(d) for d in row.shape.split("x")), row.dtype)
+            cases = found.setdefault(dispatch_bucket(row.shape, row.dtype), [])
+            if case not in cases:
+                cases.append(case)
+    return found
+
+
+def _changes_nothing(spec, knobs: dict, changes: dict, cases: list) -> bool:
+    """Whether ``changes`` leave what every one of ``cases`` runs as it was (``KernelSpec.effective_settings``);
+    False where the spec cannot tell, or there is no case to tell by."""
+    import torch
+
+    if not cases:
+        return False
+    for shape, dtype in cases:
+        try:
+            before = spec.effective_settings(knobs, shape, getattr(torch, dtype))
+            after = spec.effective_settings({**knobs, **changes}, shape, getattr(torch, dtype))
+        except Exception:  # noqa: BLE001 - kernel code; a model it cannot answer rules nothing out
+            return False
+        if before is None or before != after:
+            return False
+    return True
 
 
 def _bucket_key(bucket: str) -> tuple[int, int]:
