@@ -38,8 +38,10 @@ PLOT_MAX_WIDTH = 48  # inches
 SUITES = ("", "models")
 
 
-def measure(kernel: str, variant: str, device_arg: str, repetitions: int, suite: str = "") -> dict:
-    """The worker: time and measure peak memory of every contender (runs in the child process)."""
+def measure(kernel: str, variant: str, device_arg: str, repetitions: int, suite: str = "",
+            compiled: bool = True) -> dict:
+    """The worker: time and measure peak memory of every contender (runs in the child process). ``compiled``:
+    time ``torch.compile`` too (it compiles every case's shape anew, minutes over the model suite)."""
     from liger_perf.kernel.device import select_device
 
     device = select_device(device_arg)  # before any variant is imported
@@ -56,6 +58,8 @@ def measure(kernel: str, variant: str, device_arg: str, repetitions: int, suite:
     if baseline.sha256 != best.sha256:
         contenders["baseline"] = spec.variant_forward(baseline.module)
     peers, unavailable = peer_contenders(spec, device)
+    if not compiled and peers.pop("torch.compile", None) is not None:
+        unavailable["torch.compile"] = "left out of this run (--no-compile)"
     contenders.update(peers)
     plan = TimingPlan.default(device, repetitions)
     split_of: dict[str, str] = {}  # the models suite: shape label -> split
@@ -89,14 +93,14 @@ def measure(kernel: str, variant: str, device_arg: str, repetitions: int, suite:
 
 
 def run_bench(kernel: str, variant: Path, device: str = "auto", repetitions: int = 0,
-              timeout_s: float = 1800, suite: str = "") -> dict:
+              timeout_s: float = 1800, suite: str = "", compiled: bool = True) -> dict:
     """Run ``measure`` in a child process under ``timeout_s``; its JSON result."""
     # The child imports the variant: in the sandbox where there is one, with the allow-listed environment (no
     # secret of this process), in a scratch folder, where it also writes its result.
     with tempfile.TemporaryDirectory(prefix="liger-perf-bench-") as scratch:
         out = Path(scratch) / "bench.json"
         argv = [sys.executable, "-m", "liger_perf.bench", kernel, str(Path(variant).resolve()), device,
-                str(repetitions), str(out), suite]
+                str(repetitions), str(out), suite, "compiled" if compiled else "eager-only"]
         try:
             done = run_contained(argv, Path(scratch), readable=[Path(variant).resolve()], timeout=timeout_s,
                                  capture_output=True, text=True)
@@ -235,8 +239,8 @@ def _plot(data: dict, out: Path, plt, stem: str = "bench") -> list[Path]:
 
 
 def _main(argv: list[str]) -> None:
-    kernel, variant, device, repetitions, out, *suite = argv
-    data = measure(kernel, variant, device, int(repetitions), *suite)
+    kernel, variant, device, repetitions, out, suite, compiled = argv
+    data = measure(kernel, variant, device, int(repetitions), suite, compiled == "compiled")
     Path(out).write_text(json.dumps(data, default=float))
 
 

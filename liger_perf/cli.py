@@ -522,6 +522,8 @@ def bench_command(
     timeout: float = typer.Option(1800, help="seconds the measurement may run before it is stopped"),
     suite: str = typer.Option("", help="'' (the device's suite) | models: real models' widths and token counts, "
                                        "the tuning and the held-out split side by side (GPU only)"),
+    compile: bool = typer.Option(True, help="time torch.compile too; --no-compile leaves it out (it compiles every "
+                                            "shape anew: minutes over the model suite)"),
 ) -> None:
     """Best variant, baseline, liger-kernel, eager and torch.compile side by side in one run -> reports/<device>/<kernel>/."""
     from liger_perf.bench import run_bench, summary_table, write_bench_report
@@ -548,7 +550,8 @@ def bench_command(
         console.print("No CUDA device: benchmarking under the Triton interpreter on the CPU (CPU timings; no "
                       "torch.compile, liger-kernel or peak memory).")
     with console.status(f"bench of {kernel}: {chosen} beside the baseline and the peers..."):
-        data = run_bench(kernel, chosen, device=device, repetitions=repetitions, timeout_s=timeout, suite=suite)
+        data = run_bench(kernel, chosen, device=device, repetitions=repetitions, timeout_s=timeout, suite=suite,
+                         compiled=compile)
     path = write_bench_report(kernel, data, store.kernel_reports(kernel))
     table = summary_table(data)
     rich_table = Table(*table.columns)

@@ -24,7 +24,7 @@ from liger_perf.kernel.registry import baseline_path, get_spec
 from liger_perf.run import Runner, history_device, trial_request
 from liger_perf.record.schema import HARNESS_ERROR, TrialRequest, TrialResult
 from liger_perf.record.store import Store, trial_number
-from liger_perf.kernel.variants import source_hash
+from liger_perf.kernel.variants import source_hash, with_knobs
 from liger_perf.core.wording import count, speedup
 
 
@@ -77,11 +77,10 @@ def floor_reached(best: TrialResult, target: str, fraction: float) -> bool:
 
 
 def _chain_target(chain: list[TrialResult]) -> float:
-    """The product of a chain's target ratios (each accepted step against the one before it)."""
+    """The product of a chain's target ratios over the suite (each accepted step against the one before it)."""
     total = 1.0
     for trial in chain:
-        ratio = trial.judged.target_ratio if trial.judged else None
-        total *= ratio if ratio else 1.0
+        total *= 1 - trial.suite_gain if trial.judged and trial.judged.target_ratio else 1.0
     return total
 
 
@@ -190,7 +189,8 @@ class OptimizeLoop:
                 # never ran (a harness error).
                 results = [r if r.status == HARNESS_ERROR else self._judge_and_record(r, chain)
                            for r in self._run_all(requests)]
-                judged = [r.gain for r in results if r.verdict in ("accepted", "rejected") and r.status == "complete"]
+                judged = [r.suite_gain for r in results
+                          if r.verdict in ("accepted", "rejected") and r.status == "complete"]
                 if judged:
                     self.round_gains.append(max(judged))
                 self._reconcile(results)
@@ -363,13 +363,15 @@ class OptimizeLoop:
         accepted = [r for r in results if r.verdict == "accepted"]
         if len(accepted) < 2:
             return
-        winner = max(accepted, key=lambda r: r.gain)
+        # Over the whole suite, whatever each was judged on: a gain in one dispatch bucket and a gain everywhere
+        # are compared by what they do to the suite.
+        winner = max(accepted, key=lambda r: r.suite_gain)
         for result in accepted:
             if result is winner:
                 continue
-            reason = (f"superseded: trial {winner.trial_id:04d} of the same round gained more "
-                      f"({self._gain_text(winner.gain)} against {self._gain_text(result.gain)}); re-trialled "
-                      "against it next")
+            reason = (f"superseded: trial {winner.trial_id:04d} of the same round gained more over the suite "
+                      f"({self._gain_text(winner.suite_gain)} against {self._gain_text(result.suite_gain)}); "
+                      "re-trialled against it next")
             result.judged = result.judged.model_copy(update={
                 "verdict": "rejected", "reasons": [reason, *result.verdict_reasons],
                 "superseded_by": winner.trial_id})
@@ -391,7 +393,8 @@ class OptimizeLoop:
         starts again from measurements of the new code). Only while the new chain is empty and no trial ran that
         source yet. A previous best whose code differs from its baseline beyond the knobs (a model's rewrite)
         cannot be carried over by the loop; it says so once."""
-        from liger_perf.kernel.variants import with_knobs
+        from liger_perf.kernel.variants import (canonical_source, knobs_in, qualified, recorded_dispatch,
+                                               split_qualified)
 
         if best.variant_sha != self.baseline_sha or best.against:
             return []
@@ -404,13 +407,29 @@ class OptimizeLoop:
                 continue
             tip = chain[-1]
             old_knobs, tip_knobs = old_baseline.variant.knobs or {}, tip.variant.knobs or {}
+            old_table, tip_table = recorded_dispatch(old_baseline.variant.source), recorded_dispatch(tip.variant.source)
             moves = {k: v for k, v in tip_knobs.items() if old_knobs.get(k) != v}
+            # Bucket by bucket, every knob either table names where the tip runs another value than the old
+            # baseline did (an entry set, changed, or dropped back to the default).
+            for b in sorted(set(old_table) | set(tip_table)):
+                before, after = knobs_in(old_knobs, old_table, b), knobs_in(tip_knobs, tip_table, b)
+                moves.update({qualified(k, b): after.get(k) for k in sorted({*old_table.get(b, {}), *tip_table.get(b, {})})
+                              if before.get(k) != after.get(k)})
+
+            def ran(knobs: dict, table: dict, name: str):
+                knob, bucket = split_qualified(name)
+                return knobs_in(knobs, table, bucket).get(knob)
+
             # Of those, the ones the new baseline has not made itself (a no-op entry would read as a move tried).
-            new_knobs = best.variant.knobs or {}
-            changes = {k: v for k, v in moves.items() if new_knobs.get(k) != v}
+            new_knobs, new_table = best.variant.knobs or {}, recorded_dispatch(best.variant.source)
+            changes = {k: v for k, v in moves.items() if ran(new_knobs, new_table, k) != v}
             try:
-                knob_only = with_knobs(tip.variant.source, {k: old_knobs[k] for k in moves if k in old_knobs}
-                                       ) == old_baseline.variant.source
+                # Table layouts aside (``canonical_source``): a tip whose code is its baseline's but for knobs.
+                # The old baseline's entries are written back too: a plain move may have made one redundant.
+                revert = {k: ran(old_knobs, old_table, k) for k in moves if split_qualified(k)[0] in old_knobs}
+                revert.update({qualified(k, b): v for b, entry in old_table.items() for k, v in entry.items()})
+                knob_only = canonical_source(with_knobs(tip.variant.source, revert)
+                                             ) == canonical_source(old_baseline.variant.source)
                 source = with_knobs(best.variant.source, changes)
             except UserError as e:
                 knob_only, why = False, str(e)
@@ -452,12 +471,25 @@ class OptimizeLoop:
             else:
                 continue
             # Its knob changes were made from the best it was first measured against; against another best they
-            # are not this trial's changes (and would rule out the wrong move when it is rejected).
+            # are not this trial's changes (and would rule out the wrong move when it is rejected). A move made of
+            # knob changes alone is made again on the new best instead: a move in another dispatch bucket than the
+            # winner's combines with it, where the old source would undo the winner's entry.
             same_best = t.against_sha == best.variant_sha
-            reruns.append(Proposal(name=name[:60], source=t.variant.source,
+            source, changes = t.variant.source, (t.changes or {}) if same_best else {}
+            if not same_best and t.changes:
+                try:
+                    moved = with_knobs(best.variant.source, t.changes)
+                except UserError:
+                    moved = None  # its knobs are not the new best's: the old source, judged as a whole
+                if moved == best.variant.source:
+                    continue  # the winner made this move already
+                if moved is not None:
+                    source, changes = moved, dict(t.changes)
+                    if any(later.variant_sha == source_hash(moved) for later in experiments[i + 1:]):
+                        continue  # re-run on this best already
+            reruns.append(Proposal(name=name[:60], source=source,
                                    hypothesis=f"re-run of trial {t.trial_id:04d}, {why}: {t.hypothesis}",
-                                   prediction=t.prediction, changes=(t.changes or {}) if same_best else {},
-                                   diagnosis=diagnosis))
+                                   prediction=t.prediction, changes=changes, diagnosis=diagnosis))
         return reruns
 
     def _repetitions(self, step: Proposal) -> int:

@@ -17,7 +17,7 @@ import pandas as pd
 from liger_perf.record.history import accepted_chain, chain_ratios, geomean, pass_interval
 from liger_perf.kernel.registry import baseline_path
 from liger_perf.record.schema import TrialResult
-from liger_perf.kernel.variants import source_hash
+from liger_perf.kernel.variants import recorded_dispatch, source_hash
 from liger_perf.core.wording import speedup
 
 
@@ -62,6 +62,33 @@ def trials_table(trials: list[TrialResult], passes: list[str]) -> pd.DataFrame:
             "reasons": "; ".join(t.verdict_reasons or [t.reason]),
         })
     return pd.DataFrame(rows)
+
+
+def dispatch_table(chain: list[TrialResult], baseline: TrialResult | None = None) -> pd.DataFrame:
+    """The best's dispatch table (the accepted chain's last, or the baseline's), an entry per row (bucket, the
+    widths and element size it covers, knob, value), with the trial that set the value it has now: one of the
+    chain, or the baseline's own."""
+    set_by: dict[tuple[str, str], TrialResult] = {}
+    previous: dict = {}
+    for trial in [*([baseline] if baseline is not None else []), *chain]:
+        table = recorded_dispatch(trial.variant.source)
+        for bucket, entry in table.items():
+            for knob, value in entry.items():
+                if previous.get(bucket, {}).get(knob, _UNSET) != value:
+                    set_by[(bucket, knob)] = trial
+        previous = table
+    rows = []
+    for bucket, entry in previous.items():
+        block, _, size = bucket.partition("x")
+        for knob, value in entry.items():
+            trial = set_by[(bucket, knob)]
+            who = "the baseline" if trial is baseline else f"trial {trial.trial_id:04d} {trial.name}"
+            rows.append({"bucket": bucket, "columns": f"{int(block) // 2 + 1}-{block}", "element bytes": size,
+                         "knob": knob, "value": value, "set by": who})
+    return pd.DataFrame(rows)
+
+
+_UNSET = object()
 
 
 def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
@@ -129,6 +156,11 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
                   markdown_table(pd.DataFrame(rows)), ""]
         plots = _plot_times(baseline, ratios, out, plt)
         lines += [f"![{p.stem}]({p.name})" for p in plots] + [""]
+    table = dispatch_table(chain, baseline)
+    if not table.empty:
+        lines += ["## The best's dispatch table", "",
+                  "Knobs the best runs at the shapes of one bucket instead of its defaults (`DISPATCH`), each with "
+                  "the accepted trial that set it.", "", markdown_table(table), ""]
     diff = variant_diff(kernel, best)
     lines += ["## The winning change", "", "```diff", diff or "(none: the baseline is still the best)", "```", ""]
     (out / "best.diff").write_text(diff)

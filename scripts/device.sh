@@ -21,6 +21,9 @@
 #   nightly                two nights in a row on the committed history (the second finds nothing to do)
 #   security               scripts/security_probe.py: canaries, files and forgeries inside a sandboxed trial
 #   e2e:MODEL              liger-perf e2e of a Llama-like or Gemma-like model -> reports/nvidia-h200/e2e/
+#   dispatch-check         the gate of a baseline whose DISPATCH table takes other algorithms in three buckets
+#   bench-models:K,R[,no-compile]  liger-perf bench K --suite models, R repetitions (torch.compile left out with
+#                          no-compile) -> reports/nvidia-h200/K/bench-models.*
 # After a call: unpack device.tgz, rename each step's folder to reports/evidence/<date>-<topic>/ if it needs a
 # clearer name, and write its README.md (the commit, this command line, the result in a few lines).
 # This script replaces the one-off scripts/gpu_*.sh of earlier runs; what each of those ran is written in the
@@ -92,6 +95,20 @@ print(best_variant_file("fused_add_rms_norm", Store(device="nvidia-h200").notebo
       run "$dir/second" python3 -m liger_perf nightly --config scripts/nightly-h200.yaml ;;
     security) run "$dir" python3 scripts/security_probe.py "$dir" ;;
     e2e) run "$dir-${arg:-llama}" python3 -m liger_perf e2e --model "${arg:-llama}" --device cuda ;;
+    dispatch-check)  # the gate of the baseline with entries in three buckets, each taking another algorithm
+      mkdir -p "$dir" && python3 -c 'import sys
+from liger_perf.kernel.registry import baseline_path
+from liger_perf.kernel.variants import with_knobs
+print(with_knobs(baseline_path("fused_add_rms_norm").read_text(), {
+    "bwd_column_chunked@32768x4": "rows_outer", "BLOCK_SIZE@32768x4": 4096, "bwd_rows_per_program@32768x4": 16,
+    "bwd_tile_elements@1024x2": 4096, "bwd_fused_dw_max_cols@1024x2": 1024, "num_warps@8192x2": 8}), end="")' \
+        > "$dir/dispatched.py"
+      run "$dir" python3 -m liger_perf check fused_add_rms_norm --device cuda --no-convergence \
+        --variant "$dir/dispatched.py" ;;
+    bench-models)
+      IFS=, read -r kernel reps compiled <<< "$arg"
+      run "$dir-$kernel" python3 -m liger_perf bench "$kernel" --suite models --device cuda \
+        --repetitions "${reps:-20}" ${compiled:+"--$compiled"} --timeout "$(( $(left) > 60 ? $(left) - 30 : 30 ))" ;;
     *) log "unknown step $step" ;;
   esac
 done

@@ -58,3 +58,25 @@ def test_a_pipe_in_a_table_cell_is_escaped_not_replaced():
     row = table.splitlines()[2]
     assert row == r"| 0031 | dW: \|\|err\|\|/\|\|ref\|\| = 0.00454 > 0.004 |"
     assert len(row.replace(r"\|", "").split("|")) == 4  # three separators: two cells
+
+
+def test_no_compile_leaves_torch_compile_out_and_says_why(monkeypatch, interpret_device):
+    """Where torch.compile is a peer (a GPU), --no-compile drops it from the run and names the flag as the reason;
+    the other peers stay."""
+    from liger_perf import bench
+    from liger_perf.measure import timing
+
+    real = timing.peer_contenders
+
+    def with_compile(spec, device):
+        found, unavailable = real(spec, device)
+        unavailable.pop("torch.compile", None)
+        return {**found, "torch.compile": spec.reference_forward()}, unavailable
+
+    monkeypatch.setattr(timing, "peer_contenders", with_compile)
+    path = str(baseline_path("relu_squared"))
+    left_out = bench.measure("relu_squared", path, "interpret", 2, "", compiled=False)
+    assert "torch.compile" not in left_out["contenders"] and "eager" in left_out["contenders"]
+    assert left_out["unavailable"]["torch.compile"] == "left out of this run (--no-compile)"
+    kept = bench.measure("relu_squared", path, "interpret", 2, "", compiled=True)
+    assert "torch.compile" in kept["contenders"]

@@ -320,3 +320,65 @@ def test_the_history_table_and_the_report_state_the_speedup_in_the_judges_words(
     table = trials_table([trial], ["forward", "backward", "full"])
     assert table.loc[0, "backward speedup"] == stated
     assert table.loc[0, "forward speedup"] == "1.00x (no change) [0.98x, 1.02x]"
+
+
+def test_a_move_of_one_dispatch_bucket_is_judged_on_that_bucket_and_guarded_everywhere():
+    """A change to one bucket's entry (``knob@bucket``) is judged on that bucket's shapes alone: elsewhere it runs
+    the same code, and ratios of 1 there would dilute the gain. A regression at any shape still rejects it."""
+    guardrails = Guardrails(target="backward")
+    # Faster only at 2048x8192 bfloat16 (bucket 8192x2); the same everywhere else.
+    faster = {("backward", s, d): 1.0 for s in SHAPES for d in DTYPES}
+    faster[("backward", "2048x8192", "bfloat16")] = 0.9
+    result = _result(overrides=faster, half_width=0.03)
+    suite_wide = judge(result, guardrails)
+    assert suite_wide.verdict == "inconclusive"  # 0.9 at one of four shapes: the suite's interval holds 1
+    result.changes = {"bwd_tile_elements@8192x2": 16384}
+    judged = judge(result, guardrails)
+    assert judged.verdict == "accepted" and math.isclose(judged.target_ratio, 0.9)
+    assert "bucket 8192x2" in judged.reasons[0]
+    # What rounds and chains compare: the gain over the whole suite (one shape of four 0.9x).
+    assert math.isclose(judged.suite_ratio, 0.9 ** 0.25)
+    assert math.isclose(judged.record("backward", "rules").suite_gain, 1 - 0.9 ** 0.25)
+    assert judge(_result(half_width=0.01), guardrails).record("backward", "rules").suite_gain is None
+    # Slower beyond the guardrail at a shape of another bucket: rejected, whatever the bucket gained.
+    slower = dict(faster)
+    slower[("forward", "2048x1024", "float32")] = 1.2
+    result = _result(overrides=slower, half_width=0.03)
+    result.changes = {"bwd_tile_elements@8192x2": 16384}
+    assert judge(result, guardrails).verdict == "rejected"
+    # A bucket the trial timed no shape of: nothing to judge it on.
+    result = _result(half_width=0.01)
+    result.changes = {"bwd_tile_elements@65536x4": 16384}
+    judged = judge(result, guardrails)
+    assert judged.verdict == "rejected" and "in bucket 65536x4" in judged.reasons[0]
+    # A change to a default beside the bucket's: every shape changed, so the whole suite is the target.
+    result = _result(overrides=faster, half_width=0.03)
+    result.changes = {"bwd_tile_elements@8192x2": 16384, "num_warps": 8}
+    assert judge(result, guardrails).verdict == "inconclusive"
+
+
+def test_the_report_shows_the_best_s_dispatch_table_with_the_trial_that_set_each_entry():
+    from liger_perf.kernel.registry import baseline_path
+    from liger_perf.kernel.variants import with_knobs
+    from liger_perf.report import dispatch_table
+
+    from made_trials import make_trial
+
+    base = baseline_path("fused_add_rms_norm").read_text()
+    first = with_knobs(base, {"num_warps@8192x2": 8})
+    second = with_knobs(first, {"bwd_tile_elements@512x4": 2048})
+    third = with_knobs(second, {"num_warps@8192x2": 16})
+    chain = [make_trial(trial_id=i, name=f"step-{i}", variant={"sha256": str(i), "source": s})
+             for i, s in enumerate((first, second, third), start=3)]
+    table = dispatch_table(chain)
+    assert table.to_dict("records") == [  # in width order, as the table is written
+        {"bucket": "512x4", "columns": "257-512", "element bytes": "4", "knob": "bwd_tile_elements", "value": 2048,
+         "set by": "trial 0004 step-4"},
+        {"bucket": "8192x2", "columns": "4097-8192", "element bytes": "2", "knob": "num_warps", "value": 16,
+         "set by": "trial 0005 step-5"}]
+    assert dispatch_table([]).empty
+    # A baseline's own entries are credited to it, not to the first accepted trial.
+    rooted = make_trial(trial_id=0, name="baseline", variant={"sha256": "b", "source": first})
+    table = dispatch_table([make_trial(trial_id=7, name="step-7", variant={"sha256": "7", "source": second})], rooted)
+    assert list(table["set by"]) == ["trial 0007 step-7", "the baseline"]
+    assert list(dispatch_table([], rooted)["set by"]) == ["the baseline"]

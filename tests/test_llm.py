@@ -192,3 +192,19 @@ def test_auto_uses_the_rules_while_they_have_moves_then_the_llm():
             context.trials.append(make_trial(trial_id=len(context.trials), name=step.name,
                                              variant={"sha256": source_hash(step.source), "knobs": {}}))
         assert auto.propose(context).diagnosis == "llm" and len(server.requests) == 1
+
+
+def test_an_edit_of_the_dispatch_table_is_recorded_bucket_by_bucket():
+    """A model that moves one bucket's knob (and drops another bucket's entry) made changes named ``knob@bucket``:
+    the judge judges them on those buckets, and the rules proposer learns from them."""
+    from liger_perf.kernel.registry import baseline_path
+    from liger_perf.kernel.variants import with_knobs
+
+    base = with_knobs(baseline_path("fused_add_rms_norm").read_text(), {"num_warps@1024x2": 8})
+    edited = with_knobs(base, {"num_warps@1024x2": "auto", "bwd_tile_elements@8192x2": 16384})
+    trials = [t for t in load_trials("fused_add_rms_norm", ROOT / "notebooks" / "nvidia-h200") if t.trial_id < 1]
+    context = Context(get_spec("fused_add_rms_norm"), "backward", trials, trials[0], base)
+    with FakeOpenAI([reply(edited)]) as server:
+        proposal = _proposer(server).propose(context)
+    assert isinstance(proposal, Proposal), proposal
+    assert proposal.changes == {"num_warps@1024x2": "auto", "bwd_tile_elements@8192x2": 16384}

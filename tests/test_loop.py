@@ -251,6 +251,40 @@ def test_a_carry_over_lists_only_the_moves_the_new_baseline_has_not_made(tmp_pat
     assert carried.changes == {"bwd_tile_elements": 8192}
 
 
+def test_a_carry_over_takes_the_old_best_s_dispatch_entries_and_the_old_baseline_without_a_table_too(tmp_path):
+    """The old best's entries are carried bucket by bucket; a baseline from before tables (none in its source)
+    carries its best's knob values onto today's baseline, whose table starts empty."""
+    from liger_perf.kernel.variants import read_dispatch, read_knobs, source_hash, with_knobs
+
+    new = baseline_path("fused_add_rms_norm").read_text()
+    old = new.replace("# Tunable knobs:", "# (the old baseline)\n# Tunable knobs:")
+    tuned = with_knobs(old, {"bwd_tile_elements@8192x2": 16384, "num_warps": 8})
+
+    def trial(n, source, against=None, verdict=None):
+        return make_trial(trial_id=n, name=f"t{n}", variant={"sha256": source_hash(source), "source": source,
+                                                            "knobs": read_knobs(source)[0]},
+                          against={"sha256": source_hash(against)} if against else None, verdict=verdict)
+
+    loop = OptimizeLoop("fused_add_rms_norm", Guardrails(target="backward"), RulesProposer(), device="interpret",
+                        root=tmp_path)
+    (carried,) = loop._carry_over([trial(0, old), trial(1, tuned, old, "accepted"), trial(2, new)], trial(2, new))
+    assert carried.changes == {"num_warps": 8, "bwd_tile_elements@8192x2": 16384}
+    assert read_dispatch(carried.source) == {"8192x2": {"bwd_tile_elements": 16384}}
+    # An old baseline with entries: the tip dropped one back to the default (a move too), and a plain move made
+    # another redundant (no move there: the tip runs that value in that bucket as the old baseline did).
+    entered = with_knobs(old, {"num_warps@1024x2": 8, "num_stages@8192x2": 2})
+    tip = with_knobs(entered, {"num_warps@1024x2": "auto", "num_stages": 2})
+    (carried,) = loop._carry_over([trial(0, entered), trial(1, tip, entered, "accepted"), trial(2, new)],
+                                  trial(2, new))
+    assert carried.changes == {"num_stages": 2}  # today's baseline runs the default in 1024x2 already
+    # Before tables: no DISPATCH line in the old baseline nor its best.
+    untabled = old.replace("\nDISPATCH = {}\n", "\n")
+    best = with_knobs(untabled, {"num_warps": 8})
+    (carried,) = loop._carry_over([trial(0, untabled), trial(1, best, untabled, "accepted"), trial(2, new)],
+                                  trial(2, new))
+    assert carried.changes == {"num_warps": 8} and read_dispatch(carried.source) == {}
+
+
 def test_a_round_packs_only_the_trials_that_start_before_the_deadline():
     """Kept candidates run one after another per worker: at 100 s a trial and 250 s left, three start (at 0,
     100 and 200 s), the fourth would start at 300 s; two workers start two at a time; without a pace (no trial
@@ -270,3 +304,37 @@ def test_a_round_packs_only_the_trials_that_start_before_the_deadline():
     assert trial_pace(trials) == 100  # the last five complete experiments: 400, 90, 110, 100, 95
     assert trial_pace(trials[:4]) == 110  # 50, 400, 90, 110: the upper of the middle two
     assert trial_pace([]) is None
+
+
+def test_bucket_moves_of_one_round_compare_by_the_suite_and_the_superseded_one_is_made_again_on_the_winner(
+        tmp_path, monkeypatch):
+    """Two one-bucket moves accepted side by side: the one that gains more over the whole suite stays (a large gain
+    in a narrow bucket is not set above a smaller gain everywhere), and the other is re-trialled as its own move
+    made on the winner, so the two entries combine."""
+    from liger_perf.kernel.variants import read_dispatch, read_knobs, source_hash, with_knobs
+    from liger_perf.record.schema import Verdict
+
+    base = baseline_path("fused_add_rms_norm").read_text()
+    narrow = with_knobs(base, {"num_warps@1024x2": 8})
+    wide = with_knobs(base, {"num_warps@8192x2": 8})
+
+    def trial(n, source, changes, gain, suite_gain, against=base):
+        return make_trial(trial_id=n, name=f"t{n}", notebook=str(tmp_path / f"{n}.ipynb"), changes=changes,
+                          variant={"sha256": source_hash(source), "source": source, "knobs": read_knobs(source)[0]},
+                          against={"sha256": source_hash(against)}).model_copy(update={"judged": Verdict(
+                              verdict="accepted", gain=gain, suite_gain=suite_gain)})
+
+    first = trial(1, narrow, {"num_warps@1024x2": 8}, gain=0.30, suite_gain=0.02)
+    second = trial(2, wide, {"num_warps@8192x2": 8}, gain=0.10, suite_gain=0.05)
+    loop = OptimizeLoop("fused_add_rms_norm", Guardrails(target="backward"), RulesProposer(), device="interpret",
+                        root=tmp_path)
+    monkeypatch.setattr("liger_perf.loop.record_verdict", lambda notebook, verdict: None)  # no notebooks here
+    loop._reconcile([first, second])
+    assert first.verdict == "rejected" and first.judged.superseded_by == 2 and second.verdict == "accepted"
+    (rerun,) = loop._reruns([first, second], second)
+    assert rerun.name == "t1-retrial" and rerun.changes == {"num_warps@1024x2": 8}
+    assert read_dispatch(rerun.source) == {"1024x2": {"num_warps": 8}, "8192x2": {"num_warps": 8}}
+    # Once that re-run is in the history, it is not proposed again.
+    again = trial(3, rerun.source, rerun.changes, gain=0.0, suite_gain=0.0, against=wide)
+    again = again.model_copy(update={"judged": Verdict(verdict="rejected")})
+    assert loop._reruns([first, second, again], second) == []

@@ -119,3 +119,14 @@ def test_the_model_suite_is_refused_in_one_line_under_the_interpreter_and_an_unk
         done = subprocess.run([sys.executable, "-m", "liger_perf", "bench", "relu_squared", "--suite", suite],
                               capture_output=True, text=True, env=env, timeout=300)
         assert done.returncode != 0 and says in done.stderr and "Traceback" not in done.stderr
+
+
+def test_each_kernel_takes_the_widths_its_rows_span_in_a_model():
+    """A norm's row is the residual stream (hidden); an MLP activation's is the intermediate width."""
+    from liger_perf.kernel.registry import get_spec
+
+    assert get_spec("fused_add_rms_norm").model_widths == "hidden"
+    assert get_spec("relu_squared").model_widths == "intermediate"
+    widths = {case.shape[-1] for case in get_spec("relu_squared").cases("models-tune", "bench")}
+    assert widths <= {m.intermediate for m in model_shapes.MODELS}
+    assert widths - {m.hidden for m in model_shapes.MODELS}

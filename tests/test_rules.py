@@ -4,11 +4,11 @@ import copy
 
 from liger_perf.record.history import load_trials
 from liger_perf.propose import Context, Proposal, Stop
-from liger_perf.propose.rules import RulesProposer, diagnose, knob_pass
+from liger_perf.propose.rules import RulesProposer, _direction, diagnose, knob_pass
 from liger_perf.kernel.registry import baseline_path, get_spec
 from liger_perf.record.schema import Ncu
 from liger_perf.kernel.spec import Remedy
-from liger_perf.kernel.variants import read_knobs, source_hash, with_knobs
+from liger_perf.kernel.variants import dispatch_bucket, read_dispatch, read_knobs, source_hash, with_knobs
 
 from broken_variants import ROOT
 from made_trials import make_trial
@@ -23,12 +23,20 @@ def _recorded_trials(kernel):
     raise AssertionError(f"no recorded history of {kernel} under {ROOT / 'notebooks'}")
 
 
-def _context(kernel, target, extra_trials=()):
+def _without_table(source):
+    """A variant as the recorded history's are: without a dispatch table, so every move changes every shape."""
+    assert "\nDISPATCH = {}\n" in source or "DISPATCH" not in source
+    return source.replace("\nDISPATCH = {}\n", "\n")
+
+
+def _context(kernel, target, extra_trials=(), table=False):
     # The first baseline trial recorded on the H200, alone: later loop runs add to the history, and these
-    # tests are about what the proposer does from that one profile.
+    # tests are about what the proposer does from that one profile. ``table``: today's baseline as it is, with
+    # its (empty) dispatch table, which the proposer then tunes bucket by bucket.
     baseline = next(t for t in _recorded_trials(kernel) if t.name == "baseline" and t.device == "cuda")
+    source = baseline_path(kernel).read_text()
     return Context(get_spec(kernel), target, [baseline, *extra_trials], baseline,
-                   baseline_path(kernel).read_text())
+                   source if table else _without_table(source))
 
 
 def test_diagnoses_the_fused_backward_spills_at_the_widest_rows_first():
@@ -229,8 +237,9 @@ def _recorded(kernel, trial_id):
 
 
 def _on_todays_baseline(trial):
-    """The recorded trial's knobs written onto today's baseline (knobs it lacks at today's defaults)."""
-    return with_knobs(baseline_path(trial.kernel).read_text(), dict(trial.variant.knobs))
+    """The recorded trial's knobs written onto today's baseline (knobs it lacks at today's defaults), without a
+    dispatch table as the recorded variants are."""
+    return with_knobs(_without_table(baseline_path(trial.kernel).read_text()), dict(trial.variant.knobs))
 
 
 def test_the_launch_model_foresees_trial_0008_s_shared_memory_failure_and_0017_s_spills():
@@ -308,3 +317,87 @@ def test_a_launch_model_that_cannot_read_the_knobs_rules_nothing_out():
     assert launch_problem(spec, odd, ["backward"], [(2048, 4096)], [torch.float32], DEFAULT_LIMITS) is None
     assert launch_problem(spec, {**knobs, "num_stages": 3, "BLOCK_SIZE": 16384}, ["backward"], [(2048, 16384)],
                           [torch.float32], DEFAULT_LIMITS) is not None
+
+
+def test_with_a_dispatch_table_a_remedy_goes_into_the_diagnosed_bucket_only():
+    """The spill at 2048x32768 float32 is remedied in bucket 32768x4 (16385-32768 columns of float32) alone:
+    the defaults, which every other shape runs, stay as they are."""
+    proposal = RulesProposer().propose(_context("fused_add_rms_norm", "backward", table=True))
+    assert proposal.changes == {"bwd_column_chunked@32768x4": "per_row", "BLOCK_SIZE@32768x4": 8192}
+    assert proposal.diagnosis == "spills" and "Only in bucket 32768x4 (16385-32768 columns" in proposal.hypothesis
+    assert read_knobs(proposal.source)[0] == read_knobs(baseline_path("fused_add_rms_norm").read_text())[0]
+    assert read_dispatch(proposal.source) == {"32768x4": {"BLOCK_SIZE": 8192, "bwd_column_chunked": "per_row"}}
+
+
+def test_with_a_dispatch_table_the_walk_moves_one_bucket_at_a_time_the_furthest_from_the_floor_first():
+    spec = copy.copy(get_spec("fused_add_rms_norm"))
+    spec.remedies = {}  # straight to the walk over KNOB_CHOICES
+    context = _context("fused_add_rms_norm", "backward", table=True)
+    context.spec = spec
+    rows = [r for r in context.best.timing_rows("candidate", "backward") if r.bandwidth_fraction is not None]
+    furthest = min(rows, key=lambda r: r.bandwidth_fraction)
+    bucket = dispatch_bucket(furthest.shape, furthest.dtype)
+    proposal = RulesProposer().propose(context)
+    [(name, value)] = proposal.changes.items()
+    assert name.endswith(f"@{bucket}") and f"in bucket {bucket}" in proposal.hypothesis
+    assert list(read_dispatch(proposal.source)) == [bucket]
+    # The same move rejected without gain rules out that bucket's move, not the same move in another bucket.
+    knob = name.partition("@")[0]
+    rejected = make_trial(verdict="rejected", gain=-0.01, against={"sha256": context.best.variant_sha},
+                          variant={"sha256": source_hash(proposal.source), "source": proposal.source,
+                                   "knobs": read_knobs(proposal.source)[0]}, changes=proposal.changes)
+    trials = [*context.trials, rejected]
+    old = read_knobs(context.best_source)[0][knob]
+    moves = RulesProposer._rejected_moves(trials, read_knobs(context.best_source)[1])
+    assert {m for m in moves if m[0].startswith(f"{knob}@")} == {
+        (name, repr(old), _direction(read_knobs(context.best_source)[1][knob], old, value))}
+    again = RulesProposer().propose(Context(spec, "backward", trials, context.best, context.best_source))
+    assert again.changes != proposal.changes
+
+
+def test_with_a_dispatch_table_settings_a_trial_ran_are_not_proposed_again():
+    """A complete trial that ran an entry is found by its settings, not its source: the same entry written onto
+    another source (a changed comment, say) is not proposed again."""
+    spec = copy.copy(get_spec("fused_add_rms_norm"))
+    spec.remedies = {}
+    context = _context("fused_add_rms_norm", "backward", table=True)
+    context.spec = spec
+    first = RulesProposer().propose(context)
+    ran = make_trial(variant={"sha256": "other", "source": first.source + "\n# a comment\n",
+                              "knobs": read_knobs(first.source)[0]})
+    second = RulesProposer().propose(Context(spec, "backward", [*context.trials, ran], context.best,
+                                             context.best_source))
+    assert second.changes != first.changes
+
+
+def test_with_a_dispatch_table_the_buckets_take_turns_and_no_move_is_a_no_op_at_its_shapes():
+    """Twelve proposals, each rejected in turn: the buckets (and then the defaults) take a move each before any
+    bucket gets a second one, and every bucket move changes what some timed shape of its bucket runs."""
+    import torch
+
+    spec = copy.copy(get_spec("fused_add_rms_norm"))
+    spec.remedies = {}
+    context = _context("fused_add_rms_norm", "backward", table=True)
+    context.spec = spec
+    best = context.best
+    cases = {}
+    for row in best.timing_rows("candidate", "backward"):
+        cases.setdefault(dispatch_bucket(row.shape, row.dtype), set()).add(
+            (tuple(map(int, row.shape.split("x"))), getattr(torch, row.dtype)))
+    trials, scopes = list(context.trials), []
+    knobs = read_knobs(context.best_source)[0]
+    for n in range(16):
+        proposal = RulesProposer().propose(Context(spec, "backward", trials, best, context.best_source))
+        [(name, value)] = proposal.changes.items()
+        knob, _, bucket = name.partition("@")
+        scopes.append(bucket or "defaults")
+        if bucket:
+            assert any(spec.effective_settings(knobs, s, d) != spec.effective_settings({**knobs, knob: value}, s, d)
+                       for s, d in cases[bucket]), name
+        trials.append(make_trial(trial_id=100 + n, verdict="rejected", gain=-0.01, changes=proposal.changes,
+                                 against={"sha256": best.variant_sha},
+                                 variant={"sha256": source_hash(proposal.source), "source": proposal.source,
+                                          "knobs": read_knobs(proposal.source)[0]}))
+    turn = len(cases) + 1
+    assert len(set(scopes[:turn])) == turn and scopes[turn - 1] == "defaults", scopes
+    assert scopes[turn] == scopes[0], scopes  # the second round starts with the first bucket again

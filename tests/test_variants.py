@@ -49,6 +49,9 @@ ALGORITHMS = {
                            {"bwd_chunk_mode": 0, "bwd_tile_rows": 1, "bwd_num_warps": 1}),
     "fused_dw_per_row_chunks": ({"bwd_fused_dw_max_cols": 1024, "bwd_column_chunked": "per_row", "BLOCK_SIZE": 64},
                                 {"bwd_chunk_mode": 1, "bwd_BLOCK_SIZE": 64}),
+    # Row tiles in one bucket of the dispatch table (float32 rows of 65-128 columns); float16 runs the defaults.
+    "row_tiles_in_one_bucket": ({"bwd_tile_elements@128x4": 512, "bwd_num_warps@128x4": "auto"},
+                                {"bwd_chunk_mode": 0, "bwd_tile_rows": 4, "bwd_BLOCK_SIZE": 128}),
     # Gradients rounded where autograd rounds them (the baseline rounds them once).
     "gradients_rounded_as_autograd": ({"bwd_grad_rounding": "autograd", "bwd_tile_elements": 512},
                                       {"bwd_chunk_mode": 0, "bwd_tile_rows": 4}),
@@ -77,7 +80,7 @@ def test_each_backward_algorithm_passes_the_gate(tmp_path, interpret_device, alg
     path = tmp_path / f"{algorithm}.py"
     path.write_text(with_knobs(baseline_path(spec.name).read_text(), knobs))
     variant = load_variant(path, spec)
-    settings = variant.module._launch_settings(100, torch.device("cpu"))
+    settings = variant.module._launch_settings(100, torch.float32, torch.device("cpu"))
     assert {k: settings[k] for k in expected} == expected
     result = check_variant(spec, variant, interpret_device, convergence=False, fail_fast=True,
                            cases=pairwise_cases(spec, interpret_device.suite))
@@ -88,7 +91,7 @@ def test_the_baseline_takes_the_one_row_unchunked_path():
     import torch
 
     spec = get_spec("fused_add_rms_norm")
-    settings = load_variant(baseline_path(spec.name), spec).module._launch_settings(5000, torch.device("cpu"))
+    settings = load_variant(baseline_path(spec.name), spec).module._launch_settings(5000, torch.bfloat16, torch.device("cpu"))
     assert settings["bwd_chunk_mode"] == 0 and settings["bwd_tile_rows"] == 1
     assert settings["BLOCK_SIZE"] == settings["bwd_BLOCK_SIZE"] == 8192
     assert settings["num_warps"] == settings["bwd_num_warps"] == 16
@@ -139,3 +142,121 @@ def test_no_rows_give_empty_outputs_and_a_zero_dw(tmp_path, interpret_device, kn
     assert Y.shape == S.shape == (2, 0, 40)
     (Y.sum() + S.sum()).backward()
     assert torch.equal(W.grad, torch.zeros(40))
+
+
+def test_a_change_to_one_bucket_is_written_into_the_dispatch_table_and_taken_at_its_shapes_only(tmp_path):
+    import torch
+
+    from liger_perf.kernel.variants import dispatch_bucket, read_dispatch
+
+    spec = get_spec("fused_add_rms_norm")
+    source = baseline_path(spec.name).read_text()
+    assert read_dispatch(source) == {}
+    new = with_knobs(source, {"bwd_tile_elements@128x4": 512, "num_stages@128x4": 2})
+    assert read_knobs(new)[0] == read_knobs(source)[0]  # the defaults are untouched
+    assert read_dispatch(new) == {"128x4": {"bwd_tile_elements": 512, "num_stages": 2}}
+    # A second bucket is a line of its own; an entry set back to the default is dropped with its bucket.
+    newer = with_knobs(new, {"num_warps@8192x2": 8})
+    assert list(read_dispatch(newer)) == ["128x4", "8192x2"]
+    assert '    "8192x2": {"num_warps": 8},\n' in newer
+    assert read_dispatch(with_knobs(newer, {"num_warps@8192x2": "auto"})) == read_dispatch(new)
+    path = tmp_path / "dispatched.py"
+    path.write_text(new)
+    module = load_variant(path, spec).module
+    settings = {dtype: module._launch_settings(100, dtype, torch.device("cpu"))
+                for dtype in (torch.float32, torch.float16)}
+    assert settings[torch.float32]["bwd_tile_rows"] == 4 and settings[torch.float32]["num_stages"] == 2
+    assert settings[torch.float16]["bwd_tile_rows"] == 1 and settings[torch.float16]["num_stages"] is None
+    # The kernel's own bucket key is the harness's, at every width and dtype size (a table written by one is read
+    # by the other): each probe width gets an entry of its own, which the module must find.
+    widths = [0, 1, 2, 3, 63, 64, 65, 100, 4096, 5120, 8191, 8192, 8193, 12288, 65536]
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        for width in widths:
+            bucket = dispatch_bucket((3, width), dtype)
+            assert module._knobs_for(width, dtype) == {**read_knobs(new)[0], **read_dispatch(new).get(bucket, {})}
+            if width == 0:  # no bucket a table may name: the defaults
+                assert bucket == f"0x{dtype.itemsize}"
+                continue
+            probe = tmp_path / f"probe_{width}_{dtype.itemsize}.py"
+            probe.write_text(with_knobs(source, {f"num_warps@{bucket}": 2}))
+            assert load_variant(probe, spec).module._knobs_for(width, dtype)["num_warps"] == 2
+
+
+@pytest.mark.parametrize("table, why", [
+    ('{"8192": {}}', "is not"), ('{"8000x2": {}}', "is not"), ('{"8192x3": {}}', "is not"), ('{"08192x2": {}}', "is not"),
+    ('{"8192x2": {"warps": 4}}', "unknown knob"), ('{"8192x2": {"num_warps": 3}}', "not allowed"),
+    ('{"8192x2": 4}', "must map"), ("dict()", "plain literal")])
+def test_a_dispatch_table_that_names_no_bucket_knob_or_allowed_value_is_refused_in_one_line(table, why):
+    from liger_perf.kernel.variants import read_dispatch
+
+    source = baseline_path("fused_add_rms_norm").read_text().replace("\nDISPATCH = {}\n", f"\nDISPATCH = {table}\n")
+    with pytest.raises(UserError, match=why):
+        read_dispatch(source)
+
+
+def test_a_variant_without_a_table_takes_no_change_to_one_bucket_nor_one_to_a_bucket_no_kernel_would_look_up(
+        tmp_path):
+    with pytest.raises(UserError, match="no DISPATCH table"):
+        with_knobs(baseline_path("relu_squared").read_text(), {"num_warps@8192x2": 4})
+    with pytest.raises(UserError, match="is not"):
+        with_knobs(baseline_path("fused_add_rms_norm").read_text(), {"num_warps@foo": 4})
+    # A written table the harness cannot read as the kernel does is refused before the module is imported.
+    path = tmp_path / "odd.py"
+    path.write_text(baseline_path("fused_add_rms_norm").read_text().replace(
+        "\nDISPATCH = {}\n", '\nDISPATCH = {"08192x2": {"num_warps": 8}}\n'))
+    with pytest.raises(UserError, match="is not"):
+        load_variant(path, get_spec("fused_add_rms_norm"))
+
+
+def test_a_plain_change_leaves_a_table_it_does_not_touch_as_written():
+    source = with_knobs(baseline_path("fused_add_rms_norm").read_text(), {"num_warps@8192x2": 8})
+    commented = source.replace('"8192x2": {"num_warps": 8},', '"8192x2": {"num_warps": 8},  # tuned by trial 12')
+    assert "# tuned by trial 12" in with_knobs(commented, {"num_stages": 2})
+
+
+def test_the_bucket_cases_count_every_row_knob_and_stay_inside_even_a_tiny_bucket():
+    spec = get_spec("fused_add_rms_norm")
+    knobs = {**read_knobs(baseline_path(spec.name).read_text())[0], "bwd_rows_per_program": 16}
+    shapes = spec.bucket_shapes("32768x4", knobs, "gpu")
+    assert {(15, 32767), (16, 32767), (17, 32767), (3, 16385), (37, 32768)} <= set(shapes)
+    assert all(16384 < width <= 32768 for _, width in shapes)
+    assert all(width == 2 for _, width in spec.bucket_shapes("2x2", knobs, "gpu"))
+    assert {width for _, width in spec.bucket_shapes("1x4", knobs, "gpu")} == {1}
+
+
+def test_on_a_gpu_a_half_precision_bucket_is_checked_in_bfloat16_and_float16_in_every_layout(tmp_path):
+    import torch
+
+    from liger_perf.gate.correctness import gate_cases
+    from liger_perf.kernel.device import Device
+
+    spec = get_spec("fused_add_rms_norm")
+    path = tmp_path / "dispatched.py"
+    path.write_text(with_knobs(baseline_path(spec.name).read_text(), {"num_warps@8192x2": 8}))
+    gpu = Device("cuda", torch.device("cuda"))
+    plain = {(g.case.shape, g.case.dtype, g.probe) for g in gate_cases(spec, load_variant(baseline_path(spec.name), spec), gpu)}
+    cases = [g for g in gate_cases(spec, load_variant(path, spec), gpu) if (g.case.shape, g.case.dtype, g.probe) not in plain]
+    assert {g.case.dtype for g in cases} == {torch.bfloat16, torch.float16}
+    assert {g.probe.cotangents for g in cases} == {"contiguous", "sliced", "transposed", "expanded"}
+    assert {g.probe.batched for g in cases} == {True, False}
+
+
+def test_the_gate_checks_every_bucket_of_the_table_in_its_own_dtype(interpret_device, tmp_path):
+    """A bucket the check sweep has no shape in (float32 rows of 4097-8192 columns under the interpreter) gets
+    cases of its own, at its narrowest, its fullest and one-short widths, in every casting mode."""
+    from liger_perf.gate.correctness import gate_cases
+
+    spec = get_spec("fused_add_rms_norm")
+    path = tmp_path / "dispatched.py"
+    path.write_text(with_knobs(baseline_path(spec.name).read_text(), {"bwd_rows_per_program@8192x4": 4}))
+    before = {(g.case.shape, g.case.dtype) for g in gate_cases(spec, load_variant(baseline_path(spec.name), spec),
+                                                                 interpret_device)}
+    cases = [g for g in gate_cases(spec, load_variant(path, spec), interpret_device)
+             if (g.case.shape, g.case.dtype) not in before]
+    import torch
+
+    found = {(g.case.shape, g.case.dtype) for g in cases}
+    assert {((3, 4097), torch.float32), ((3, 8191), torch.float32), ((3, 8192), torch.float32),
+            ((37, 8192), torch.float32), ((4, 8191), torch.float32), ((5, 8191), torch.float32)} <= found
+    assert all(4096 < shape[-1] <= 8192 and dtype == torch.float32 for shape, dtype in found)
+    assert len({tuple(sorted(g.case.config.items())) for g in cases}) == len(spec.check_configs)

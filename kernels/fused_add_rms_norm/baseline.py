@@ -42,6 +42,12 @@ autograd context. The knobs reach the algorithms a kernel engineer would try nex
   (``dY * (W + offset)``, the gradient reaching ``S`` through the norm, each row's ``dW`` term); ``"once"``
   keeps them in float32 and rounds ``dX`` and ``dW`` once at the end: closer to the exact (float64) gradient
   than autograd's own, in every casting mode. The forward is the same in both.
+
+Per-shape specialisation: ``DISPATCH`` maps a shape bucket to the knobs that differ from ``KNOBS`` there. The
+bucket is ``"<row block>x<element bytes>"``: the row's width rounded up to a power of two (the block a program
+holds a row in, so every width of a bucket runs the same compiled kernels) and the dtype's size, e.g.
+``"8192x2"`` for 4097 to 8192 columns of bfloat16 or float16 (``liger_perf.kernel.variants.dispatch_bucket``
+computes the same key). The forward picks the knobs once; the backward reuses them.
 """
 
 import math
@@ -81,6 +87,8 @@ KNOB_CHOICES = {
     "bwd_elements_per_thread": ["auto", 4, 8, 16, 32, 64],
     "bwd_grad_rounding": ["autograd", "once"],
 }
+#: Bucket -> knobs that differ from KNOBS at the shapes in it (see the module docstring); tuned one bucket at a time.
+DISPATCH = {}
 
 CASTING_MODES = {"llama": 0, "gemma": 1, "none": 2}
 _LLAMA: tl.constexpr = tl.constexpr(0)
@@ -414,27 +422,35 @@ def _warps_for(elements, per_thread="auto"):
     return min(32, max(1, triton.next_power_of_2(triton.cdiv(elements, 32 * per_thread))))
 
 
-def _launch_settings(n_cols, device):
+def _knobs_for(n_cols, dtype):
+    """KNOBS, overridden by the DISPATCH entry of the bucket ``n_cols`` columns of ``dtype`` fall in."""
+    bucket = f"{triton.next_power_of_2(n_cols)}x{dtype.itemsize}"
+    return {**KNOBS, **DISPATCH.get(bucket, {})}
+
+
+def _launch_settings(n_cols, dtype, device):
     """Block sizes, tile, warps and stages of both passes, chosen once in the forward and reused by the
-    backward (through the autograd context)."""
+    backward (through the autograd context), with the knobs of the shape's bucket."""
+    knobs = _knobs_for(n_cols, dtype)
     row_block = triton.next_power_of_2(n_cols)
-    chunk = row_block if KNOBS["BLOCK_SIZE"] == "auto" else min(KNOBS["BLOCK_SIZE"], row_block)
-    fwd_chunked = bool(KNOBS["fwd_column_chunked"]) and chunk < row_block
-    bwd_chunking = KNOBS["bwd_column_chunked"] if chunk < row_block else False
+    chunk = row_block if knobs["BLOCK_SIZE"] == "auto" else min(knobs["BLOCK_SIZE"], row_block)
+    fwd_chunked = bool(knobs["fwd_column_chunked"]) and chunk < row_block
+    bwd_chunking = knobs["bwd_column_chunked"] if chunk < row_block else False
     fwd_block = chunk if fwd_chunked else row_block
     bwd_block = chunk if bwd_chunking else row_block
-    tile = KNOBS["bwd_tile_elements"]
+    tile = knobs["bwd_tile_elements"]
     tile_rows = 1 if bwd_chunking or tile == "row" else max(1, tile // bwd_block)
-    warps = KNOBS["num_warps"]
-    bwd_warps = warps if KNOBS["bwd_num_warps"] == "same" else KNOBS["bwd_num_warps"]
-    stages = KNOBS["num_stages"]
+    warps = knobs["num_warps"]
+    bwd_warps = warps if knobs["bwd_num_warps"] == "same" else knobs["bwd_num_warps"]
+    stages = knobs["num_stages"]
     return {
+        "knobs": knobs,
         "BLOCK_SIZE": fwd_block,
         "num_warps": _warps_for(fwd_block) if warps == "auto" else warps,
         "bwd_BLOCK_SIZE": bwd_block,
         "bwd_chunk_mode": CHUNK_MODES[bwd_chunking],
         "bwd_tile_rows": tile_rows,
-        "bwd_num_warps": (_warps_for(tile_rows * bwd_block, KNOBS["bwd_elements_per_thread"]) if bwd_warps == "auto"
+        "bwd_num_warps": (_warps_for(tile_rows * bwd_block, knobs["bwd_elements_per_thread"]) if bwd_warps == "auto"
                           else bwd_warps),
         "num_stages": None if stages == "auto" else stages,
         "fwd_chunked": fwd_chunked,
@@ -456,12 +472,12 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
         X2, R2 = _rows(X), _rows(R)
         W = W.contiguous()  # the kernels index W by column alone (a strided W is copied: H elements)
         n_rows, n_cols = X2.shape
-        settings = _launch_settings(n_cols, X.device)
+        settings = _launch_settings(n_cols, X.dtype, X.device)
         mode = CASTING_MODES[casting_mode]
         Y = torch.empty((n_rows, n_cols), dtype=X.dtype, device=X.device)
         S = torch.empty((n_rows, n_cols), dtype=X.dtype, device=X.device)
         RSTD = torch.empty(n_rows, dtype=torch.float32, device=X.device)
-        rows_per_program = KNOBS["fwd_rows_per_program"]
+        rows_per_program = settings["knobs"]["fwd_rows_per_program"]
         _forward_kernel[(max(1, triton.cdiv(n_rows, rows_per_program)),)](
             Y, S, X2, R2, W, RSTD,
             Y.stride(0), S.stride(0), X2.stride(0), R2.stride(0),
@@ -477,13 +493,14 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
     def backward(ctx, dY, dS):
         S, W, RSTD = ctx.saved_tensors
         settings = ctx.settings
+        knobs = settings["knobs"]
         shape = dY.shape
         dY2, dS2 = _rows(dY), _rows(dS)
         n_rows, n_cols = S.shape
         if n_rows == 0:  # nothing to launch: dX is empty and dW a sum over no rows
             dX = torch.empty_like(S).view(shape)
             return dX, dX, torch.zeros_like(W), None, None, None, None
-        rows_per_program = KNOBS["bwd_rows_per_program"]
+        rows_per_program = knobs["bwd_rows_per_program"]
         if rows_per_program == "auto":
             rows_per_program = math.ceil(n_rows / settings["sm_count"])
         n_programs = triton.cdiv(n_rows, rows_per_program)
@@ -491,7 +508,7 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
         dW_partial = torch.empty((n_programs, n_cols), dtype=torch.float32, device=S.device)
         rows_outer = settings["bwd_chunk_mode"] == CHUNK_MODES["rows_outer"]
         dot = torch.empty(n_rows if rows_outer else 1, dtype=torch.float32, device=S.device)
-        fused_dw = n_cols <= KNOBS["bwd_fused_dw_max_cols"]
+        fused_dw = n_cols <= knobs["bwd_fused_dw_max_cols"]
         group_size = math.isqrt(n_programs - 1) + 1  # ceil(sqrt(programs)): both reduction levels equally long
         n_groups = triton.cdiv(n_programs, group_size)
         if fused_dw:
@@ -506,10 +523,10 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
             n_rows, n_cols, ctx.offset, rows_per_program, n_programs, group_size,
             CASTING=ctx.mode, BLOCK_SIZE=settings["bwd_BLOCK_SIZE"], CHUNK_MODE=settings["bwd_chunk_mode"],
             TILE_ROWS=settings["bwd_tile_rows"], NUM_STAGES=settings["num_stages"], FUSED_DW=fused_dw,
-            REDUCE_COLS=min(1024, triton.next_power_of_2(n_cols)), ROUND_ONCE=KNOBS["bwd_grad_rounding"] == "once",
+            REDUCE_COLS=min(1024, triton.next_power_of_2(n_cols)), ROUND_ONCE=knobs["bwd_grad_rounding"] == "once",
             num_warps=settings["bwd_num_warps"],
         )
-        if not fused_dw and KNOBS["dw_reduction"] == "triton":
+        if not fused_dw and knobs["dw_reduction"] == "triton":
             dW = torch.empty_like(W)
             block_cols = 128
             _sum_rows_kernel[(triton.cdiv(n_cols, block_cols),)](

@@ -245,6 +245,31 @@ class FusedAddRMSNormSpec(KernelSpec):
             launches.append(Footprint("_sum_rows_kernel", 128, 0, None, 32 * 128))
         return launches
 
+    def effective_settings(self, knobs, shape, dtype):
+        """``baseline.py``'s ``_launch_settings`` and the backward's choices, from the knobs alone: what a launch
+        at ``shape`` and ``dtype`` runs (a knob that cannot act there, such as a chunk wider than the row or
+        stages on a chunked walk, leaves this unchanged)."""
+        hidden = shape[-1]
+        row_block = 1 << max(hidden - 1, 0).bit_length()
+        block = knobs.get("BLOCK_SIZE", "auto")
+        chunk = row_block if block == "auto" else min(block, row_block)
+        fwd_chunked = bool(knobs.get("fwd_column_chunked")) and chunk < row_block
+        chunking = knobs.get("bwd_column_chunked", False) if chunk < row_block else False
+        fwd_block, bwd_block = (chunk if fwd_chunked else row_block), (chunk if chunking else row_block)
+        tile = knobs.get("bwd_tile_elements", "row")
+        tile_rows = 1 if chunking or tile == "row" else max(1, tile // bwd_block)
+        fused_dw = hidden <= knobs.get("bwd_fused_dw_max_cols", 0)
+        footprint = self.launch_footprints(knobs, "backward", shape, dtype)[0]
+        forward = self.launch_footprints(knobs, "forward", shape, dtype)[0]
+        return {
+            "forward": (fwd_block, fwd_chunked, forward.threads, knobs.get("fwd_rows_per_program", 1)),
+            "backward": (bwd_block, chunking, tile_rows, footprint.threads,
+                         None if chunking else knobs.get("num_stages", "auto"),  # it pipelines unchunked loops
+                         knobs.get("bwd_rows_per_program", "auto"), fused_dw,
+                         None if fused_dw else knobs.get("dw_reduction", "torch"),
+                         knobs.get("bwd_grad_rounding", "once")),
+        }
+
     def upstream_forward(self):
         try:
             from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction

@@ -16,6 +16,8 @@ class ReluSquaredSpec(KernelSpec):
     interface = ("relu_squared", "KNOBS", "KNOB_CHOICES")
     differentiable = ("X",)
     outputs = ("Y",)
+    #: An MLP activation spans the model's intermediate width (``--suite models``).
+    model_widths = "intermediate"
     suites = {
         # Up to 256 Mi elements: (rows, hidden) of an MLP activation.
         "gpu": [(4096, 4096), (8192, 8192), (16384, 16384)],

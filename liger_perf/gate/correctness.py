@@ -54,6 +54,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from liger_perf.kernel.device import Device
 from liger_perf.kernel.spec import Case, KernelSpec, Tolerance, dtype_name, shape_label
 from liger_perf.kernel.variants import Variant
+from liger_perf.core.errors import UserError
 from liger_perf.core.wording import count
 
 aten = torch.ops.aten
@@ -822,7 +823,7 @@ def gate_cases(spec: KernelSpec, variant: Variant, device: Device, cases: list[C
     """Every case of the gate, cheapest first: the spec's check cases, each with a probe (the layouts, N-D
     shapes and gradient layouts alternate so that each meets every shape, dtype and option), the edge-value
     cases, the variant's boundary sizes and, on the GPU, the large case."""
-    from liger_perf.kernel.variants import read_knobs
+    from liger_perf.kernel.variants import knobs_in, read_dispatch, read_knobs
 
     suite = device.suite
     shapes = [tuple(s) for s in spec.check_shapes[suite]]
@@ -852,6 +853,18 @@ def gate_cases(spec: KernelSpec, variant: Variant, device: Device, cases: list[C
         for j, config in enumerate(configs):
             chosen.append(GateCase(Case(tuple(shape), dtypes[(i + j) % len(dtypes)], config),
                                    Probe(inputs="padded" if (i + j) % 2 else "contiguous"), "boundary"))
+    # Every bucket of the variant's dispatch table, in its own dtype (the sweep may have no shape in it), with the
+    # sizes its entry's knobs name: each in every option.
+    dispatch = read_dispatch(variant.source, variant.path)
+    for bucket in sorted(dispatch):
+        sized = _bucket_dtypes(spec, bucket, dtypes)
+        for i, shape in enumerate(spec.bucket_shapes(bucket, knobs_in(knobs, dispatch, bucket), suite)):
+            for j, config in enumerate(configs):
+                k = i + j  # layouts, N-D inputs and the bucket's dtypes take turns
+                chosen.append(GateCase(Case(tuple(shape), sized[k % len(sized)], config),
+                                       Probe(inputs="padded" if k % 2 else "contiguous",
+                                             cotangents=COTANGENT_LAYOUTS[k % len(COTANGENT_LAYOUTS)],
+                                             batched=(k // 2) % 2 == 1), "boundary"))
     # The edges of every block along the row: each width once, options and dtypes taking turns (a width and its
     # neighbours meet different options), inputs padded or not.
     for i, shape in enumerate(spec.width_sweep(suite)):
@@ -863,6 +876,20 @@ def gate_cases(spec: KernelSpec, variant: Variant, device: Device, cases: list[C
         smallest = min(dtypes, key=lambda d: torch.tensor([], dtype=d).element_size())
         chosen.append(GateCase(Case(spec.large_shape(), smallest, dict(spec.bench_config)), Probe(), "large"))
     return chosen
+
+
+def _bucket_dtypes(spec: KernelSpec, bucket: str, dtypes: list[torch.dtype]) -> list[torch.dtype]:
+    """The dtypes a dispatch bucket's cases take turns in: the suite's own of the bucket's element size, then
+    the others of that size the spec has tolerances for (float16 beside bfloat16 on a GPU: the model suite times
+    both). bfloat16 is never added under the interpreter, whose bfloat16 rounding no GPU shares."""
+    size = int(bucket.partition("x")[2])
+    found = [d for d in dtypes if d.itemsize == size]
+    found += [d for d in spec.tolerances if d.itemsize == size and d not in found
+              and not (d == torch.bfloat16 and torch.bfloat16 not in dtypes)]
+    if not found:
+        raise UserError(f"DISPATCH bucket {bucket!r} is for {size}-byte elements, which none of the dtypes "
+                        f"{spec.name} is checked in has: drop that entry")
+    return found
 
 
 def quick_gate_cases(spec: KernelSpec, device: Device) -> list[GateCase]:

@@ -4,8 +4,9 @@ Every number judged was measured in the trial itself, the candidate interleaved 
 is compared with a time from another run to accept it. (Another run's times serve one cross-check only: the
 current best's medians against its own in an earlier trial on the same stack, which can make a trial
 suspicious, never better: ``best_slowdown``.) The suite-level target is the geometric mean of the per-shape
-ratios (candidate / current best) over every shape and dtype; its interval is the geometric mean of the
-per-shape interval bounds, which holds at the trial's confidence because those intervals are simultaneous.
+ratios (candidate / current best) over every shape and dtype, or over the shapes of one bucket of the variant's
+dispatch table where every change the trial made is to that bucket's entry. Its interval is the geometric mean of
+the per-shape interval bounds, which holds at the trial's confidence because those intervals are simultaneous.
 A trial whose correctness gate ran under the Triton interpreter is at best provisional, never accepted; a staged
 trial that ran only the quick gate is never accepted either (it runs the full gate itself when its timing would
 be accepted, so this holds only where the loop's judgement and the trial's own differ).
@@ -28,6 +29,7 @@ from liger_perf.judge.guardrails import Guardrails
 from liger_perf.record.history import accuracy_ratios, accuracy_reductions, geomean, geomean_interval, measured_ratios
 from liger_perf.record.schema import NCU_DURATION, JudgedRatio, Key, TrialResult, Verdict, VerdictName
 from liger_perf.core.wording import speedup, speedup_limit
+from liger_perf.kernel.variants import dispatch_bucket, target_buckets
 
 
 #: A contender's median CUDA-event time over the sum of its kernels' NCU durations in the same case: at least
@@ -155,6 +157,8 @@ class Judgement:
     target_interval: tuple[float, float] = (math.nan, math.nan)
     ratios: dict[Key, float] = field(default_factory=dict)  # every judged metric, candidate / current best
     suspicious: list[str] = field(default_factory=list)
+    #: The target's geomean over the whole suite, where ``target_ratio`` is one dispatch bucket's (else NaN).
+    suite_ratio: float = math.nan
 
     @property
     def gain(self) -> float:
@@ -162,9 +166,11 @@ class Judgement:
 
     def record(self, target: str, proposer: str) -> Verdict:
         """The verdict as the trial's notebook records it."""
+        suite_gain = 1 - self.suite_ratio if math.isfinite(self.suite_ratio) else None
         return Verdict(verdict=self.verdict, reasons=self.reasons, target=target, proposer=proposer,
                        target_ratio=_finite(self.target_ratio),
                        target_interval=[_finite(x) for x in self.target_interval], gain=self.gain,
+                       suite_gain=suite_gain,
                        ratios=[JudgedRatio(pass_name=k[0], shape=k[1], dtype=k[2], ratio=v)
                                for k, v in self.ratios.items()], suspicious=self.suspicious)
 
@@ -181,7 +187,19 @@ def judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[Ke
           history: list[TrialResult] | None = None) -> Judgement:
     """The verdict on one complete trial against its current best. ``best_vs_baseline``: the accepted chain's
     ratios (the cumulative guardrail); ``history``: the earlier trials of this device, which the measurements
-    are cross-checked with (``suspicions``)."""
+    are cross-checked with (``suspicions``). Where the target is one dispatch bucket's, the judgement also
+    carries the target's geomean over the whole suite (``suite_ratio``), which rounds and chains compare."""
+    judgement = _judge(result, guardrails, best_vs_baseline, history)
+    if target_buckets(result.changes) and result.status == "complete" and result.timing is not None:
+        times, memory = measured_ratios(result)
+        values = (list(memory.values()) if guardrails.target == "memory"
+                  else [v[0] for k, v in times.items() if k[0] == guardrails.target])
+        judgement.suite_ratio = geomean(values) if values else math.nan
+    return judgement
+
+
+def _judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[Key, float] | None,
+           history: list[TrialResult] | None) -> Judgement:
     best_vs_baseline = best_vs_baseline or {}
     status = result.status
     if status != "complete":
@@ -252,24 +270,33 @@ def judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[Ke
             better.append(f"{label}: error against float64 {ratio:.2f}x the current best's ({mine:.3g} vs {best:.3g})")
 
     ratios = {**{k: v[0] for k, v in times.items()}, **memory}
+    # A move of one dispatch bucket is judged on the shapes of that bucket (elsewhere it runs the same code, and
+    # its ratios of 1 would only dilute the target); the guardrails above still hold at every shape.
+    buckets = target_buckets(result.changes)
+    over = f"bucket {', '.join(sorted(buckets))} of the suite" if buckets else "the suite"
+
+    def in_buckets(key) -> bool:
+        return not buckets or dispatch_bucket(key[1], key[2]) in buckets
+
     if guardrails.target == "memory":
-        values = list(memory.values())
+        values = [v for k, v in memory.items() if in_buckets(k)]
         point = geomean(values)
         low = high = point
         improved, worse = point < 1 - 1e-9, point >= 1 - 1e-9
     else:
-        rows = [v for k, v in times.items() if k[0] == guardrails.target]
+        rows = [v for k, v in times.items() if k[0] == guardrails.target and in_buckets(k)]
         if not rows:
-            return Judgement("rejected", [f"the trial has no {guardrails.target} timings to judge"], ratios=ratios)
+            where = f" in {over}" if buckets else ""
+            return Judgement("rejected", [f"the trial has no {guardrails.target} timings{where} to judge"],
+                             ratios=ratios)
         point, low, high = geomean_interval(rows)
         improved, worse = high < 1, low >= 1
     if not math.isfinite(point):
         return Judgement("rejected", [f"no {guardrails.target} measurement to judge"], ratios=ratios)
     if guardrails.target == "memory":
-        target = f"memory: peak memory {point:.3f} of the current best's (geomean over the suite)"
+        target = f"memory: peak memory {point:.3f} of the current best's (geomean over {over})"
     else:
-        target = (f"{guardrails.target}: {speedup(point, low, high)} over the current best (geomean over the "
-                  "suite)")
+        target = f"{guardrails.target}: {speedup(point, low, high)} over the current best (geomean over {over})"
     if reasons:
         return Judgement("rejected", [*reasons, *remeasure, target], point, (low, high), ratios)
     interpreted = result.device == "interpret" or bool(result.correctness and result.correctness.interpreted)

@@ -199,6 +199,14 @@ class KernelSpec(ABC):
         Empty (the default): no model, nothing is ruled out."""
         return []
 
+    def effective_settings(self, knobs: Mapping[str, Any], shape: Shape,
+                           dtype: torch.dtype) -> Mapping[str, Any] | None:
+        """What a launch at ``shape`` and ``dtype`` really runs with under ``knobs``: the block sizes, warps, paths
+        and options the variant derives from them (a block larger than the row, say, is no change). The rules
+        proposer skips a move of a dispatch bucket that changes none of them at the bucket's shapes. None (the
+        default): unknown, nothing is skipped."""
+        return None
+
     def upstream_forward(self) -> ForwardFn | None:
         """The upstream ``liger-kernel`` implementation, a peer to compare against; None when that package (an
         optional dependency) is not installed or has no such kernel."""
@@ -237,6 +245,22 @@ class KernelSpec(ABC):
                 shapes += [(1, v + 1), (3, v - 1), (3, v)]
             elif 2 <= v <= 128:
                 shapes += [(v + 1, 33), (v - 1, 33), (v, 33)]
+        return list(dict.fromkeys(shapes))
+
+    def bucket_shapes(self, bucket: str, knobs: Mapping[str, Any], suite: str) -> list[Shape]:
+        """Shapes inside one bucket of a variant's ``DISPATCH`` table (``"<row block>x<bytes>"``: widths from half
+        the block, exclusive, to the block), where that entry's ``knobs`` run: the narrowest width, one short of
+        full and full, on ``BOUNDARY_ROWS`` rows; the widest on a prime number of rows (programs that share rows
+        unevenly); the widths the entry's knobs name inside the bucket (``boundary_shapes``); and, at one short of
+        full, ``n - 1``, ``n`` and ``n + 1`` rows for every value ``n`` of a knob that counts rows (``rows`` in
+        its name), whatever its size. Override where a kernel's blocks run along another dimension."""
+        block = int(bucket.partition("x")[0])
+        widths = [w for w in dict.fromkeys((block // 2 + 1, block - 1, block)) if block // 2 < w <= block]
+        inner = widths[-2] if len(widths) > 1 else widths[-1]  # one short of full where the bucket has room
+        shapes = [(BOUNDARY_ROWS, w) for w in widths] + [(37, widths[-1])]
+        shapes += [(rows, width) for rows, width in self.boundary_shapes(knobs, suite) if block // 2 < width <= block]
+        counts = {v for k, v in knobs.items() if "rows" in k.lower() and isinstance(v, int) and not isinstance(v, bool)}
+        shapes += [(n + d, inner) for n in sorted(counts) for d in (-1, 0, 1) if n + d >= 1]
         return list(dict.fromkeys(shapes))
 
     def width_sweep(self, suite: str) -> list[Shape]:

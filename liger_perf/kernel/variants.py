@@ -2,6 +2,11 @@
 
 ``KNOBS`` maps each knob to its value and ``KNOB_CHOICES`` to its allowed values; both are plain literals, so
 ``read_knobs`` and ``with_knobs`` work on the source text without importing (or trusting) the module.
+
+A variant may also carry a dispatch table, ``DISPATCH``: a literal dict from a shape bucket to the knobs that
+differ from ``KNOBS`` at the shapes in it (``dispatch_bucket``: the row's width rounded up to a power of two,
+the block a program holds a row in, and the element size). The loop tunes it one bucket at a time: a change
+to a bucket's knob is written ``knob@bucket`` (``qualified``), a plain ``knob`` changes the default.
 """
 
 from __future__ import annotations
@@ -100,7 +105,10 @@ def load_variant(path: str | Path, spec: KernelSpec) -> Variant:
     """Import a variant module from its file and check that it offers the spec's interface."""
     path = Path(path)
     source = read_source(path)
-    parse_source(source, path)
+    tree = parse_source(source, path)
+    if any(isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "DISPATCH" for t in node.targets)
+           for node in tree.body):  # a table the harness would read otherwise than the kernel: refused before import
+        read_dispatch(source, path)
     module_name = f"liger_perf_variant_{path.stem}_{next(_counter)}"
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(loader_spec)
@@ -124,11 +132,73 @@ def load_variant(path: str | Path, spec: KernelSpec) -> Variant:
     return Variant(path, source, module)
 
 
+def dispatch_bucket(shape: tuple[int, ...] | str, dtype: Any) -> str:
+    """The ``DISPATCH`` bucket of a case: ``"<row block>x<element bytes>"``, e.g. ``"8192x2"`` for 4097 to 8192
+    columns of bfloat16 or float16. ``shape`` may be a label (``"4096x5120"``), ``dtype`` a torch dtype or its
+    name. A variant that carries a table computes the same key from its row width and dtype at launch."""
+    import torch
+
+    width = int(shape.split("x")[-1]) if isinstance(shape, str) else int(shape[-1])
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    block = 1 << (width - 1).bit_length() if width > 0 else 0  # as triton.next_power_of_2, which the kernel calls
+    return f"{block}x{dtype.itemsize}"
+
+
+def qualified(knob: str, bucket: str | None) -> str:
+    """The name a change to ``knob`` in ``bucket`` goes by (``knob@bucket``); the plain name for the default."""
+    return f"{knob}@{bucket}" if bucket else knob
+
+
+def split_qualified(name: str) -> tuple[str, str | None]:
+    """``"knob@bucket"`` -> ``("knob", "bucket")``; ``"knob"`` -> ``("knob", None)``."""
+    knob, _, bucket = name.partition("@")
+    return knob, bucket or None
+
+
+def changed_buckets(changes: dict[str, Any] | None) -> set[str]:
+    """The buckets a trial's knob changes name (empty: it changed the defaults, i.e. every shape)."""
+    return {bucket for bucket in (split_qualified(k)[1] for k in changes or {}) if bucket}
+
+
+def target_buckets(changes: dict[str, Any] | None) -> set[str]:
+    """The buckets a trial is judged on: those its changes name when every change names one (a one-bucket move
+    changes nothing elsewhere); empty (the whole suite) when any change is to a default, or there is none."""
+    names = list(changes or {})
+    if not names or any(split_qualified(name)[1] is None for name in names):
+        return set()
+    return changed_buckets(changes)
+
+
+def knobs_in(knobs: dict[str, Any], dispatch: dict[str, dict[str, Any]], bucket: str | None) -> dict[str, Any]:
+    """The knobs a launch in ``bucket`` runs with: the defaults, overridden by the bucket's entry."""
+    return {**knobs, **(dispatch.get(bucket, {}) if bucket else {})}
+
+
+def apply_changes(knobs: dict[str, Any], dispatch: dict[str, dict[str, Any]], changes: dict[str, Any]
+                  ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """``(KNOBS, DISPATCH)`` after ``changes`` (plain or ``knob@bucket`` names), an entry's knob equal to the
+    new default dropped, and an entry left empty with it (it would say nothing)."""
+    knobs = dict(knobs)
+    table = {bucket: dict(entry) for bucket, entry in dispatch.items()}
+    for name, value in changes.items():
+        knob, bucket = split_qualified(name)
+        if bucket is None:
+            knobs[knob] = value
+        else:
+            table.setdefault(bucket, {})[knob] = value
+    table = {b: kept for b, e in table.items() if (kept := {k: v for k, v in e.items() if knobs.get(k) != v})}
+    return knobs, table
+
+
+_LITERALS = ("KNOBS", "KNOB_CHOICES", "DISPATCH")
+
+
 def _knob_literals(tree: ast.Module, path) -> dict[str, ast.Assign]:
     found = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            if node.targets[0].id in ("KNOBS", "KNOB_CHOICES"):
+            if node.targets[0].id in _LITERALS:
                 found[node.targets[0].id] = node
     for name in ("KNOBS", "KNOB_CHOICES"):
         if name not in found:
@@ -141,6 +211,71 @@ def read_knobs(source: str, path: str | Path = "<variant>") -> tuple[dict[str, A
     return _read_knob_nodes(_knob_literals(parse_source(source, path), path), path)
 
 
+def carries_dispatch(source: str, path: str | Path = "<variant>") -> bool:
+    """Whether the variant has a ``DISPATCH`` table (even an empty one): only then can one bucket be tuned."""
+    return "DISPATCH" in _knob_literals(parse_source(source, path), path)
+
+
+def read_dispatch(source: str, path: str | Path = "<variant>") -> dict[str, dict[str, Any]]:
+    """The variant's ``DISPATCH`` table read as a literal (empty where it has none), every entry checked against
+    ``KNOBS`` and ``KNOB_CHOICES``."""
+    nodes = _knob_literals(parse_source(source, path), path)
+    return _read_dispatch_node(nodes, *_read_knob_nodes(nodes, path), path)
+
+
+def recorded_dispatch(source: str) -> dict[str, dict[str, Any]]:
+    """A recorded variant's dispatch table, for reading a history: empty where it has none, or where its source
+    (one a model wrote, say) cannot be read as a variant."""
+    try:
+        return read_dispatch(source)
+    except UserError:
+        return {}
+
+
+def _check_bucket(bucket: str, path) -> None:
+    """A bucket name as ``dispatch_bucket`` writes it (the kernel looks its entry up by that exact key)."""
+    block, _, size = bucket.partition("x")
+    if not (block.isdigit() and size in ("2", "4", "8") and int(block) > 0 and int(block) & (int(block) - 1) == 0
+            and bucket == f"{int(block)}x{size}"):
+        raise UserError(f"variant {path}: DISPATCH bucket {bucket!r} is not \"<row block>x<element bytes>\": a "
+                        "power of two, then 2, 4 or 8 (\"8192x2\": 4097-8192 columns of a 2-byte dtype)")
+
+
+def _read_dispatch_node(nodes: dict[str, ast.Assign], knobs: dict, choices: dict, path) -> dict[str, dict]:
+    if "DISPATCH" not in nodes:
+        return {}
+    try:
+        table = ast.literal_eval(nodes["DISPATCH"].value)
+    except ValueError:
+        raise UserError(f"variant {path}: DISPATCH must be a plain literal") from None
+    if not isinstance(table, dict) or not all(isinstance(b, str) and isinstance(e, dict) for b, e in table.items()):
+        raise UserError(f"variant {path}: DISPATCH must map a bucket name (\"8192x2\") to a dict of knob values")
+    for bucket, entry in table.items():
+        _check_bucket(bucket, path)
+        for name, value in entry.items():
+            if name not in knobs:
+                raise UserError(f"variant {path}: DISPATCH[{bucket!r}] names the unknown knob {name!r}")
+            if value not in choices.get(name, [value]):
+                raise UserError(f"variant {path}: DISPATCH[{bucket!r}] sets {name}={value!r}, which is not allowed: "
+                                f"choose one of {choices[name]}")
+    return table
+
+
+def canonical_source(source: str, path: str | Path = "<variant>") -> str:
+    """The source with its ``DISPATCH`` table written as ``with_knobs`` writes one: two variants that differ only
+    in how their tables are laid out (spacing, order, comments inside) read the same."""
+    nodes = _knob_literals(parse_source(source, path), path)
+    if "DISPATCH" not in nodes:
+        return source
+    table = _read_dispatch_node(nodes, *_read_knob_nodes(nodes, path), path)
+    node = nodes["DISPATCH"].value
+    lines = source.splitlines(keepends=True)
+    start = sum(len(line.encode()) for line in lines[:node.lineno - 1]) + node.col_offset
+    end = sum(len(line.encode()) for line in lines[:node.end_lineno - 1]) + node.end_col_offset
+    encoded = source.encode()
+    return (encoded[:start] + _dispatch_text(table).encode() + encoded[end:]).decode()
+
+
 def _read_knob_nodes(nodes: dict[str, ast.Assign], path) -> tuple[dict[str, Any], dict[str, list]]:
     try:
         return ast.literal_eval(nodes["KNOBS"].value), ast.literal_eval(nodes["KNOB_CHOICES"].value)
@@ -148,15 +283,46 @@ def _read_knob_nodes(nodes: dict[str, ast.Assign], path) -> tuple[dict[str, Any]
         raise UserError(f"variant {path}: KNOBS and KNOB_CHOICES must be plain literals") from None
 
 
+def _bucket_order(bucket: str) -> tuple:
+    block, _, size = bucket.partition("x")
+    return (int(block), int(size)) if block.isdigit() and size.isdigit() else (1 << 62, bucket)
+
+
+def _dispatch_text(table: dict[str, dict[str, Any]]) -> str:
+    """The ``DISPATCH`` literal, a bucket per line in width order (a change to one bucket is a one-line diff)."""
+    if not table:
+        return "{}"
+    lines = [f"    {json.dumps(bucket)}: {{" + ", ".join(f"{json.dumps(k)}: {_value_text(v)}" for k, v in entry.items())
+             + "},\n" for bucket, entry in sorted(table.items(), key=lambda kv: _bucket_order(kv[0]))]
+    return "{\n" + "".join(lines) + "}"
+
+
+def _value_text(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
 def with_knobs(source: str, changes: dict[str, Any], path: str | Path = "<variant>") -> str:
-    """The source of a new variant: the same code with some knob values changed (and checked against their choices)."""
+    """The source of a new variant: the same code with some knob values changed (and checked against their
+    choices). A change named ``knob@bucket`` (``qualified``) is written into that bucket's ``DISPATCH`` entry; a
+    bucket entry that comes to equal the defaults is dropped."""
     nodes = _knob_literals(parse_source(source, path), path)
     knobs, choices = _read_knob_nodes(nodes, path)
+    table = _read_dispatch_node(nodes, knobs, choices, path)
+    plain, per_bucket = {}, {}
     for name, value in changes.items():
-        if name not in knobs:
-            raise UserError(f"unknown knob {name!r}: this variant has {', '.join(knobs)}")
-        if value not in choices.get(name, [value]):
-            raise UserError(f"knob {name}={value!r} is not allowed: choose one of {choices[name]}")
+        knob, bucket = split_qualified(name)
+        if knob not in knobs:
+            raise UserError(f"unknown knob {knob!r}: this variant has {', '.join(knobs)}")
+        if value not in choices.get(knob, [value]):
+            raise UserError(f"knob {knob}={value!r} is not allowed: choose one of {choices[knob]}")
+        if bucket is None:
+            plain[knob] = value
+        else:
+            _check_bucket(bucket, path)
+            per_bucket.setdefault(bucket, {})[knob] = value
+    if per_bucket and "DISPATCH" not in nodes:
+        raise UserError(f"variant {path} has no DISPATCH table, so it cannot take a change to one bucket "
+                        f"({', '.join(per_bucket)}): change the knob for every shape instead")
     # Only the changed values are rewritten, in place: the diff from the parent shows exactly the change, and
     # the comments beside the knobs survive.
     node = nodes["KNOBS"].value
@@ -167,14 +333,20 @@ def with_knobs(source: str, changes: dict[str, Any], path: str | Path = "<varian
     for line in lines:
         offsets.append(offsets[-1] + len(line.encode()))
     encoded = source.encode()
+
+    def span(value_node: ast.AST) -> tuple[int, int]:
+        return (offsets[value_node.lineno - 1] + value_node.col_offset,
+                offsets[value_node.end_lineno - 1] + value_node.end_col_offset)
+
     edits = []
     for key, value in zip(node.keys, node.values):
         name = ast.literal_eval(key) if key is not None else None
-        if name in changes:
-            start = offsets[value.lineno - 1] + value.col_offset
-            end = offsets[value.end_lineno - 1] + value.end_col_offset
-            value_text = json.dumps(changes[name]) if isinstance(changes[name], str) else repr(changes[name])
-            edits.append((start, end, value_text.encode()))
+        if name in plain:
+            edits.append((*span(value), _value_text(plain[name]).encode()))
+    if per_bucket or (plain and table):
+        _, new_table = apply_changes(knobs, table, changes)
+        if new_table != table:  # else the table stays as it is written, comments and all
+            edits.append((*span(nodes["DISPATCH"].value), _dispatch_text(new_table).encode()))
     for start, end, text in sorted(edits, reverse=True):
         encoded = encoded[:start] + text + encoded[end:]
     return encoded.decode()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from liger_perf.kernel.spec import Footprint, KernelSpec, Shape, dtype_name
+from liger_perf.kernel.variants import dispatch_bucket, knobs_in
 
 #: Triton's largest tensor (elements in one block-level tensor).
 TRITON_MAX_ELEMENTS = 1 << 20
@@ -74,23 +75,28 @@ def spills(footprint: Footprint, limits: DeviceLimits) -> bool:
     return footprint.registers is not None and footprint.registers > register_cap(footprint, limits)
 
 
-def footprints(spec: KernelSpec, knobs: Mapping[str, Any], pass_name: str, shape: Shape, dtype: Any) -> list[Footprint]:
+def footprints(spec: KernelSpec, knobs: Mapping[str, Any], pass_name: str, shape: Shape, dtype: Any,
+               dispatch: Mapping[str, Mapping[str, Any]] | None = None) -> list[Footprint]:
     """The spec's footprints, or none where its model cannot read these knobs (a variant a model wrote may set
-    values the spec's author never listed): a model that cannot answer rules nothing out."""
+    values the spec's author never listed): a model that cannot answer rules nothing out. With a ``dispatch``
+    table, the knobs of the shape's bucket."""
     try:
+        if dispatch:
+            knobs = knobs_in(dict(knobs), dict(dispatch), dispatch_bucket(tuple(shape), dtype))
         return list(spec.launch_footprints(knobs, pass_name, tuple(shape), dtype))
     except Exception:  # noqa: BLE001 - the spec is kernel code; its failure must not stop the proposer
         return []
 
 
 def launch_problem(spec: KernelSpec, knobs: Mapping[str, Any], passes: Iterable[str], shapes: Iterable[Shape],
-                   dtypes: Iterable[Any], limits: DeviceLimits) -> str | None:
+                   dtypes: Iterable[Any], limits: DeviceLimits,
+                   dispatch: Mapping[str, Mapping[str, Any]] | None = None) -> str | None:
     """The first reason a launch of ``passes`` at one of ``shapes`` x ``dtypes`` cannot run with ``knobs``, or
     None (also None where the spec declares no footprints: no model, no veto)."""
     for pass_name in passes:
         for shape in shapes:
             for dtype in dtypes:
-                for footprint in footprints(spec, knobs, pass_name, shape, dtype):
+                for footprint in footprints(spec, knobs, pass_name, shape, dtype, dispatch):
                     reason = cannot_launch(footprint, limits)
                     if reason:
                         return f"{pass_name} {'x'.join(map(str, shape))} {dtype_name(dtype)}: {reason}"
@@ -98,12 +104,13 @@ def launch_problem(spec: KernelSpec, knobs: Mapping[str, Any], passes: Iterable[
 
 
 def spilling_shapes(spec: KernelSpec, knobs: Mapping[str, Any], pass_name: str, shapes: Iterable[Shape],
-                    dtypes: Iterable[Any], limits: DeviceLimits) -> list[str]:
+                    dtypes: Iterable[Any], limits: DeviceLimits,
+                    dispatch: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
     """The shapes (and dtypes) at which the model expects ``pass_name`` to spill with ``knobs``."""
     found = []
     for shape in shapes:
         for dtype in dtypes:
-            if any(spills(f, limits) for f in footprints(spec, knobs, pass_name, shape, dtype)):
+            if any(spills(f, limits) for f in footprints(spec, knobs, pass_name, shape, dtype, dispatch)):
                 found.append(f"{'x'.join(map(str, shape))} {dtype_name(dtype)}")
     return found
 

@@ -16,6 +16,11 @@ Before it proposes anything it asks the spec's launch model (``resources``) whet
 variant fits the device the best ran on, at every suite and gate shape: a configuration that cannot launch
 (shared memory, threads, tile size) is skipped, never spent a trial on.
 
+A variant that carries a dispatch table (``DISPATCH``) is tuned one bucket at a time: a remedy for a
+diagnosis goes into the bucket of the shape it was read at, and the walk over ``KNOB_CHOICES`` moves each
+bucket's knobs in turn (the bucket furthest from the copy-bandwidth floor first) before the defaults. Such a
+trial is judged on its bucket's shapes (``liger_perf.judge``).
+
 It never proposes a variant the history already holds, and it learns from rejections: a knob moved in one
 direction from a given value by a trial that did not improve the target is not moved that way from that value
 again (a trial that improved the target but broke a guardrail elsewhere rules nothing out).
@@ -23,13 +28,16 @@ again (a trial that improved the target but broke a guardrail elsewhere rules no
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from liger_perf.propose import Context, Proposal, Stop, tried_sources
 from liger_perf.propose.resources import footprints, launch_problem, limits_for, spilling_shapes
 from liger_perf.record.schema import NCU_DURATION, NcuLaunch, TrialResult
 from liger_perf.kernel.spec import Remedy
-from liger_perf.kernel.variants import read_knobs, source_hash, with_knobs
+from liger_perf.kernel.variants import (apply_changes, carries_dispatch, dispatch_bucket, knobs_in, qualified,
+                                       read_dispatch, read_knobs, recorded_dispatch, source_hash, split_qualified,
+                                       with_knobs)
 
 
 @dataclass
@@ -37,6 +45,8 @@ class Diagnosis:
     name: str
     severity: float
     evidence: str
+    shape: str = ""  # the case it was read at (a shape label and a dtype name): its dispatch bucket
+    dtype: str = ""
 
 
 def _numel(shape: str) -> int:
@@ -61,9 +71,9 @@ def diagnose(trial: TrialResult, pass_name: str) -> list[Diagnosis]:
             dominant[key] = launch
     found: dict[str, Diagnosis] = {}
 
-    def note(name: str, severity: float, evidence: str) -> None:
+    def note(name: str, severity: float, evidence: str) -> None:  # read at the loop's case (shape, dtype) below
         if severity > 0 and (name not in found or severity > found[name].severity):
-            found[name] = Diagnosis(name, severity, evidence)
+            found[name] = Diagnosis(name, severity, evidence, shape, dtype)
 
     launch_time: dict[tuple[str, str], float] = {}
     for launch in trial.launches(pass_name):
@@ -243,14 +253,16 @@ class RulesProposer:
     def propose(self, context: Context) -> Proposal | Stop:
         spec, best = context.spec, context.best
         knobs, choices = read_knobs(context.best_source)
+        dispatch = read_dispatch(context.best_source)
+        buckets = _buckets_to_tune(best, context.target) if carries_dispatch(context.best_source) else []
         tried = tried_sources(context)
-        ran = _KnobsRan(context.trials, knobs, context.baseline_source)
+        ran = _KnobsRan(context.trials, knobs, context.baseline_source, dispatch)
         rejected_moves = self._rejected_moves(context.trials, choices)
         passes = ["forward", "backward"] if context.target == "full" else [context.target]
         diagnoses = [(p, d) for p in passes for d in diagnose(best, p)] if context.target != "memory" else []
         diagnoses.sort(key=lambda pd: -pd[1].severity)
         skipped = []
-        unlaunchable = _LaunchModel(context, knobs)
+        unlaunchable = _LaunchModel(context, knobs, dispatch)
 
         def fresh_source(changes: dict) -> str | None:
             """The best's source with ``changes``, unless the history holds it, ran those settings, or it cannot
@@ -264,16 +276,28 @@ class RulesProposer:
                 return None
             return source
 
+        def bucket_of(diagnosis: Diagnosis | None) -> str | None:
+            """Where a remedy goes: the diagnosed case's bucket when the best carries a dispatch table."""
+            if not buckets or diagnosis is None or not diagnosis.shape:
+                return None
+            return dispatch_bucket(diagnosis.shape, diagnosis.dtype)
+
+        cases = _bucket_cases(best, context.target) if buckets else {}
         plan = [(p, d, r) for p, d in diagnoses for r in spec.remedies.get(p, {}).get(d.name, ())]
         plan += [(p, None, r) for p in passes for r in spec.remedies.get(p, {}).get("explore", ())]
         for pass_name, diagnosis, remedy in plan:
-            changes = {k: v for k, v in remedy.changes.items() if knobs.get(k) != v}
+            bucket = bucket_of(diagnosis)
+            here = knobs_in(knobs, dispatch, bucket)
             # A remedy may name a knob the best's source predates (a knob added to the baseline since): it is
             # for a later best that has it.
-            if not changes or any(k not in knobs or v not in choices.get(k, [v]) for k, v in changes.items()):
+            if any(k not in knobs or v not in choices.get(k, [v]) for k, v in remedy.changes.items()):
                 continue
-            moves = {(k, repr(knobs.get(k)), _direction(choices.get(k, []), knobs.get(k), v))
-                     for k, v in changes.items()}
+            changes = {qualified(k, bucket): v for k, v in remedy.changes.items() if here.get(k) != v}
+            if not changes or (bucket and _changes_nothing(spec, here, dict(remedy.changes), cases.get(bucket, []))):
+                continue
+            moves = {(name, repr(here.get(split_qualified(name)[0])),
+                      _direction(choices.get(split_qualified(name)[0], []), here.get(split_qualified(name)[0]), v))
+                     for name, v in changes.items()}
             if moves & rejected_moves:
                 skipped.append(f"{changes} (moves a knob the way a rejected trial did)")
                 continue
@@ -283,42 +307,75 @@ class RulesProposer:
             evidence = diagnosis.evidence if diagnosis else (
                 "no NCU diagnosis left to act on" if best.ncu and best.ncu.status == "ok"
                 else f"no NCU profile to diagnose ({best.ncu.reason if best.ncu else 'none recorded'})")
+            scope = f" Only in bucket {bucket} ({_bucket_words(bucket)}), where it was diagnosed." if bucket else ""
             return Proposal(
-                name="-".join(f"{k}-{v}" for k, v in changes.items()).replace("_", "-").lower(), source=source,
-                hypothesis=f"{evidence}. {remedy.why}{unlaunchable.spill_note(changes, diagnosis)}",
+                name=_proposal_name(changes), source=source,
+                hypothesis=f"{evidence}. {remedy.why}{scope}{unlaunchable.spill_note(changes, diagnosis)}",
                 prediction=remedy.effect, changes=changes,
                 diagnosis=diagnosis.name if diagnosis else "explore")
         remedies_left = "all tried or ruled out" if plan else "none for this target and its diagnoses"
-        for move in _knob_moves(knobs, choices, context.target,
-                                [*diagnoses, *((p, None) for p in passes)]):
-            changes = {move.knob: move.new}
-            if (move.knob, repr(move.old), _direction(choices[move.knob], move.old, move.new)) in rejected_moves:
-                skipped.append(f"{changes} (moves a knob the way a rejected trial did)")
-                continue
-            source = fresh_source(changes)
-            if source is None:
-                continue
+        # The walk over KNOB_CHOICES: the buckets take turns, a move each (the diagnoses read in a bucket first
+        # within it), and the defaults, which every shape without an entry of its own runs, take the last turn.
+        # A move the history holds keeps its place, so each call goes on where the last one stopped.
+        walks = [(bucket, knobs_in(knobs, dispatch, bucket),
+                  [*((p, d) for p, d in diagnoses if bucket_of(d) == bucket), *((p, None) for p in passes)])
+                 for bucket in buckets]
+        walks.append((None, knobs, [*diagnoses, *((p, None) for p in passes)]))
+        def first_untried(bucket: str | None, here: dict, plans: list) -> tuple[int, KnobMove, dict, str] | None:
+            """A walk's next move: (how many of its moves the history tried before it, the move, its changes, its
+            source); None when it has none left. A move that cannot launch, changes nothing at the bucket's shapes
+            or was ruled out by a rejection takes no turn."""
+            turns = 0
+            for move in _knob_moves(here, choices, context.target, plans):
+                name = qualified(move.knob, bucket)
+                changes = {name: move.new}
+                if bucket and _changes_nothing(spec, here, {move.knob: move.new}, cases.get(bucket, [])):
+                    continue  # e.g. a chunk at least as wide as every row of the bucket
+                source = with_knobs(context.best_source, changes)
+                if source_hash(source) in tried or ran(changes):
+                    turns += 1
+                    continue
+                if (name, repr(move.old), _direction(choices[move.knob], move.old, move.new)) in rejected_moves:
+                    skipped.append(f"{changes} (moves a knob the way a rejected trial did)")
+                    continue
+                problem = unlaunchable(changes)
+                if problem:
+                    skipped.append(f"{changes} (cannot launch: {problem})")
+                    continue
+                return turns, move, changes, source
+            return None
+
+        nexts = [(found, order, bucket) for order, (bucket, here, plans) in enumerate(walks)
+                 if (found := first_untried(bucket, here, plans)) is not None]
+        if nexts:
+            (_, move, changes, source), _, bucket = min(nexts, key=lambda n: (n[0][0], n[1]))
             diagnosis = move.diagnosis
             ordered_by = (f"the {move.pass_name} diagnosis {diagnosis.name} ({diagnosis.evidence})" if diagnosis
                           else "no diagnosis (" + ("the NCU profile shows none" if best.ncu and
                                                    best.ncu.status == "ok" else "no NCU profile") + ")")
+            scope = (f" in bucket {bucket} ({_bucket_words(bucket)}) only (the buckets take turns, the one "
+                     "furthest from the copy floor first)" if bucket else "")
             return Proposal(
-                name=f"explore-{move.knob}-{move.new}".replace("_", "-").lower(), source=source,
+                name=f"explore-{_proposal_name(changes)}", source=source,
                 hypothesis=(f"Exploring KNOB_CHOICES, not a hand-written remedy (the spec's remedies: "
-                            f"{remedies_left}): knob {move.knob} from {move.old!r} to {move.new!r}, the only knob "
-                            f"changed from the current best. Ordered by {ordered_by}: {move.reason}."),
+                            f"{remedies_left}): knob {move.knob} from {move.old!r} to {move.new!r}{scope}, the "
+                            f"only knob changed from the current best. Ordered by {ordered_by}: {move.reason}."),
                 prediction=(f"unknown: a search step; the trial measures what {move.knob}={move.new!r} does to "
-                            f"{context.target}"),
+                            f"{context.target}" + (f" in bucket {bucket}" if bucket else "")),
                 changes=changes, diagnosis=f"explore-knobs:{diagnosis.name}" if diagnosis else "explore-knobs")
         names = ", ".join(f"{p}:{d.name}" for p, d in diagnoses) or "none"
         return Stop(f"nothing left to try for {context.target}: diagnoses [{names}]; every remedy the spec lists "
                     f"for them and every exploration move is already in the history, and the knob choices are "
-                    f"exhausted too (every one-knob move KNOB_CHOICES allows from the current best is in it)"
+                    f"exhausted too (every one-knob move KNOB_CHOICES allows from the current best"
+                    + (f", in each of its {len(buckets)} dispatch buckets and in its defaults," if buckets else "")
+                    + " is in it)"
                     + (f" or was ruled out ({'; '.join(skipped[:3])})" if skipped else ""))
 
     @staticmethod
     def _rejected_moves(trials: list[TrialResult], choices: dict) -> set:
-        knobs_by_sha = {t.variant_sha: t.variant.knobs or {} for t in trials}
+        """(change name, value it moved from, direction) of every move a rejected trial made without gaining; a
+        move in one bucket (``knob@bucket``) from the value that bucket ran rules out that bucket's move only."""
+        by_sha = {t.variant_sha: t for t in trials}
         moves = set()
         for t in trials:
             if t.verdict != "rejected" or not t.changes or not t.against:
@@ -327,11 +384,75 @@ class RulesProposer:
                 # It won on the target and lost only on a guardrail somewhere: the direction is right, the
                 # step was too broad; the next remedy on the list may take it more narrowly.
                 continue
-            before = knobs_by_sha.get(t.against_sha, {})
-            for knob, value in t.changes.items():
-                if knob in before:
-                    moves.add((knob, repr(before[knob]), _direction(choices.get(knob, []), before[knob], value)))
+            against = by_sha.get(t.against_sha)
+            before = (against.variant.knobs or {}) if against else {}
+            table = recorded_dispatch(against.variant.source) if against else {}
+            for name, value in t.changes.items():
+                knob, bucket = split_qualified(name)
+                here = knobs_in(before, table, bucket)
+                if knob in here:
+                    moves.add((name, repr(here[knob]), _direction(choices.get(knob, []), here[knob], value)))
         return moves
+
+
+def _proposal_name(changes: dict) -> str:
+    return "-".join(f"{k}-{v}" for k, v in changes.items()).replace("_", "-").replace("@", "-in-").lower()
+
+
+def _bucket_words(bucket: str) -> str:
+    """``"8192x2"`` -> ``"4097-8192 columns, 2-byte elements"``."""
+    block, _, size = bucket.partition("x")
+    return f"{int(block) // 2 + 1}-{block} columns, {size}-byte elements"
+
+
+def _buckets_to_tune(best: TrialResult, target: str) -> list[str]:
+    """The dispatch buckets of the shapes the best trial timed on the target, the one whose worst shape is
+    furthest from the copy-bandwidth floor first (its share of the floor as the best ran it; unmeasured: last)."""
+    passes = ("forward", "backward") if target in ("full", "memory") else (target,)
+    worst: dict[str, float] = {}
+    for row in best.timing_rows("candidate"):
+        if row.pass_name not in passes:
+            continue
+        bucket = dispatch_bucket(row.shape, row.dtype)
+        fraction = row.bandwidth_fraction if row.bandwidth_fraction is not None else math.inf
+        worst[bucket] = min(worst.get(bucket, math.inf), fraction)
+    return sorted(worst, key=lambda b: (worst[b], _bucket_key(b)))
+
+
+def _bucket_cases(best: TrialResult, target: str) -> dict[str, list[tuple[tuple[int, ...], str]]]:
+    """The (shape, dtype) cases the best trial timed on the target, by dispatch bucket."""
+    passes = ("forward", "backward") if target in ("full", "memory") else (target,)
+    found: dict[str, list] = {}
+    for row in best.timing_rows("candidate"):
+        if row.pass_name in passes:
+            case = (tuple(int(d) for d in row.shape.split("x")), row.dtype)
+            cases = found.setdefault(dispatch_bucket(row.shape, row.dtype), [])
+            if case not in cases:
+                cases.append(case)
+    return found
+
+
+def _changes_nothing(spec, knobs: dict, changes: dict, cases: list) -> bool:
+    """Whether ``changes`` leave what every one of ``cases`` runs as it was (``KernelSpec.effective_settings``);
+    False where the spec cannot tell, or there is no case to tell by."""
+    import torch
+
+    if not cases:
+        return False
+    for shape, dtype in cases:
+        try:
+            before = spec.effective_settings(knobs, shape, getattr(torch, dtype))
+            after = spec.effective_settings({**knobs, **changes}, shape, getattr(torch, dtype))
+        except Exception:  # noqa: BLE001 - kernel code; a model it cannot answer rules nothing out
+            return False
+        if before is None or before != after:
+            return False
+    return True
+
+
+def _bucket_key(bucket: str) -> tuple[int, int]:
+    block, _, size = bucket.partition("x")
+    return int(block), int(size)
 
 
 class _KnobsRan:
@@ -346,37 +467,42 @@ class _KnobsRan:
     kernel's ``bwd_grad_rounding`` defaults to ``"once"``; trials before 0022 rounded as autograd), settings
     measured before are taken as measured with the new default."""
 
-    def __init__(self, trials: list[TrialResult], knobs: dict, baseline_source: str = ""):
+    def __init__(self, trials: list[TrialResult], knobs: dict, baseline_source: str = "",
+                 dispatch: dict | None = None):
         baselines = [t for t in trials if t.name == "baseline" and t.variant.knobs]
         self.defaults = dict(baselines[-1].variant.knobs) if baselines else {}
         if baseline_source:
             self.defaults.update(read_knobs(baseline_source)[0])
-        self.knobs = knobs
+        self.knobs, self.dispatch = knobs, dispatch or {}
         self.ran = set()
         for t in trials:
             if t.kind == "screening" and t.screening is not None:
                 for row in t.screening.rows:
                     if not row.kept and row.source:
                         try:
-                            self.ran.add(self._key(read_knobs(row.source)[0]))
+                            self.ran.add(self._key(read_knobs(row.source)[0], recorded_dispatch(row.source)))
                         except Exception:  # noqa: BLE001 - a candidate whose KNOBS cannot be read: not a setting
                             continue
             elif t.status == "complete" and t.variant.knobs:
-                self.ran.add(self._key(t.variant.knobs))
+                self.ran.add(self._key(t.variant.knobs, recorded_dispatch(t.variant.source)))
 
-    def _key(self, knobs: dict) -> str:
-        return repr(sorted((k, repr(v)) for k, v in {**self.defaults, **knobs}.items()))
+    def _key(self, knobs: dict, table: dict) -> str:
+        # The settings every bucket runs: the defaults, and each entry as far as it differs from them.
+        full, table = apply_changes({**self.defaults, **knobs}, table, {})
+        return repr((sorted((k, repr(v)) for k, v in full.items()),
+                     sorted((b, sorted((k, repr(v)) for k, v in e.items())) for b, e in table.items())))
 
     def __call__(self, changes: dict) -> bool:
-        return self._key({**self.knobs, **changes}) in self.ran
+        return self._key(*apply_changes(self.knobs, self.dispatch, changes)) in self.ran
 
 
 class _LaunchModel:
     """The spec's launch model asked about the best's knobs with some changed: called with the changes, the
     reason a launch cannot run (at a suite or check shape, on the device the best trial ran on), or None."""
 
-    def __init__(self, context: Context, knobs: dict):
+    def __init__(self, context: Context, knobs: dict, dispatch: dict | None = None):
         spec, best = context.spec, context.best
+        self.dispatch = dispatch or {}
         suite = best.suite if best.suite in spec.suites else next(iter(spec.suites), "")
         self.spec, self.knobs = spec, knobs
         self.shapes = [*spec.suites.get(suite, ()), *spec.check_shapes.get(suite, ())]
@@ -386,19 +512,19 @@ class _LaunchModel:
         self.limits = limits_for(best.fingerprint.compute_capability if best.fingerprint else None)
 
     def __call__(self, changes: dict) -> str | None:
-        return launch_problem(self.spec, {**self.knobs, **changes}, self.passes, self.shapes, self.dtypes,
-                              self.limits)
+        knobs, table = apply_changes(self.knobs, self.dispatch, changes)
+        return launch_problem(self.spec, knobs, self.passes, self.shapes, self.dtypes, self.limits, table)
 
     def spill_note(self, changes: dict, diagnosis: Diagnosis | None) -> str:
         """For a remedy of spills: where the register model still expects them (an estimate: it informs, the
         trial decides); empty where the spec has no model."""
         if diagnosis is None or diagnosis.name != "spills" or not self.suite_shapes or not self.dtypes:
             return ""
-        knobs = {**self.knobs, **changes}
+        knobs, table = apply_changes(self.knobs, self.dispatch, changes)
         pass_name = "backward" if diagnosis.evidence.startswith("backward") else "forward"
-        if not footprints(self.spec, knobs, pass_name, self.suite_shapes[0], self.dtypes[0]):
+        if not footprints(self.spec, knobs, pass_name, self.suite_shapes[0], self.dtypes[0], table):
             return ""
-        still = spilling_shapes(self.spec, knobs, pass_name, self.suite_shapes, self.dtypes, self.limits)
+        still = spilling_shapes(self.spec, knobs, pass_name, self.suite_shapes, self.dtypes, self.limits, table)
         return (f" (The launch model expects spills still at {', '.join(still)}.)" if still
                 else " (The launch model expects no spills at any suite shape.)")
 

@@ -293,6 +293,10 @@ class Verdict(_Record):
     target_interval: list[float | None] | None = None
     ratios: list[JudgedRatio] = []
     gain: float = 0.0  # 1 - target_ratio
+    #: 1 - the target's geomean over the whole suite, where the target is one dispatch bucket's (``target_ratio``
+    #: is then that bucket's): what rounds and chains compare, so that a gain in one bucket is not set against a
+    #: gain everywhere as if they were alike. None: the target was the whole suite (``gain``).
+    suite_gain: float | None = None
     proposer: str | None = None
     superseded_by: int | None = None  # another candidate of the same round gained more
     suspicious: list[str] = []  # why the measurements themselves are not to be trusted (never accepted)
@@ -345,6 +349,13 @@ class TrialResult(_Record):
     @property
     def gain(self) -> float:
         return self.judged.gain if self.judged else 0.0
+
+    @property
+    def suite_gain(self) -> float:
+        """The judged gain over the whole suite (``Verdict.suite_gain``; ``gain`` where the target was the suite)."""
+        if self.judged is None:
+            return 0.0
+        return self.judged.suite_gain if self.judged.suite_gain is not None else self.judged.gain
 
     @property
     def variant_sha(self) -> str | None:
