@@ -39,7 +39,7 @@ left() { echo $(( LIMIT - 25 - ($(date +%s) - T0) )); }
 log() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "reports/evidence/$DAY-device.log"; }
 mkdir -p "reports/evidence"
 dpkg -x .deb/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH
-for wheels in .whl .whle .whlm; do
+for wheels in .whl .whle .whlm .whls; do  # .whls: .whl less what no step here needs (debugpy, openai, dask)
   [ -d "$wheels" ] || continue
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     "$wheels"/*.whl || { echo "device.sh: the wheels of $wheels did not install"; exit 1; }
