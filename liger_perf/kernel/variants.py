@@ -283,7 +283,8 @@ def _read_knob_nodes(nodes: dict[str, ast.Assign], path) -> tuple[dict[str, Any]
         raise UserError(f"variant {path}: KNOBS and KNOB_CHOICES must be plain literals") from None
 
 
-def _bucket_order(bucket: str) -> tuple:
+def bucket_order(bucket: str) -> tuple:
+    """A sort key: buckets by width, then element size (a name that is no bucket last)."""
     block, _, size = bucket.partition("x")
     return (int(block), int(size)) if block.isdigit() and size.isdigit() else (1 << 62, bucket)
 
@@ -293,7 +294,7 @@ def _dispatch_text(table: dict[str, dict[str, Any]]) -> str:
     if not table:
         return "{}"
     lines = [f"    {json.dumps(bucket)}: {{" + ", ".join(f"{json.dumps(k)}: {_value_text(v)}" for k, v in entry.items())
-             + "},\n" for bucket, entry in sorted(table.items(), key=lambda kv: _bucket_order(kv[0]))]
+             + "},\n" for bucket, entry in sorted(table.items(), key=lambda kv: bucket_order(kv[0]))]
     return "{\n" + "".join(lines) + "}"
 
 

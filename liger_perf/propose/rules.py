@@ -35,9 +35,9 @@ from liger_perf.propose import Context, Proposal, Stop, tried_sources
 from liger_perf.propose.resources import footprints, launch_problem, limits_for, spilling_shapes
 from liger_perf.record.schema import NCU_DURATION, NcuLaunch, TrialResult
 from liger_perf.kernel.spec import Remedy
-from liger_perf.kernel.variants import (apply_changes, carries_dispatch, dispatch_bucket, knobs_in, qualified,
-                                       read_dispatch, read_knobs, recorded_dispatch, source_hash, split_qualified,
-                                       with_knobs)
+from liger_perf.kernel.variants import (apply_changes, bucket_order, carries_dispatch, dispatch_bucket, knobs_in,
+                                       qualified, read_dispatch, read_knobs, recorded_dispatch, source_hash,
+                                       split_qualified, with_knobs)
 
 
 @dataclass
@@ -254,7 +254,7 @@ class RulesProposer:
         spec, best = context.spec, context.best
         knobs, choices = read_knobs(context.best_source)
         dispatch = read_dispatch(context.best_source)
-        buckets = _buckets_to_tune(best, context.target) if carries_dispatch(context.best_source) else []
+        buckets, cases = _buckets_to_tune(best, context.target) if carries_dispatch(context.best_source) else ([], {})
         tried = tried_sources(context)
         ran = _KnobsRan(context.trials, knobs, context.baseline_source, dispatch)
         rejected_moves = self._rejected_moves(context.trials, choices)
@@ -282,7 +282,6 @@ class RulesProposer:
                 return None
             return dispatch_bucket(diagnosis.shape, diagnosis.dtype)
 
-        cases = _bucket_cases(best, context.target) if buckets else {}
         plan = [(p, d, r) for p, d in diagnoses for r in spec.remedies.get(p, {}).get(d.name, ())]
         plan += [(p, None, r) for p in passes for r in spec.remedies.get(p, {}).get("explore", ())]
         for pass_name, diagnosis, remedy in plan:
@@ -405,31 +404,23 @@ def _bucket_words(bucket: str) -> str:
     return f"{int(block) // 2 + 1}-{block} columns, {size}-byte elements"
 
 
-def _buckets_to_tune(best: TrialResult, target: str) -> list[str]:
+def _buckets_to_tune(best: TrialResult, target: str) -> tuple[list[str], dict[str, list]]:
     """The dispatch buckets of the shapes the best trial timed on the target, the one whose worst shape is
-    furthest from the copy-bandwidth floor first (its share of the floor as the best ran it; unmeasured: last)."""
+    furthest from the copy-bandwidth floor first (its share of the floor as the best ran it; unmeasured: last),
+    and each bucket's (shape, dtype name) cases."""
     passes = ("forward", "backward") if target in ("full", "memory") else (target,)
     worst: dict[str, float] = {}
+    cases: dict[str, list] = {}
     for row in best.timing_rows("candidate"):
         if row.pass_name not in passes:
             continue
         bucket = dispatch_bucket(row.shape, row.dtype)
         fraction = row.bandwidth_fraction if row.bandwidth_fraction is not None else math.inf
         worst[bucket] = min(worst.get(bucket, math.inf), fraction)
-    return sorted(worst, key=lambda b: (worst[b], _bucket_key(b)))
-
-
-def _bucket_cases(best: TrialResult, target: str) -> dict[str, list[tuple[tuple[int, ...], str]]]:
-    """The (shape, dtype) cases the best trial timed on the target, by dispatch bucket."""
-    passes = ("forward", "backward") if target in ("full", "memory") else (target,)
-    found: dict[str, list] = {}
-    for row in best.timing_rows("candidate"):
-        if row.pass_name in passes:
-            case = (tuple(int(d) for d in row.shape.split("x")), row.dtype)
-            cases = found.setdefault(dispatch_bucket(row.shape, row.dtype), [])
-            if case not in cases:
-                cases.append(case)
-    return found
+        case = (tuple(int(d) for d in row.shape.split("x")), row.dtype)
+        if case not in cases.setdefault(bucket, []):
+            cases[bucket].append(case)
+    return sorted(worst, key=lambda b: (worst[b], bucket_order(b))), cases
 
 
 def _changes_nothing(spec, knobs: dict, changes: dict, cases: list) -> bool:
@@ -448,11 +439,6 @@ def _changes_nothing(spec, knobs: dict, changes: dict, cases: list) -> bool:
         if before is None or before != after:
             return False
     return True
-
-
-def _bucket_key(bucket: str) -> tuple[int, int]:
-    block, _, size = bucket.partition("x")
-    return int(block), int(size)
 
 
 class _KnobsRan:
