@@ -264,17 +264,17 @@ class RulesProposer:
         skipped = []
         unlaunchable = _LaunchModel(context, knobs, dispatch)
 
-        def fresh_source(changes: dict) -> str | None:
-            """The best's source with ``changes``, unless the history holds it, ran those settings, or it cannot
-            launch (noted in ``skipped``)."""
+        def fresh_source(changes: dict) -> tuple[str | None, bool]:
+            """``(the best's source with changes, False)``; ``(None, True)`` where the history holds it or ran
+            those settings; ``(None, False)`` where it cannot launch (noted in ``skipped``)."""
             source = with_knobs(context.best_source, changes)
             if source_hash(source) in tried or ran(changes):
-                return None
+                return None, True
             problem = unlaunchable(changes)
             if problem:
                 skipped.append(f"{changes} (cannot launch: {problem})")
-                return None
-            return source
+                return None, False
+            return source, False
 
         def bucket_of(diagnosis: Diagnosis | None) -> str | None:
             """Where a remedy goes: the diagnosed case's bucket when the best carries a dispatch table."""
@@ -300,7 +300,7 @@ class RulesProposer:
             if moves & rejected_moves:
                 skipped.append(f"{changes} (moves a knob the way a rejected trial did)")
                 continue
-            source = fresh_source(changes)
+            source, _ = fresh_source(changes)
             if source is None:
                 continue
             evidence = diagnosis.evidence if diagnosis else (
@@ -330,18 +330,15 @@ class RulesProposer:
                 changes = {name: move.new}
                 if bucket and _changes_nothing(spec, here, {move.knob: move.new}, cases.get(bucket, [])):
                     continue  # e.g. a chunk at least as wide as every row of the bucket
-                source = with_knobs(context.best_source, changes)
-                if source_hash(source) in tried or ran(changes):
+                source, ran_before = fresh_source(changes)
+                if ran_before:  # it took its turn
                     turns += 1
                     continue
                 if (name, repr(move.old), _direction(choices[move.knob], move.old, move.new)) in rejected_moves:
                     skipped.append(f"{changes} (moves a knob the way a rejected trial did)")
                     continue
-                problem = unlaunchable(changes)
-                if problem:
-                    skipped.append(f"{changes} (cannot launch: {problem})")
-                    continue
-                return turns, move, changes, source
+                if source is not None:
+                    return turns, move, changes, source
             return None
 
         nexts = [(found, order, bucket) for order, (bucket, here, plans) in enumerate(walks)
