@@ -208,3 +208,6 @@ def test_an_edit_of_the_dispatch_table_is_recorded_bucket_by_bucket():
         proposal = _proposer(server).propose(context)
     assert isinstance(proposal, Proposal), proposal
     assert proposal.changes == {"num_warps@1024x2": "auto", "bwd_tile_elements@8192x2": 16384}
+    # The prompt explains the table where the best carries one, and only there.
+    assert "## Its dispatch table" in server.requests[0]["messages"][-1]["content"]
+    assert "## Its dispatch table" not in build_prompt(_context(), LlmSettings(base_url="http://x", model="m"))

@@ -29,7 +29,8 @@ from liger_perf.propose.rules import RulesProposer, diagnose
 from liger_perf.propose.safety import check_generated_source
 from liger_perf.record.schema import NCU_DURATION, TrialResult
 from liger_perf.kernel.spec import dtype_name, shape_label
-from liger_perf.kernel.variants import knobs_in, qualified, read_knobs, recorded_dispatch, source_hash
+from liger_perf.kernel.variants import (carries_dispatch, knobs_in, qualified, read_knobs, recorded_dispatch,
+                                       source_hash)
 from liger_perf.core.wording import count
 
 CONFIG_ENV = "LIGER_PERF_LLM_CONFIG"
@@ -157,6 +158,11 @@ def build_prompt(context: Context, settings: LlmSettings) -> str:
             "shape, and without changing the results.",
             f"## The current best (trial {context.best.trial_id:04d} {context.best.name}), full source\n"
             f"```python\n{context.best_source}\n```",
+            ("## Its dispatch table\nThe module's DISPATCH literal maps a shape bucket, \"<row width rounded up to a "
+             "power of two>x<element bytes>\" (\"8192x2\": 4097-8192 columns of bfloat16 or float16), to the knobs "
+             "that differ from KNOBS there. A change to one bucket's entry is judged on that bucket's shapes, and "
+             "must slow no other shape. Prefer a change to one bucket where the profile points to one.")
+            if carries_dispatch(context.best_source) else "",
             "## The current best's NCU profile\n" + "\n".join(_ncu_lines(context.best, limit=40)),
             "## What the rules proposer diagnoses\n" + ("\n".join(diagnoses) or "(no NCU diagnosis)"),
             f"## Every earlier trial, oldest first ({len(trials)})\n" + "\n".join(table), note,
