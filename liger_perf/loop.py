@@ -393,8 +393,8 @@ class OptimizeLoop:
         starts again from measurements of the new code). Only while the new chain is empty and no trial ran that
         source yet. A previous best whose code differs from its baseline beyond the knobs (a model's rewrite)
         cannot be carried over by the loop; it says so once."""
-        from liger_perf.kernel.variants import (canonical_source, knobs_in, qualified, recorded_dispatch,
-                                               split_qualified)
+        from liger_perf.kernel.variants import (canonical_source, changes_between, knobs_in, qualified,
+                                               recorded_dispatch, split_qualified)
 
         if best.variant_sha != self.baseline_sha or best.against:
             return []
@@ -407,14 +407,9 @@ class OptimizeLoop:
                 continue
             tip = chain[-1]
             old_knobs, tip_knobs = old_baseline.variant.knobs or {}, tip.variant.knobs or {}
-            old_table, tip_table = recorded_dispatch(old_baseline.variant.source), recorded_dispatch(tip.variant.source)
-            moves = {k: v for k, v in tip_knobs.items() if old_knobs.get(k) != v}
-            # Bucket by bucket, every knob either table names where the tip runs another value than the old
-            # baseline did (an entry set, changed, or dropped back to the default).
-            for b in sorted(set(old_table) | set(tip_table)):
-                before, after = knobs_in(old_knobs, old_table, b), knobs_in(tip_knobs, tip_table, b)
-                moves.update({qualified(k, b): after.get(k) for k in sorted({*old_table.get(b, {}), *tip_table.get(b, {})})
-                              if before.get(k) != after.get(k)})
+            old_table = recorded_dispatch(old_baseline.variant.source)
+            tip_table = recorded_dispatch(tip.variant.source)
+            moves = changes_between(old_knobs, old_table, tip_knobs, tip_table)
 
             def ran(knobs: dict, table: dict, name: str):
                 knob, bucket = split_qualified(name)

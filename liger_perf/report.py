@@ -17,7 +17,7 @@ import pandas as pd
 from liger_perf.record.history import accepted_chain, chain_ratios, geomean, pass_interval
 from liger_perf.kernel.registry import baseline_path
 from liger_perf.record.schema import TrialResult
-from liger_perf.kernel.variants import recorded_dispatch, source_hash
+from liger_perf.kernel.variants import bucket_columns, recorded_dispatch, source_hash
 from liger_perf.core.wording import speedup
 
 
@@ -79,11 +79,11 @@ def dispatch_table(chain: list[TrialResult], baseline: TrialResult | None = None
         previous = table
     rows = []
     for bucket, entry in previous.items():
-        block, _, size = bucket.partition("x")
+        size = bucket.partition("x")[2]
         for knob, value in entry.items():
             trial = set_by[(bucket, knob)]
             who = "the baseline" if trial is baseline else f"trial {trial.trial_id:04d} {trial.name}"
-            rows.append({"bucket": bucket, "columns": f"{int(block) // 2 + 1}-{block}", "element bytes": size,
+            rows.append({"bucket": bucket, "columns": bucket_columns(bucket), "element bytes": size,
                          "knob": knob, "value": value, "set by": who})
     return pd.DataFrame(rows)
 

@@ -156,23 +156,35 @@ def split_qualified(name: str) -> tuple[str, str | None]:
     return knob, bucket or None
 
 
-def changed_buckets(changes: dict[str, Any] | None) -> set[str]:
-    """The buckets a trial's knob changes name (empty: it changed the defaults, i.e. every shape)."""
-    return {bucket for bucket in (split_qualified(k)[1] for k in changes or {}) if bucket}
-
-
 def target_buckets(changes: dict[str, Any] | None) -> set[str]:
     """The buckets a trial is judged on: those its changes name when every change names one (a one-bucket move
     changes nothing elsewhere); empty (the whole suite) when any change is to a default, or there is none."""
-    names = list(changes or {})
-    if not names or any(split_qualified(name)[1] is None for name in names):
-        return set()
-    return changed_buckets(changes)
+    buckets = [split_qualified(name)[1] for name in changes or {}]
+    return set(buckets) if buckets and None not in buckets else set()
+
+
+def bucket_columns(bucket: str) -> str:
+    """The widths a bucket covers: ``"8192x2"`` -> ``"4097-8192"``."""
+    block = int(bucket.partition("x")[0])
+    return f"{block // 2 + 1}-{block}"
 
 
 def knobs_in(knobs: dict[str, Any], dispatch: dict[str, dict[str, Any]], bucket: str | None) -> dict[str, Any]:
     """The knobs a launch in ``bucket`` runs with: the defaults, overridden by the bucket's entry."""
     return {**knobs, **(dispatch.get(bucket, {}) if bucket else {})}
+
+
+def changes_between(knobs: dict[str, Any], table: dict[str, dict[str, Any]], new_knobs: dict[str, Any],
+                    new_table: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The changes (plain names and ``knob@bucket``) that take one variant's settings to another's: each default
+    that differs, and, in each bucket either table names, each knob either entry names where the other runs
+    another value (an entry set, changed, or dropped back to the default)."""
+    changes = {k: v for k, v in new_knobs.items() if knobs.get(k) != v}
+    for bucket in sorted(set(table) | set(new_table)):
+        before, after = knobs_in(knobs, table, bucket), knobs_in(new_knobs, new_table, bucket)
+        named = {*table.get(bucket, {}), *new_table.get(bucket, {})}
+        changes.update({qualified(k, bucket): after.get(k) for k in sorted(named) if before.get(k) != after.get(k)})
+    return changes
 
 
 def apply_changes(knobs: dict[str, Any], dispatch: dict[str, dict[str, Any]], changes: dict[str, Any]
@@ -268,12 +280,17 @@ def canonical_source(source: str, path: str | Path = "<variant>") -> str:
     if "DISPATCH" not in nodes:
         return source
     table = _read_dispatch_node(nodes, *_read_knob_nodes(nodes, path), path)
-    node = nodes["DISPATCH"].value
-    lines = source.splitlines(keepends=True)
-    start = sum(len(line.encode()) for line in lines[:node.lineno - 1]) + node.col_offset
-    end = sum(len(line.encode()) for line in lines[:node.end_lineno - 1]) + node.end_col_offset
+    start, end = _byte_span(source, nodes["DISPATCH"].value)
     encoded = source.encode()
     return (encoded[:start] + _dispatch_text(table).encode() + encoded[end:]).decode()
+
+
+def _byte_span(source: str, node: ast.AST) -> tuple[int, int]:
+    """Where a node of ``source``'s tree starts and ends, in bytes of its UTF-8 text (the AST's columns are bytes)."""
+    offsets = [0]
+    for line in source.splitlines(keepends=True):
+        offsets.append(offsets[-1] + len(line.encode()))
+    return offsets[node.lineno - 1] + node.col_offset, offsets[node.end_lineno - 1] + node.end_col_offset
 
 
 def _read_knob_nodes(nodes: dict[str, ast.Assign], path) -> tuple[dict[str, Any], dict[str, list]]:
@@ -329,25 +346,16 @@ def with_knobs(source: str, changes: dict[str, Any], path: str | Path = "<varian
     node = nodes["KNOBS"].value
     if not isinstance(node, ast.Dict):
         raise UserError(f"variant {path}: KNOBS must be a dict literal")
-    lines = source.splitlines(keepends=True)
-    offsets = [0]
-    for line in lines:
-        offsets.append(offsets[-1] + len(line.encode()))
     encoded = source.encode()
-
-    def span(value_node: ast.AST) -> tuple[int, int]:
-        return (offsets[value_node.lineno - 1] + value_node.col_offset,
-                offsets[value_node.end_lineno - 1] + value_node.end_col_offset)
-
     edits = []
     for key, value in zip(node.keys, node.values):
         name = ast.literal_eval(key) if key is not None else None
         if name in plain:
-            edits.append((*span(value), _value_text(plain[name]).encode()))
+            edits.append((*_byte_span(source, value), _value_text(plain[name]).encode()))
     if per_bucket or (plain and table):
         _, new_table = apply_changes(knobs, table, changes)
         if new_table != table:  # else the table stays as it is written, comments and all
-            edits.append((*span(nodes["DISPATCH"].value), _dispatch_text(new_table).encode()))
+            edits.append((*_byte_span(source, nodes["DISPATCH"].value), _dispatch_text(new_table).encode()))
     for start, end, text in sorted(edits, reverse=True):
         encoded = encoded[:start] + text + encoded[end:]
     return encoded.decode()

@@ -29,8 +29,7 @@ from liger_perf.propose.rules import RulesProposer, diagnose
 from liger_perf.propose.safety import check_generated_source
 from liger_perf.record.schema import NCU_DURATION, TrialResult
 from liger_perf.kernel.spec import dtype_name, shape_label
-from liger_perf.kernel.variants import (carries_dispatch, knobs_in, qualified, read_knobs, recorded_dispatch,
-                                       source_hash)
+from liger_perf.kernel.variants import carries_dispatch, changes_between, read_knobs, recorded_dispatch, source_hash
 from liger_perf.core.wording import count
 
 CONFIG_ENV = "LIGER_PERF_LLM_CONFIG"
@@ -264,14 +263,9 @@ class LlmProposer:
         prediction = data.get("prediction")
         prediction = "; ".join(f"{k}: {v}" for k, v in prediction.items()) if isinstance(prediction, dict) \
             else str(prediction or "")
-        base_knobs, new_knobs = read_knobs(context.best_source)[0], read_knobs(source)[0]
-        changes = {k: v for k, v in new_knobs.items() if base_knobs.get(k) != v}
-        # An edit of the dispatch table, bucket by bucket (``knob@bucket``): judged on its buckets, learned from.
-        base_table, new_table = recorded_dispatch(context.best_source), recorded_dispatch(source)
-        for bucket in sorted(set(base_table) | set(new_table)):
-            before, after = knobs_in(base_knobs, base_table, bucket), knobs_in(new_knobs, new_table, bucket)
-            named = set(base_table.get(bucket, {})) | set(new_table.get(bucket, {}))  # entries set or dropped
-            changes.update({qualified(k, bucket): after.get(k) for k in sorted(named) if before.get(k) != after.get(k)})
+        # An edit of the dispatch table is recorded bucket by bucket (``knob@bucket``): judged on its buckets.
+        changes = changes_between(read_knobs(context.best_source)[0], recorded_dispatch(context.best_source),
+                                  read_knobs(source)[0], recorded_dispatch(source))
         name = re.sub(r"[^a-z0-9-]+", "-", str(data.get("name") or "llm-variant").lower()).strip("-")[:50]
         return "", Proposal(name=f"llm-{name}" if not name.startswith("llm") else name, source=source,
                             hypothesis=str(data.get("hypothesis") or ""), prediction=prediction, changes=changes,

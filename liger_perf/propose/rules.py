@@ -35,9 +35,9 @@ from liger_perf.propose import Context, Proposal, Stop, tried_sources
 from liger_perf.propose.resources import footprints, launch_problem, limits_for, spilling_shapes
 from liger_perf.record.schema import NCU_DURATION, NcuLaunch, TrialResult
 from liger_perf.kernel.spec import Remedy
-from liger_perf.kernel.variants import (apply_changes, bucket_order, carries_dispatch, dispatch_bucket, knobs_in,
-                                       qualified, read_dispatch, read_knobs, recorded_dispatch, source_hash,
-                                       split_qualified, with_knobs)
+from liger_perf.kernel.variants import (apply_changes, bucket_columns, bucket_order, carries_dispatch,
+                                       dispatch_bucket, knobs_in, qualified, read_dispatch, read_knobs,
+                                       recorded_dispatch, source_hash, split_qualified, with_knobs)
 
 
 @dataclass
@@ -397,8 +397,7 @@ def _proposal_name(changes: dict) -> str:
 
 def _bucket_words(bucket: str) -> str:
     """``"8192x2"`` -> ``"4097-8192 columns, 2-byte elements"``."""
-    block, _, size = bucket.partition("x")
-    return f"{int(block) // 2 + 1}-{block} columns, {size}-byte elements"
+    return f"{bucket_columns(bucket)} columns, {bucket.partition('x')[2]}-byte elements"
 
 
 def _buckets_to_tune(best: TrialResult, target: str) -> tuple[list[str], dict[str, list]]:
