@@ -401,6 +401,9 @@ def optimize_command(
                                                        "cluster (one worker per GPU) instead"),
     unsandboxed: bool = typer.Option(False, help="let --proposer llm|auto run generated code where no sandbox "
                                                  "(bubblewrap) is available, with your permissions"),
+    suite: str = typer.Option("", help="what the trials time: '' (the device's suite) | models-tune: the tuning "
+                                       "split of real models' widths and token counts (GPU only; the held-out "
+                                       "split is for bench alone)"),
 ) -> None:
     """The loop: propose a variant, run its trial against the current best, judge it, record the verdict."""
     from liger_perf.kernel.device import select_device
@@ -413,9 +416,12 @@ def optimize_command(
     from liger_perf.report import write_report
     from liger_perf.core.workspace import current
 
+    from liger_perf.run import check_tuning_suite
+
     get_spec(kernel)
     if target is not None and target not in TARGETS:
         raise UserError(f"--target {target!r}: use one of {', '.join(TARGETS)}")
+    check_tuning_suite(suite)
     rules = load_guardrails(guardrails or current().guardrails, target=target)
     from liger_perf.isolation.sandbox import require_sandbox, sandbox_required
 
@@ -489,7 +495,7 @@ def optimize_command(
                             repetitions=repetitions,
                             convergence=convergence, confirm=confirm, on_event=show,
                             deadline=None if max_minutes is None else time.time() + 60 * max_minutes, runner=runner,
-                            screen=screen)
+                            screen=screen, suite=suite)
         if plain is not None:
             with plain:
                 outcome = loop.run()

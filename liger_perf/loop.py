@@ -21,7 +21,7 @@ from liger_perf.judge import judge
 from liger_perf.propose import Context, Proposal, Proposer, Stop
 from liger_perf.record.notebook import record_verdict
 from liger_perf.kernel.registry import baseline_path, get_spec
-from liger_perf.run import Runner, history_device, trial_request
+from liger_perf.run import Runner, check_tuning_suite, history_device, trial_request
 from liger_perf.record.schema import HARNESS_ERROR, TrialRequest, TrialResult
 from liger_perf.record.store import Store, trial_number
 from liger_perf.kernel.variants import source_hash, with_knobs
@@ -105,7 +105,7 @@ class OptimizeLoop:
     def __init__(self, kernel: str, guardrails: Guardrails, proposer: Proposer, device: str = "auto",
                  budget: int = 10, root: Path | None = None, repetitions: int = 0, convergence: bool = True,
                  confirm: Callable[[str], bool] | None = None, on_event: Callable[[LoopEvent], None] | None = None,
-                 deadline: float | None = None, runner: Runner | None = None, screen: int = 0):
+                 deadline: float | None = None, runner: Runner | None = None, screen: int = 0, suite: str = ""):
         if runner is None:
             from liger_perf.run.papermill import PapermillRunner
 
@@ -114,6 +114,13 @@ class OptimizeLoop:
         self.kernel, self.guardrails, self.proposer, self.budget = kernel, guardrails, proposer, budget
         self.device_arg, self.runner = device, runner
         self.mode = runner.mode(device)  # the device mode the trials will record
+        check_tuning_suite(suite)
+        if suite and self.mode == "interpret":
+            raise UserError(f"--suite {suite} needs a GPU: its shapes (up to 256 Mi elements per tensor) would take "
+                            "hours under the Triton interpreter; on the CPU, leave --suite out")
+        #: What every trial times, screens and profiles: "" (the device's suite) or "models-tune". Trials of either
+        #: suite form one chain: each is judged against the best side by side, on the shapes it measured.
+        self.suite = suite
         # The history of the device the trials run on (a Dask cluster's GPUs, not this machine's).
         self.store = Store(root) if root is not None else Store(device=history_device(runner, device))
         self.root = self.store.notebooks
@@ -300,7 +307,7 @@ class OptimizeLoop:
                                 passes=list(self.spec.passes), device=self.device_arg, ncu=False, peers=False,
                                 convergence=False, confidence=self.guardrails.confidence,
                                 hypothesis=f"screening {len(batch)} candidates against trial {best.trial_id:04d}",
-                                timeout_s=self.guardrails.trial_timeout_s, screen=entries,
+                                timeout_s=self.guardrails.trial_timeout_s, screen=entries, suite=self.suite,
                                 guardrails=self.guardrails.model_dump(mode="json"))
         self._emit("screen-start", f"screening {len(batch)} candidates: " + ", ".join(s.name for s in batch),
                    request=request)
@@ -339,7 +346,7 @@ class OptimizeLoop:
                              changes=step.changes or None, timeout_s=self.guardrails.trial_timeout_s,
                              # The quick gate before the timing, the full gate only for a trial its own timing
                              # would have accepted (a baseline trial, never judged, runs the full gate).
-                             gate="staged" if against is not None else "full",
+                             gate="staged" if against is not None else "full", suite=self.suite,
                              guardrails=self.guardrails.model_dump(mode="json"))
 
     def _run_all(self, requests: list[TrialRequest]) -> list[TrialResult]:

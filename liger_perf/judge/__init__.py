@@ -112,6 +112,8 @@ def best_slowdown(result: TrialResult, history: list[TrialResult]) -> list[str]:
         if contender is None:
             continue
         before = {r.key: r.median_ms for r in earlier.timing_rows(contender) if r.median_ms}
+        if not before.keys() & now.keys():  # timed on another suite's shapes: nothing to compare with
+            continue
         found = []
         for pass_name in sorted({k[0] for k in now}):
             slower = {k: now[k] / before[k] for k in now if k[0] == pass_name and k in before}

@@ -91,11 +91,29 @@ def ncu_command(ncu: str, kernel: str, variant: Path, passes: list[str], report:
                   *driver_args]
 
 
+def profiled_shapes(cases: list, one_per_bucket: bool) -> list[tuple[int, ...]] | None:
+    """The shapes a full profile covers: None (every case of the suite, as the driver takes by default), or with
+    ``one_per_bucket`` the largest shape of each dispatch bucket (``variants.dispatch_bucket``: the row block and
+    the element size), in every dtype the suite gives it. A bucket's widths run the same compiled kernels, so one
+    profiled shape per bucket is what the proposer's diagnosis needs of a suite of many widths (the model suite's
+    ~60 cases would cost NCU minutes a trial)."""
+    if not one_per_bucket:
+        return None
+    from liger_perf.kernel.variants import dispatch_bucket
+
+    largest: dict[str, tuple[int, ...]] = {}
+    for case in cases:
+        bucket = dispatch_bucket(case.shape, case.dtype)
+        if bucket not in largest or math.prod(case.shape) > math.prod(largest[bucket]):
+            largest[bucket] = tuple(case.shape)
+    return sorted(set(largest.values()), key=lambda shape: (shape[-1], shape))
+
+
 def profile(kernel: str, variant: Path, passes: list[str], interpreted: bool, report: Path,
             timeout_s: float = 900, kernel_filter: str = "regex:.*", driver_args: tuple[str, ...] = (),
             durations_only: bool = False, kept_only: bool = False) -> NcuResult:
-    """Profile every pass of ``variant`` over the GPU suite (or the driver's ``--shapes``/``--dtypes``
-    subset); the report is written to ``report``. ``durations_only``: kernel durations only."""
+    """Profile every pass of ``variant`` over the GPU suite (or the driver's ``--suite``, and its ``--shapes`` or
+    ``--dtypes`` subset); the report is written to ``report``. ``durations_only``: kernel durations only."""
     if interpreted:
         return NcuResult("unavailable", "the Triton interpreter runs on the CPU; NCU profiles GPU kernels only")
     ncu = find_ncu()

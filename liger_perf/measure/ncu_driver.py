@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("variant")
     parser.add_argument("--passes", default="forward,backward")
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--suite", default="", choices=("", "gpu", "models-tune"),
+                        help="the suite whose cases to run: the device's (default) or models-tune")
     parser.add_argument("--shapes", default="", help="comma-separated shapes (e.g. 2048x32768); default: the suite")
     parser.add_argument("--dtypes", default="", help="comma-separated dtypes; default: the suite's")
     args = parser.parse_args(argv)
@@ -47,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
 
     spec = get_spec(args.kernel)
     forward = spec.variant_forward(load_variant(args.variant, spec).module)
-    for case in spec.cases(device.suite, "bench"):
+    for case in spec.cases(args.suite or device.suite, "bench"):
         if args.shapes and shape_label(case.shape) not in args.shapes.split(","):
             continue
         if args.dtypes and dtype_name(case.dtype) not in args.dtypes.split(","):

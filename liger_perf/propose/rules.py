@@ -485,10 +485,14 @@ class _LaunchModel:
     def __init__(self, context: Context, knobs: dict, dispatch: dict | None = None):
         spec, best = context.spec, context.best
         self.dispatch = dispatch or {}
-        suite = best.suite if best.suite in spec.suites else next(iter(spec.suites), "")
+        # The device's suite gives the check shapes and dtypes; the shapes the best was timed at may be another
+        # suite's (a trial on "models-tune" runs on the GPU's).
+        suite = best.suite if best.suite in spec.suites else "interpret" if best.device == "interpret" else "gpu"
+        suite = suite if suite in spec.suites else next(iter(spec.suites), "")
+        timed = "models-tune" if best.suite == "models-tune" and best.device == "cuda" else suite
         self.spec, self.knobs = spec, knobs
-        self.shapes = [*spec.suites.get(suite, ()), *spec.check_shapes.get(suite, ())]
-        self.suite_shapes = list(spec.suites.get(suite, ()))
+        self.suite_shapes = list(dict.fromkeys(tuple(c.shape) for c in spec.cases(timed, "bench"))) if timed else []
+        self.shapes = [*self.suite_shapes, *map(tuple, spec.check_shapes.get(suite, ()))]
         self.dtypes = list(spec.dtypes.get(suite, ()))
         self.passes = [p for p in ("forward", "backward") if p in spec.passes]
         self.limits = limits_for(best.fingerprint.compute_capability if best.fingerprint else None)

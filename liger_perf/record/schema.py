@@ -37,6 +37,10 @@ Kind = Literal["experiment", "revalidation", "screening"]
 #: quick: the quick gate only and a light NCU profile, never the full gate: a trial that checks the machine
 #: (``selfcheck``, whose own step gates the variant in full), never one that can be accepted.
 GateMode = Literal["full", "staged", "quick"]
+#: What a trial times: "" the device's own suite ("gpu" or "interpret"), or "models-tune", the tuning split of the
+#: suite drawn from real models (``liger_perf.kernel.model_shapes``). The held-out split cannot be asked for: the
+#: loop and the judge never read it.
+BenchSuite = Literal["", "models-tune"]
 
 
 class ScreenEntry(BaseModel):
@@ -76,6 +80,7 @@ class TrialRequest(BaseModel):
     changes: dict[str, Any] | None = None  # the knob changes from the variant this one was derived from
     proposer_audit: dict[str, Any] | None = None  # an LLM proposer's model, prompt, replies and checks
     kind: Kind = "experiment"
+    suite: BenchSuite = ""
     gate: GateMode = "full"
     #: The guardrails a staged trial decides with whether its timing would be accepted (``Guardrails`` as a dict).
     guardrails: dict[str, Any] | None = None

@@ -86,17 +86,32 @@ def file_trial(nb, result: TrialResult, request: TrialRequest, store: Store) -> 
     return TrialRun(paths.notebook, result)
 
 
+#: The suites a trial may time besides the device's own ("", the default): the tuning split of the real models'.
+TUNING_SUITES = ("models-tune",)
+
+
+def check_tuning_suite(suite: str) -> None:
+    """One line for a suite a trial may not time: the held-out split is the loop's exam, never its lesson."""
+    if suite in ("", *TUNING_SUITES):
+        return
+    if suite.startswith("models"):
+        raise UserError(f"--suite {suite}: the loop tunes on models-tune only; the held-out split is read by "
+                        "`liger-perf bench --suite models` alone, so that it shows what the loop never saw")
+    raise UserError(f"--suite {suite}: leave it out for the device's suite, or --suite models-tune")
+
+
 def trial_request(kernel: str, variant: str | Path, against: str | Path | None = None, *, store: Store,
                   name: str | None = None, hypothesis: str = "", prediction: str = "",
                   passes: list[str] | None = None, device: str = "auto", repetitions: int = 0, ncu: bool = True,
                   peers: bool | None = None, convergence: bool = True, confidence: float = 0.95,
                   changes: dict | None = None, audit: dict | None = None, kind: str = "experiment",
                   timeout_s: float = 3600, paths: TrialPaths | None = None, gate: str = "full",
-                  guardrails: dict | None = None, screen: list | None = None) -> TrialRequest:
+                  guardrails: dict | None = None, screen: list | None = None, suite: str = "") -> TrialRequest:
     """Check what was asked (one line per mistake), take the next trial number (unless ``paths`` holds one
     taken already), and build the request.
 
-    ``peers`` defaults to True for a kernel's first trial (its baseline), when the peers are worth measuring."""
+    ``peers`` defaults to True for a kernel's first trial (its baseline), when the peers are worth measuring.
+    ``suite``: what the trial times ("" the device's suite, or "models-tune")."""
     from liger_perf.kernel.device import MODES
 
     spec = get_spec(kernel)
@@ -104,6 +119,7 @@ def trial_request(kernel: str, variant: str | Path, against: str | Path | None =
         raise UserError(f"unknown device mode {device!r}: use one of {', '.join(MODES)}")
     if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
         raise UserError(f"the trial timeout must be a positive, finite number of seconds, not {timeout_s!r}")
+    check_tuning_suite(suite)
     variant = Path(variant)
     if not variant.is_file():
         raise UserError(f"variant file {variant} does not exist: give the path of a variant module (.py)")
@@ -117,7 +133,8 @@ def trial_request(kernel: str, variant: str | Path, against: str | Path | None =
         trial_id=paths.trial_id, name=paths.name, passes=list(passes or spec.passes), device=device,
         repetitions=repetitions, confidence=confidence, ncu=ncu, peers=peers, convergence=convergence,
         timeout_s=timeout_s, artifacts=str(paths.artifacts), hypothesis=hypothesis, prediction=prediction,
-        changes=changes, proposer_audit=audit, kind=kind, gate=gate, guardrails=guardrails, screen=screen or [])
+        changes=changes, proposer_audit=audit, kind=kind, gate=gate, guardrails=guardrails, screen=screen or [],
+        suite=suite)
 
 
 def run_trial(kernel: str, variant: str | Path, against: str | Path | None = None, *, root: Path | None = None,

@@ -140,7 +140,7 @@ class Screen(Trial):
         from liger_perf.measure.timing import TimingPlan, summarize, time_suite
         from liger_perf.kernel.variants import dispatch_bucket, target_buckets
 
-        cases = self.spec.cases(self.device.suite, "bench")
+        cases = self.spec.cases(self.suite, "bench")
         self._smoke(cases)
         if not self.modules:
             _display(markdown="## Screening timing\n\nNo candidate passed its quick gate and ran at every timed "

@@ -65,6 +65,11 @@ class Trial:
         self.request = request
         self.started = time.time()
         self.spec = get_spec(request.kernel)
+        if request.suite and self.device.interpreted:
+            raise UserError(f"the {request.suite} suite needs a GPU (its shapes would take hours under the Triton "
+                            "interpreter): leave the suite out on the CPU")
+        #: The suite the trial times, screens and profiles (the gate sweeps its own shapes, whatever this is).
+        self.suite = request.suite or self.device.suite
         self.passes = [p for p in request.passes if p in self.spec.passes]
         self.artifacts = Path(request.artifacts) if request.artifacts else None
         unreadable = ""
@@ -81,7 +86,7 @@ class Trial:
             "name": request.name or Path(request.variant).stem, "hypothesis": request.hypothesis,
             "prediction": request.prediction, "changes": request.changes,
             "variant": {"path": request.variant, "sha256": source_hash(source), "knobs": knobs, "source": source},
-            "against": None, "passes": self.passes, "device": self.device.mode, "suite": self.device.suite,
+            "against": None, "passes": self.passes, "device": self.device.mode, "suite": self.suite,
             "fingerprint": fingerprint(self.device, current().root), "status": "running", "reason": "",
             "proposer_audit": request.proposer_audit,
             # "experiment" (judged by the loop) or "revalidation" (a nightly check of the best; never judged)
@@ -184,7 +189,7 @@ class Trial:
         self.progress.report("precompiling", detail=f"{count(len(paths), 'variant')}, calls: {part}")
         # At most a few minutes: what is not compiled by then compiles in the gate, as it would have.
         outcome = precompile(self.spec, paths, self.device, gated=gated, convergence=self.request.convergence,
-                             timeout_s=240, part=part)
+                             timeout_s=240, part=part, bench_suite=self.request.suite)
         self.data.setdefault("precompile", {})[part] = outcome
         _display(markdown=f"*Precompilation ({part}): {outcome['status']}"
                           + (f" ({outcome['reason']})" if outcome.get("reason") else
@@ -324,7 +329,7 @@ class Trial:
         contenders = self.contenders()
         self._timed = contenders  # the accuracy step measures the same loaded modules
         reference = "against" if "against" in contenders else "candidate"
-        cases = self.spec.cases(self.device.suite, "bench")
+        cases = self.spec.cases(self.suite, "bench")
         bandwidth = copy_bandwidth(self.device)
         steps, done = len(cases) * len(self.passes), iter(range(1, len(cases) * len(self.passes) + 1))
         spot_checks: list[dict] = []
@@ -398,7 +403,7 @@ class Trial:
 
     @_step("profile", "NCU profile")
     def profile(self) -> None:
-        from liger_perf.measure.ncu import profile, summary_table
+        from liger_perf.measure.ncu import profile, profiled_shapes, summary_table
 
         passes = [p for p in self.passes if p != "full"]  # full is forward plus backward: profiled as those
         # A staged trial that will not be accepted as measured gets the light profile: the kept metrics at the
@@ -409,11 +414,13 @@ class Trial:
             result_status, reason, metrics, advice, report = "unavailable", "disabled for this trial", None, None, None
         else:
             report_path = (self.artifacts or Path(".")) / "profile.ncu-rep"
-            widest = max((c.shape for c in self.spec.cases(self.device.suite, "bench")), key=math.prod)
+            cases = self.spec.cases(self.suite, "bench")
+            widest = max((c.shape for c in cases), key=math.prod)
             if not self.device.interpreted:  # no NCU under the interpreter: no such step to announce
                 self.progress.report("NCU profile", detail=", ".join(passes) + (" (light)" if light else ""))
+            shapes = [widest] if light else profiled_shapes(cases, self.suite != self.device.suite)
             res = profile(self.spec.name, self.variant.path, passes, self.device.interpreted, report_path,
-                          driver_args=("--shapes", "x".join(map(str, widest))) if light else (), kept_only=light)
+                          driver_args=self._driver_args(shapes), kept_only=light)
             result_status, reason, metrics, advice = res.status, res.reason, res.metrics, res.advice
             report = str(res.report) if res.report else None
         if result_status != "ok":
@@ -441,17 +448,24 @@ class Trial:
             _display(markdown=f"- **{row['pass']} {row['shape']} {row['dtype']} `{row['kernel']}` / {row['rule']}**"
                               f"{speedup}: {row['message']}")
 
+    def _driver_args(self, shapes: list[tuple[int, ...]] | None) -> tuple[str, ...]:
+        """The NCU driver's arguments for this trial's suite and ``shapes`` (None: every shape of it)."""
+        args = ("--suite", self.suite) if self.suite != self.device.suite else ()
+        return args + (("--shapes", ",".join("x".join(map(str, s)) for s in shapes)) if shapes else ())
+
     def _against_durations(self, passes: list[str]) -> tuple[list[dict], str | None]:
         """The current best's kernel durations under NCU, and "ok" or why not (None: no current best). The
         judge holds each contender's CUDA-event times to its own kernels' durations, so a candidate that slowed
         the best's timing at run time shows."""
-        from liger_perf.measure.ncu import profile
+        from liger_perf.measure.ncu import profile, profiled_shapes
 
         if self.against is None:
             return [], None
         self.progress.report("NCU profile", detail="the current best's kernel durations")
+        shapes = profiled_shapes(self.spec.cases(self.suite, "bench"), self.suite != self.device.suite)
         res = profile(self.spec.name, self.against.path, passes, self.device.interpreted,
-                      (self.artifacts or Path(".")) / "against-durations.ncu-rep", durations_only=True)
+                      (self.artifacts or Path(".")) / "against-durations.ncu-rep", durations_only=True,
+                      driver_args=self._driver_args(shapes))
         if res.status != "ok":
             return [], res.reason or "unavailable"
         return _launch_records(res.metrics, "against"), "ok"
