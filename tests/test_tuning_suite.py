@@ -188,3 +188,20 @@ def test_the_ncu_driver_runs_the_suite_it_is_given(monkeypatch):
 
     with pytest.raises(SystemExit):
         ncu_driver.main(["fused_add_rms_norm", str(baseline_path("fused_add_rms_norm")), "--suite", "models-held-out"])
+
+
+def test_a_model_suite_trial_times_the_peers_but_torch_compile(interpret_device, monkeypatch):
+    """torch.compile compiles each of the suite's shapes anew (minutes a trial): left out, and saying where it is
+    timed; the other peers stay."""
+    from liger_perf.measure import timing
+    from liger_perf.run.trial import Trial
+
+    monkeypatch.setattr(timing, "peer_contenders", lambda spec, device: (
+        {"eager": spec.reference_forward(), "torch.compile": spec.reference_forward()}, {}))
+    for suite, expected in (("", {"candidate", "eager", "torch.compile"}), ("models-tune", {"candidate", "eager"})):
+        trial = Trial({"kernel": "relu_squared", "variant": str(baseline_path("relu_squared")), "device": "interpret",
+                       "peers": True})
+        trial.suite = suite or trial.suite  # as on a GPU asked for the tuning split
+        trial.load_variants()
+        assert set(trial.contenders()) == expected
+        assert ("torch.compile" in trial.data["peers_unavailable"]) == bool(suite)

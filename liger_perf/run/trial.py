@@ -310,6 +310,12 @@ class Trial:
             from liger_perf.measure.timing import peer_contenders
 
             peers, self.data["peers_unavailable"] = peer_contenders(self.spec, self.device)
+            if self.suite != self.device.suite and peers.pop("torch.compile", None) is not None:
+                # It compiles every shape anew: minutes over a suite of many widths, in every trial that has
+                # peers. `liger-perf bench --suite models` times it on both splits.
+                self.data["peers_unavailable"]["torch.compile"] = (
+                    f"left out on the {self.suite} suite (it compiles each of its shapes anew); "
+                    "`liger-perf bench --suite models` times it")
             found.update(peers)
         return found
 
