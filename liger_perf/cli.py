@@ -547,7 +547,7 @@ def bench_command(
     here = select_device(device)
     mode, store = here.mode, Store(device=here.device_class)
     if suite == "models" and mode == "interpret":
-        raise UserError("--suite models needs a GPU: its shapes (up to 256 Mi elements per tensor) would take hours "
+        raise UserError("--suite models needs a GPU: its shapes (up to 64 Mi elements per tensor) would take hours "
                         "under the Triton interpreter; on the CPU, leave --suite out")
     if variant is not None:
         read_source(variant)  # a missing file is a one-line error here, not in the child process

@@ -116,7 +116,7 @@ class OptimizeLoop:
         self.mode = runner.mode(device)  # the device mode the trials will record
         check_tuning_suite(suite)
         if suite and self.mode == "interpret":
-            raise UserError(f"--suite {suite} needs a GPU: its shapes (up to 256 Mi elements per tensor) would take "
+            raise UserError(f"--suite {suite} needs a GPU: its shapes (up to 64 Mi elements per tensor) would take "
                             "hours under the Triton interpreter; on the CPU, leave --suite out")
         #: What every trial times, screens and profiles: "" (the device's suite) or "models-tune". Trials of either
         #: suite form one chain: each is judged against the best side by side, on the shapes it measured.

@@ -23,8 +23,8 @@
 #   security               scripts/security_probe.py: canaries, files and forgeries inside a sandboxed trial
 #   e2e:MODEL              liger-perf e2e of a Llama-like or Gemma-like model -> reports/nvidia-h200/e2e/
 #   dispatch-check         the gate of a baseline whose DISPATCH table takes other algorithms in three buckets
-#   bench-models:K,R[,no-compile]  liger-perf bench K --suite models, R repetitions (torch.compile left out with
-#                          no-compile) -> reports/nvidia-h200/K/bench-models.*
+#   bench-models:K,R[,no-compile[,S]]  liger-perf bench K --suite models, R repetitions (torch.compile left out
+#                          with no-compile; "compile" keeps it), stopped after S seconds -> reports/nvidia-h200/K/bench-models.*
 # After a call: unpack device.tgz, rename each step's folder to reports/evidence/<date>-<topic>/ if it needs a
 # clearer name, and write its README.md (the commit, this command line, the result in a few lines).
 # This script replaces the one-off scripts/gpu_*.sh of earlier runs; what each of those ran is written in the
@@ -107,9 +107,10 @@ print(with_knobs(baseline_path("fused_add_rms_norm").read_text(), {
       run "$dir" python3 -m liger_perf check fused_add_rms_norm --device cuda --no-convergence \
         --variant "$dir/dispatched.py" ;;
     bench-models)
-      IFS=, read -r kernel reps compiled <<< "$arg"
+      IFS=, read -r kernel reps compiled seconds <<< "$arg"
+      limit=$(( $(left) > 60 ? $(left) - 30 : 30 )); [ -n "$seconds" ] && [ "$seconds" -lt "$limit" ] && limit=$seconds
       run "$dir-$kernel" python3 -m liger_perf bench "$kernel" --suite models --device cuda \
-        --repetitions "${reps:-20}" ${compiled:+"--$compiled"} --timeout "$(( $(left) > 60 ? $(left) - 30 : 30 ))" ;;
+        --repetitions "${reps:-20}" ${compiled:+"--$compiled"} --timeout "$limit" ;;
     *) log "unknown step $step" ;;
   esac
 done

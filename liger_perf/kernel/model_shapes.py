@@ -69,9 +69,12 @@ MODELS: tuple[ModelWidths, ...] = (
 TOKENS: tuple[int, ...] = (1024, 2047, 4096, 8192, 12289, 16384, 32768, 65536)
 #: Each width meets this many token counts, taken in turn from TOKENS, so that the suite meets every count.
 TOKENS_PER_WIDTH = 2
-#: No case above this many elements per tensor (256 Mi: 1 GiB in float32 per tensor; a norm's backward holds
-#: about ten of them): a width whose turn falls on more tokens takes the most that fit.
-MAX_ELEMENTS = 2**28
+#: No case above this many elements per tensor: a width whose turn falls on more tokens takes the most that fit.
+#: 64 Mi elements (128 MiB in bfloat16, 2.5 times the H200's L2) keeps every large case a DRAM-bound one, as a
+#: training step's are. At 256 Mi the bench of the 86 cases did not finish in 421 s on the H200
+#: (``reports/evidence/2026-12-02-bench-models-fused_add_rms_norm/log.txt``): each case's inputs are drawn on the CPU
+#: and held by four slots per contender, and a trial times its suite twice a trial.
+MAX_ELEMENTS = 2**26
 
 
 def widths(kind: WidthKind) -> list[int]:
