@@ -70,7 +70,8 @@ FORBIDDEN = {"models-held-out", "held-out", "MODEL_SUITES", "model_shapes"}
 
 def test_only_the_bench_reads_the_model_suites_never_the_loop_the_trial_or_the_judge(tmp_path):
     """The held-out split is there to show what the loop never saw: no module that proposes, runs, judges or
-    records a trial may name it, nor the model suites at all (a trial times ``spec.cases(device.suite)``)."""
+    records a trial may name it, nor the model suites' table (a trial times the device's suite, or the tuning split
+    by its name, "models-tune": ``tests/test_tuning_suite.py``)."""
     allowed = {PACKAGE / "kernel" / "spec.py", PACKAGE / "kernel" / "model_shapes.py", PACKAGE / "bench.py"}
     touching = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
                       if p not in allowed and _names_and_strings(p) & FORBIDDEN)
