@@ -253,12 +253,13 @@ def trial_command(
                                                     "default: only in a kernel's first trial"),
     timeout: float = typer.Option(3600, help="seconds each step of the trial (a notebook cell) may run before "
                                              "the trial is recorded as crashed"),
+    suite: str = typer.Option("", help="what the trial times: '' (the device's suite) | models-tune (GPU only)"),
 ) -> None:
     """Run one trial: a Papermill-executed notebook under notebooks/<device>/<kernel>/ (gate, timings, memory, NCU)."""
     from rich.markup import escape
 
     from liger_perf.kernel.registry import baseline_path, get_spec
-    from liger_perf.run import history_device, run_trial
+    from liger_perf.run import check_tuning_suite, history_device, run_trial
     from liger_perf.run.papermill import PapermillRunner
     from liger_perf.record.schema import HARNESS_ERROR
     from liger_perf.record.store import Store
@@ -270,13 +271,17 @@ def trial_command(
         raise UserError(f"--passes {passes!r}: {kernel} has the passes {', '.join(spec.passes)}")
     variant = variant or baseline_path(kernel)
     runner = PapermillRunner()
+    check_tuning_suite(suite)
+    if suite and runner.mode(device) == "interpret":
+        raise UserError(f"--suite {suite} needs a GPU: its shapes (up to 64 Mi elements per tensor) would take hours "
+                        "under the Triton interpreter; on the CPU, leave --suite out")
     store = Store(device=history_device(runner, device))  # this device's history
     # One writer per kernel history: a trial beside a running optimize would race it for numbers and files.
     with store.lock("optimize", kernel, label="trial"), \
             console.status(f"trial of {kernel}: {variant} (executing the notebook)..."):
         run = run_trial(kernel, variant, against, root=store.notebooks, runner=runner, name=name,
                         hypothesis=hypothesis, prediction=prediction, passes=pass_list, device=device,
-                        repetitions=repetitions, ncu=ncu, peers=peers, timeout_s=timeout)
+                        repetitions=repetitions, ncu=ncu, peers=peers, timeout_s=timeout, suite=suite)
     result = run.result
     console.print(f"[bold]{escape(str(run.notebook))}[/bold]: status {result.status}"
                   + (f" ({escape(result.reason)})" if result.reason else ""))

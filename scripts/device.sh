@@ -23,6 +23,8 @@
 #   security               scripts/security_probe.py: canaries, files and forgeries inside a sandboxed trial
 #   e2e:MODEL              liger-perf e2e of a Llama-like or Gemma-like model -> reports/nvidia-h200/e2e/
 #   dispatch-check         the gate of a baseline whose DISPATCH table takes other algorithms in three buckets
+#   trial-models:K[,R]     one trial of K's baseline on the tuning split (--suite models-tune), R repetitions, its
+#                          notebook in reports/evidence/<date>-trial-models-K/notebooks/
 #   bench-models:K,R[,no-compile[,S]]  liger-perf bench K --suite models, R repetitions (torch.compile left out
 #                          with no-compile; "compile" keeps it), stopped after S seconds -> reports/nvidia-h200/K/bench-models.*
 # After a call: unpack device.tgz, rename each step's folder to reports/evidence/<date>-<topic>/ if it needs a
@@ -106,6 +108,10 @@ print(with_knobs(baseline_path("fused_add_rms_norm").read_text(), {
         > "$dir/dispatched.py"
       run "$dir" python3 -m liger_perf check fused_add_rms_norm --device cuda --no-convergence \
         --variant "$dir/dispatched.py" ;;
+    trial-models)  # one trial of the baseline on the tuning split, in a scratch history under the step's folder
+      IFS=, read -r kernel reps <<< "$arg"
+      LIGER_PERF_NOTEBOOKS="$dir-$kernel/notebooks" run "$dir-$kernel" python3 -m liger_perf trial "$kernel" \
+        --suite models-tune --device cuda --repetitions "${reps:-20}" --timeout "$(( $(left) > 60 ? $(left) - 30 : 30 ))" ;;
     bench-models)
       IFS=, read -r kernel reps compiled seconds <<< "$arg"
       limit=$(( $(left) > 60 ? $(left) - 30 : 30 )); [ -n "$seconds" ] && [ "$seconds" -lt "$limit" ] && limit=$seconds

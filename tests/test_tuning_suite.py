@@ -205,3 +205,17 @@ def test_a_model_suite_trial_times_the_peers_but_torch_compile(interpret_device,
         trial.load_variants()
         assert set(trial.contenders()) == expected
         assert ("torch.compile" in trial.data["peers_unavailable"]) == bool(suite)
+
+
+def test_the_trial_command_refuses_the_model_suite_on_the_cpu(monkeypatch, tmp_path, interpret_device):
+    from typer.testing import CliRunner
+
+    from liger_perf import cli
+
+    monkeypatch.setenv("LIGER_PERF_NOTEBOOKS", str(tmp_path))
+    result = CliRunner().invoke(cli.app, ["trial", "relu_squared", "--suite", "models-tune", "--device", "interpret"])
+    assert isinstance(result.exception, UserError) and "--suite models-tune needs a GPU" in str(result.exception)
+    result = CliRunner().invoke(cli.app, ["trial", "relu_squared", "--suite", "models-held-out"])
+    assert isinstance(result.exception, UserError)
+    assert "the loop tunes on models-tune only" in str(result.exception)
+    assert not any(tmp_path.rglob("*.ipynb"))  # no trial was started
