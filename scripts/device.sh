@@ -25,6 +25,8 @@
 #   dispatch-check         the gate of a baseline whose DISPATCH table takes other algorithms in three buckets
 #   trial-models:K[,R]     one trial of K's baseline on the tuning split (--suite models-tune), R repetitions, its
 #                          notebook in reports/evidence/<date>-trial-models-K/notebooks/
+#   ab-models:K,KNOB,VALUE[,R]  K's baseline with KNOB=VALUE against the baseline on the tuning split (backward,
+#                          no NCU, R repetitions), in a scratch history under reports/evidence/<date>-ab-models-K/
 #   bench-models:K,R[,no-compile[,S]]  liger-perf bench K --suite models, R repetitions (torch.compile left out
 #                          with no-compile; "compile" keeps it), stopped after S seconds -> reports/nvidia-h200/K/bench-models.*
 # After a call: unpack device.tgz, rename each step's folder to reports/evidence/<date>-<topic>/ if it needs a
@@ -112,6 +114,18 @@ print(with_knobs(baseline_path("fused_add_rms_norm").read_text(), {
       IFS=, read -r kernel reps <<< "$arg"
       LIGER_PERF_NOTEBOOKS="$dir-$kernel/notebooks" run "$dir-$kernel" python3 -m liger_perf trial "$kernel" \
         --suite models-tune --device cuda --repetitions "${reps:-20}" --timeout "$(( $(left) > 60 ? $(left) - 30 : 30 ))" ;;
+    ab-models)  # K's baseline with one knob changed, trialled against the baseline on the tuning split, backward
+      IFS=, read -r kernel knob value reps <<< "$arg"
+      mkdir -p "$dir-$kernel" && python3 -c 'import ast, sys
+from liger_perf.kernel.registry import baseline_path
+from liger_perf.kernel.variants import with_knobs
+kernel, knob, value = sys.argv[1:4]
+print(with_knobs(baseline_path(kernel).read_text(), {knob: ast.literal_eval(value)}), end="")' \
+        "$kernel" "$knob" "$value" > "$dir-$kernel/$knob-$value.py"
+      LIGER_PERF_NOTEBOOKS="$dir-$kernel/notebooks" run "$dir-$kernel" python3 -m liger_perf trial "$kernel" \
+        --variant "$dir-$kernel/$knob-$value.py" --against "kernels/$kernel/baseline.py" --name "$knob-$value" \
+        --suite models-tune --passes backward --no-ncu --device cuda --repetitions "${reps:-10}" \
+        --timeout "$(( $(left) > 60 ? $(left) - 30 : 30 ))" ;;
     bench-models)
       IFS=, read -r kernel reps compiled seconds <<< "$arg"
       limit=$(( $(left) > 60 ? $(left) - 30 : 30 )); [ -n "$seconds" ] && [ "$seconds" -lt "$limit" ] && limit=$seconds
