@@ -60,6 +60,9 @@ class KernelJob(BaseModel):
     # Trials of the optimize loop per night (the summary's date): a second run the same night (a retried or a
     # manual start) spends only what the earlier ones left.
     budget: int = Field(5, ge=0, le=1000)
+    #: What the loop's trials time: "" the device's suite, or "models-tune", the tuning split of real models' shapes
+    #: (``optimize --suite``). A GPU only: under the interpreter the night tunes on the device's suite, and says so.
+    suite: Literal["", "models-tune"] = ""
 
     @field_validator("name")
     @classmethod
@@ -293,7 +296,10 @@ class Nightly:
                                 repetitions=self.config.repetitions, convergence=self.config.convergence,
                                 deadline=self.started + self.config.wall_clock_s, runner=self.runner,
                                 on_event=lambda event: self._record_new_trials(job, entry, known),
-                                screen=self.config.screen if mode != "interpret" else 0)
+                                screen=self.config.screen if mode != "interpret" else 0,
+                                suite=job.suite if mode != "interpret" else "")
+            if job.suite and mode == "interpret":
+                entry["suite"] = f"the device's: {job.suite} needs a GPU"
             outcome = loop.run()
             entry["stop_reason"] = self._relative(outcome.stop_reason)
             for error in (outcome.harness_error, outcome.baseline_failed):

@@ -219,3 +219,36 @@ def test_the_trial_command_refuses_the_model_suite_on_the_cpu(monkeypatch, tmp_p
     assert isinstance(result.exception, UserError)
     assert "the loop tunes on models-tune only" in str(result.exception)
     assert not any(tmp_path.rglob("*.ipynb"))  # no trial was started
+
+
+@pytest.mark.parametrize("mode, expected", [("cuda", "models-tune"), ("interpret", "")])
+def test_a_nightly_job_tunes_on_the_suite_it_names_where_there_is_a_gpu(tmp_path, monkeypatch, mode, expected):
+    from liger_perf import nightly
+
+    asked = []
+
+    class Loop:
+        def __init__(self, *args, **settings):
+            asked.append(settings)
+
+        def run(self):
+            return SimpleNamespace(stop_reason="budget spent", harness_error=None, baseline_failed=None)
+
+    class Runner(_CudaRunner):
+        def mode(self, device):
+            return mode
+
+    monkeypatch.setattr(nightly, "OptimizeLoop", Loop)
+    config = nightly.NightlyConfig.model_validate(
+        {"kernels": [{"name": "relu_squared", "target": "forward", "budget": 1, "suite": "models-tune"}]})
+    night = nightly.Nightly(config, root=tmp_path / "notebooks", reports=tmp_path / "reports", runner=Runner(),
+                            selfcheck=lambda *a, **k: None)
+    entry = {"kernel": "relu_squared", "target": "forward", "accepted": [], "regressions": [], "errors": [],
+             "trials_run": 0, "tuning_trials": 0, "notebooks": [], "trials": [], "seconds": 0.0}
+    night.results, night.job_errors = [entry], []  # what run() sets up before a kernel's turn
+    night._kernel(config.kernels[0], entry, budget_left=1)
+    assert [settings["suite"] for settings in asked] == [expected]
+    assert ("suite" in entry) == (mode == "interpret")  # the summary says why it tuned on the device's suite
+    with pytest.raises(pydantic.ValidationError):
+        nightly.NightlyConfig.model_validate(
+            {"kernels": [{"name": "relu_squared", "suite": "models-held-out"}]})
