@@ -72,7 +72,7 @@ TOKENS_PER_WIDTH = 2
 #: No case above this many elements per tensor: a width whose turn falls on more tokens takes the most that fit.
 #: 64 Mi elements (128 MiB in bfloat16, 2.5 times the H200's L2) keeps every large case a DRAM-bound one, as a
 #: training step's are. At 256 Mi the bench of the 86 cases did not finish in 421 s on the H200
-#: (``reports/evidence/2026-12-02-bench-models-fused_add_rms_norm/log.txt``): each case's inputs are drawn on the CPU
+#: (``reports/evidence/2026-12-02-device.log``, its call at a91815a): each case's inputs are drawn on the CPU
 #: and held by four slots per contender; a trial on the tuning split pays the same per case.
 MAX_ELEMENTS = 2**26
 
