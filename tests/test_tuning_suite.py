@@ -252,3 +252,18 @@ def test_a_nightly_job_tunes_on_the_suite_it_names_where_there_is_a_gpu(tmp_path
     with pytest.raises(pydantic.ValidationError):
         nightly.NightlyConfig.model_validate(
             {"kernels": [{"name": "relu_squared", "suite": "models-held-out"}]})
+
+
+def test_the_history_says_which_suite_each_trial_timed():
+    """Trials of both suites share one chain; a reader of `liger-perf history` tells them apart."""
+    from liger_perf.record.history import history_frame
+
+    trials = []
+    for trial_id, suite in ((1, "gpu"), (2, "models-tune")):
+        trials.append(TrialResult.model_validate({
+            "kernel": "relu_squared", "trial_id": trial_id, "name": f"t{trial_id}", "status": "complete",
+            "device": "cuda", "suite": suite, "variant": {"sha256": "a", "source": "x"},
+            "timing": {"rows": [{"pass": "forward", "shape": "8x8", "dtype": "float32", "contender": "candidate",
+                                 "median_ms": 1.0}]}}))
+    frame = history_frame("relu_squared", trials=trials)
+    assert frame.groupby("trial_id")["suite"].first().to_dict() == {1: "gpu", 2: "models-tune"}

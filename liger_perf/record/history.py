@@ -24,7 +24,7 @@ from liger_perf.kernel.variants import source_hash
 from liger_perf.core.wording import count
 
 TRIAL_COLUMNS = ["trial_id", "name", "kind", "status", "verdict", "hypothesis", "prediction", "variant_sha256",
-                 "against_sha256", "device", "notebook"]
+                 "against_sha256", "device", "suite", "notebook"]
 COLUMNS = TRIAL_COLUMNS + ["pass", "shape", "dtype", "contender", "kernel_name", "metric", "value"]
 TIMING_METRICS = ("median_ms", "ratio", "ci_low", "ci_high", "bandwidth_fraction")
 
@@ -135,7 +135,7 @@ def _trial_columns(trial: TrialResult) -> dict[str, Any]:
     return {"trial_id": trial.trial_id, "name": trial.name, "kind": trial.kind, "status": trial.status,
             "verdict": trial.verdict, "hypothesis": trial.hypothesis, "prediction": trial.prediction,
             "variant_sha256": trial.variant_sha, "against_sha256": trial.against_sha, "device": trial.device,
-            "notebook": trial.notebook}
+            "suite": trial.suite, "notebook": trial.notebook}
 
 
 MEASUREMENT_COLUMNS = ["pass", "shape", "dtype", "contender", "kernel_name", "metric", "value"]
