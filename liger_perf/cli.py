@@ -271,10 +271,7 @@ def trial_command(
         raise UserError(f"--passes {passes!r}: {kernel} has the passes {', '.join(spec.passes)}")
     variant = variant or baseline_path(kernel)
     runner = PapermillRunner()
-    check_tuning_suite(suite)
-    if suite and runner.mode(device) == "interpret":
-        raise UserError(f"--suite {suite} needs a GPU: its shapes (up to 64 Mi elements per tensor) would take hours "
-                        "under the Triton interpreter; on the CPU, leave --suite out")
+    check_tuning_suite(suite, runner.mode(device))
     store = Store(device=history_device(runner, device))  # this device's history
     # One writer per kernel history: a trial beside a running optimize would race it for numbers and files.
     with store.lock("optimize", kernel, label="trial"), \
@@ -414,6 +411,7 @@ def optimize_command(
     from liger_perf.kernel.device import select_device
     from liger_perf.judge.guardrails import TARGETS, load_guardrails
     from liger_perf.record.history import load_trials, trial_pace
+    from liger_perf.record.schema import measures_suite
     from liger_perf.loop import OptimizeLoop
     from liger_perf.run.progress import PlainLog, describe, latest
     from liger_perf.propose import get_proposer
@@ -449,6 +447,7 @@ def optimize_command(
                       f"{runner.client.dashboard_link})", markup=False)
     # The workers' device decides the mode: the client of a remote cluster may have no GPU of its own.
     mode = runner.mode(device) if runner is not None else select_device(device).mode
+    check_tuning_suite(suite, mode)  # before the interpreter's notice: the run would not start
     if budget is None:
         budget = 3 if mode == "interpret" else 10
     if screen is None:  # the interpreter's timings are CPU timings: screening them would choose on noise
@@ -466,7 +465,7 @@ def optimize_command(
     from liger_perf.record.store import Store
 
     store = Store(device=history_device(runner or PapermillRunner(), device))  # the trials' device's history
-    expected_s = trial_pace(load_trials(kernel, store.notebooks))
+    expected_s = trial_pace([t for t in load_trials(kernel, store.notebooks) if measures_suite(t.suite, suite)])
     running: dict[int, tuple[str, str, float]] = {}  # trial number -> (label, artifacts folder, start)
     # A terminal shows a live status line; output that is not one (a log, a pipe, CI) gets plain lines instead:
     # one per change of a trial's step, and one at least every 30 s while a step runs.

@@ -21,6 +21,7 @@ from liger_perf.judge import judge
 from liger_perf.propose import Context, Proposal, Proposer, Stop
 from liger_perf.record.notebook import record_verdict
 from liger_perf.kernel.registry import baseline_path, get_spec
+from liger_perf.record.schema import measures_suite
 from liger_perf.run import Runner, check_tuning_suite, history_device, trial_request
 from liger_perf.record.schema import HARNESS_ERROR, TrialRequest, TrialResult
 from liger_perf.record.store import Store, trial_number
@@ -114,12 +115,10 @@ class OptimizeLoop:
         self.kernel, self.guardrails, self.proposer, self.budget = kernel, guardrails, proposer, budget
         self.device_arg, self.runner = device, runner
         self.mode = runner.mode(device)  # the device mode the trials will record
-        check_tuning_suite(suite)
-        if suite and self.mode == "interpret":
-            raise UserError(f"--suite {suite} needs a GPU: its shapes (up to 64 Mi elements per tensor) would take "
-                            "hours under the Triton interpreter; on the CPU, leave --suite out")
+        check_tuning_suite(suite, self.mode)
         #: What every trial times, screens and profiles: "" (the device's suite) or "models-tune". Trials of either
-        #: suite form one chain: each is judged against the best side by side, on the shapes it measured.
+        #: suite form one chain: each is judged against the best side by side, on the shapes it measured, and the
+        #: chain's cumulative ratios hold only where every step timed the shape (``chain_ratios``).
         self.suite = suite
         # The history of the device the trials run on (a Dask cluster's GPUs, not this machine's).
         self.store = Store(root) if root is not None else Store(device=history_device(runner, device))
@@ -264,7 +263,8 @@ class OptimizeLoop:
                                                  pending=[source_hash(s.source) for s in [*steps, *proposed]],
                                                  pending_notes=[f"{s.name}: {s.hypothesis}"[:300]
                                                                 for s in [*steps, *proposed]],
-                                                 baseline_source=self.baseline_file.read_text()))
+                                                 baseline_source=self.baseline_file.read_text(),
+                                                 suite=self.suite))
             if isinstance(step, Stop):
                 stop = step
                 break
@@ -282,7 +282,8 @@ class OptimizeLoop:
             # Every candidate a screening kept joins the round, one after another per worker: only those
             # that start before the deadline by the recent trials' pace (0025-0028 on the H200: rounds of
             # three started at the deadline, and the job's time limit killed all three).
-            fits = trials_before(self.deadline - time.time(), trial_pace(trials), self.runner.workers,
+            pace = trial_pace([t for t in trials if measures_suite(t.suite, self.suite)])  # this suite's trials
+            fits = trials_before(self.deadline - time.time(), pace, self.runner.workers,
                                  len(steps) + len(proposed))
             steps, proposed = steps[:fits], proposed[:max(0, fits - len(steps))]
             if not steps and not proposed:

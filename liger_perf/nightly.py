@@ -40,7 +40,7 @@ from liger_perf.propose import get_proposer
 from liger_perf.record.notebook import jsonable
 from liger_perf.kernel.registry import baseline_path, kernel_names, unknown_kernel
 from liger_perf.run import Runner, history_device, run_trial
-from liger_perf.record.schema import HARNESS_ERROR, Fingerprint, TrialResult
+from liger_perf.record.schema import HARNESS_ERROR, Fingerprint, TrialResult, measures_suite
 from liger_perf.record.store import Store
 from liger_perf.core.workspace import current
 from liger_perf.kernel.variants import source_hash
@@ -117,10 +117,12 @@ def _judged_gain(trial: TrialResult, target: str) -> str:
     return f"{speedup(judged.target_ratio, low, high)} over the previous best"
 
 
-def _advantage(result: TrialResult, target: str) -> float:
-    """Baseline time (or memory) over the best's, from a best-against-baseline trial: > 1 means the best wins."""
+def _advantage(result: TrialResult, target: str, keys: set | None = None) -> float:
+    """Baseline time (or memory) over the best's, from a best-against-baseline trial: > 1 means the best wins.
+    ``keys``: only those (pass, shape, dtype) cases."""
     times, memory = measured_ratios(result)
-    values = list(memory.values()) if target == "memory" else [v[0] for k, v in times.items() if k[0] == target]
+    values = ([v for k, v in memory.items() if keys is None or k in keys] if target == "memory" else
+              [v[0] for k, v in times.items() if k[0] == target and (keys is None or k in keys)])
     ratio = geomean(values)
     return 1 / ratio if values and math.isfinite(ratio) and ratio > 0 else math.nan
 
@@ -326,8 +328,11 @@ class Nightly:
     def _revalidate(self, job: KernelJob, entry: dict, trials: list[TrialResult], chain: list[TrialResult],
                     rules) -> None:
         best = chain[-1]
+        # Timed on what tonight's loop tunes on (the device's suite under the interpreter), and compared with the
+        # re-validations of that suite only: another suite's shapes would say nothing of these.
+        suite = job.suite if self.runner.mode(self.config.device) != "interpret" else ""
         revalidations = [t for t in trials if t.kind == "revalidation" and t.status != HARNESS_ERROR
-                         and t.variant_sha == best.variant_sha]
+                         and t.variant_sha == best.variant_sha and measures_suite(t.suite, suite)]
         # A re-validation that completed stands until the stack changes (a slowdown it found was reported then).
         # One that failed is run again each night: the regression is reported until it is resolved, and a failure
         # of the gate's own making, since fixed, is undone (on the H200 a bound too tight at 8 elements failed 0031).
@@ -345,7 +350,8 @@ class Nightly:
                                        "today's stack",
                             device=self.config.device, repetitions=self.config.repetitions,
                             convergence=self.config.convergence, confidence=rules.confidence, root=self.root,
-                            timeout_s=rules.trial_timeout_s, kind="revalidation", peers=False, runner=self.runner)
+                            timeout_s=rules.trial_timeout_s, kind="revalidation", peers=False, runner=self.runner,
+                            suite=suite)
         result = run.result
         notebook = self._relative(run.notebook)
         if result.status == HARNESS_ERROR:  # the best never ran: nothing is known about it tonight
@@ -354,12 +360,15 @@ class Nightly:
             entry["revalidation"] = "not done: the harness failed (see the errors)"
             return
         previous = last or best
+        compared = None  # the cases both figures take: every case of tonight's trial, or those the chain timed too
         if last is not None:
             before = _advantage(last, job.target)
-        else:  # the accepted chain's own side-by-side ratios, multiplied
-            ratios = chain_ratios(chain)
-            values = [v for k, v in ratios.items() if (k[0] == "memory") == (job.target == "memory")
-                      and (job.target == "memory" or k[0] == job.target)]
+        else:  # the accepted chain's own side-by-side ratios, multiplied, where tonight's trial timed the case too
+            times, memory = measured_ratios(result)
+            ratios = {k: v for k, v in chain_ratios(chain).items() if k in times or k in memory}
+            compared = {k for k in ratios if (k[0] == "memory") == (job.target == "memory")
+                        and (job.target == "memory" or k[0] == job.target)}
+            values = [ratios[k] for k in compared]
             before = 1 / geomean(values) if values else math.nan
         evidence = {"best_trial": best.trial_id, "revalidation_notebook": notebook,
                     "previous_notebook": self._notebook(previous),
@@ -369,7 +378,7 @@ class Nightly:
             entry["regressions"].append({**evidence, "what": f"the best no longer passes: {result.status}: "
                                                              f"{self._relative(result.reason)}"})
             return
-        now = _advantage(result, job.target)
+        now = _advantage(result, job.target, compared)
 
         def shown(advantage: float) -> str:  # a speedup over the baseline as people read one; memory as it is
             return f"{advantage:.3f}x" if job.target == "memory" else speedup(1 / advantage if advantage else None)

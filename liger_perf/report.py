@@ -134,7 +134,7 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
     if baseline is not None:
         rows = []
         for r in baseline.timing_rows("candidate"):
-            ratio = ratios.get(r.key, 1.0)
+            ratio = ratios.get(r.key) if chain else 1.0  # None: not timed by every accepted step
             row = {"pass": r.pass_name, "shape": r.shape, "dtype": r.dtype, "speedup vs baseline": speedup(ratio)}
             best_fraction = None
             if best is not None:
@@ -144,17 +144,18 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
                                                           else r.bandwidth_fraction or math.nan), 1)
             for p in baseline.timing_rows():
                 if p.key == r.key and p.contender not in ("candidate", "against") and p.ratio:
-                    row[f"speedup vs {p.contender}"] = speedup(ratio / p.ratio)
+                    row[f"speedup vs {p.contender}"] = speedup(ratio / p.ratio if ratio else None)
             rows.append(row)
         lines += ["## Best against the baseline and the peers, per shape", "",
                   "Speedup of the best (the other's time / the best's; above 1: faster). Vs the baseline: the "
-                  "inverse of the product of the accepted chain's side-by-side time ratios; vs a peer: the peer's "
+                  "inverse of the product of the accepted chain's side-by-side time ratios (`-`: a shape some "
+                  "accepted step did not time, on another suite); vs a peer: the peer's "
                   f"time ratio to the baseline in trial {baseline.trial_id:04d} over the best's."
                   + (f" No trial of this history ran today's `baseline.py`: trial {baseline.trial_id:04d} ran an "
                      f"earlier one (sha256 `{baseline.variant_sha[:16]}`), and nothing was accepted against it."
                      if earlier is not None else ""), "",
                   markdown_table(pd.DataFrame(rows)), ""]
-        plots = _plot_times(baseline, ratios, out, plt)
+        plots = _plot_times(baseline, ratios if chain else None, out, plt)
         lines += [f"![{p.stem}]({p.name})" for p in plots] + [""]
     table = dispatch_table(chain, baseline)
     if not table.empty:
@@ -168,7 +169,7 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
     return out / "report.md"
 
 
-def _plot_times(baseline: TrialResult, ratios: dict, out: Path, plt) -> list[Path]:
+def _plot_times(baseline: TrialResult, ratios: dict | None, out: Path, plt) -> list[Path]:
     frame = pd.DataFrame([r.model_dump(by_alias=True) for r in baseline.timing_rows()])
     if frame.empty:
         return []
@@ -180,7 +181,9 @@ def _plot_times(baseline: TrialResult, ratios: dict, out: Path, plt) -> list[Pat
             times = series.set_index("shape").loc[shapes, "median_ms"]
             ax.plot(shapes, times.to_numpy(), marker="o", label="baseline" if contender == "candidate" else contender)
         base = group[group["contender"] == "candidate"].set_index("shape").loc[shapes, "median_ms"]
-        best = [t * ratios.get((pass_name, s, dtype), 1.0) for s, t in zip(shapes, base)]
+        # No chain: the best is the baseline; a shape some accepted step did not time: no point.
+        best = [t * (1.0 if ratios is None else ratios.get((pass_name, s, dtype), math.nan))
+                for s, t in zip(shapes, base)]
         ax.plot(shapes, best, marker="s", linestyle="--", linewidth=2, label="best")  # dashed: may cover the baseline
         ax.set_yscale("log")
         ax.set_xlabel("shape")

@@ -19,7 +19,8 @@ def main() -> None:
     parser.add_argument("kernel")
     parser.add_argument("out")
     parser.add_argument("--variant", action="append", required=True, metavar="NAME=FILE")
-    parser.add_argument("--suite", default="models-tune")
+    parser.add_argument("--suite", default="models-tune", choices=("models-tune", "gpu", "interpret"),
+                        help="never the held-out split: it shows what the loop never saw")
     parser.add_argument("--passes", default="backward")
     parser.add_argument("--repetitions", type=int, default=10)
     parser.add_argument("--device", default="cuda", help="cuda, or interpret to try the script on a CPU")

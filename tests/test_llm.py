@@ -211,3 +211,16 @@ def test_an_edit_of_the_dispatch_table_is_recorded_bucket_by_bucket():
     # The prompt explains the table where the best carries one, and only there.
     assert "## Its dispatch table" in server.requests[0]["messages"][-1]["content"]
     assert "## Its dispatch table" not in build_prompt(_context(), LlmSettings(base_url="http://x", model="m"))
+
+
+def test_the_prompt_names_the_shapes_the_trials_time():
+    """A loop on the tuning split of the model suite tells the model those shapes, not the GPU suite's."""
+    import dataclasses
+
+    context = _context()
+    settings = LlmSettings(base_url="http://x", model="m", max_prompt_chars=200000)
+    assert "GPU benchmark shapes: " in build_prompt(context, settings)
+    prompt = build_prompt(dataclasses.replace(context, suite="models-tune"), settings)
+    assert "GPU benchmark shapes" not in prompt and "the models-tune suite" in prompt
+    widths = {c.shape[-1] for c in context.spec.cases("models-tune", "bench")}
+    assert all(f"x{w}" in prompt for w in widths)

@@ -162,3 +162,13 @@ def test_the_nightly_replayed_through_the_recorded_h200_night_decides_as_it_did_
     (kernel,) = json.loads(path.with_suffix(".json").read_text())["kernels"]
     assert code == 0 and kernel["revalidation"].startswith("skipped: the software stack is unchanged since trial 0010")
     assert kernel["trials_run"] == 0
+
+
+def test_a_replay_answers_a_request_only_with_a_recording_of_the_suite_it_asks_for(tmp_path):
+    """The recorded H200 trials timed the GPU suite: a request for the tuning split of the model suite finds none
+    of them (the loop would otherwise judge shapes it never asked for); a request for the device's suite does."""
+    with pytest.raises(UserError, match="replay: no cuda trial"):
+        run_trial(KERNEL, baseline_path(KERNEL), None, root=tmp_path / "nb", runner=ReplayRunner(RECORDED),
+                  suite="models-tune")
+    served = run_trial(KERNEL, baseline_path(KERNEL), None, root=tmp_path / "nb", runner=ReplayRunner(RECORDED))
+    assert served.result.suite == "gpu"

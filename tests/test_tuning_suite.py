@@ -267,3 +267,245 @@ def test_the_history_says_which_suite_each_trial_timed():
                                  "median_ms": 1.0}]}}))
     frame = history_frame("relu_squared", trials=trials)
     assert frame.groupby("trial_id")["suite"].first().to_dict() == {1: "gpu", 2: "models-tune"}
+
+
+class _Asked(Exception):
+    """Raised by a stand-in once it has recorded what it was asked: the step need not go on."""
+
+
+def _trial_on_the_tuning_split(against: bool = False):
+    """A trial built under the interpreter, then set to time the tuning split as it would on a GPU."""
+    from liger_perf.run.trial import Trial
+
+    path = str(baseline_path("fused_add_rms_norm"))
+    trial = Trial({"kernel": "fused_add_rms_norm", "variant": path, "against": path if against else "",
+                   "device": "interpret"})
+    trial.suite = "models-tune"
+    trial.request = trial.request.model_copy(update={"suite": "models-tune"})
+    trial.load_variants()
+    return trial
+
+
+def test_a_trial_on_the_tuning_split_times_its_cases(interpret_device, monkeypatch):
+    from liger_perf.measure import timing
+
+    asked = []
+
+    def time_suite(spec, contenders, cases, *args, **kwargs):
+        asked.append(cases)
+        raise _Asked
+
+    monkeypatch.setattr(timing, "time_suite", time_suite)
+    monkeypatch.setattr(timing, "copy_bandwidth", lambda device: 1.0)
+    trial = _trial_on_the_tuning_split()
+    with pytest.raises(_Asked):
+        trial.time()
+    assert asked == [trial.spec.cases("models-tune", "bench")]
+
+
+def test_a_trial_on_the_tuning_split_precompiles_and_profiles_it(interpret_device, monkeypatch):
+    from liger_perf.measure import ncu, precompile
+    from liger_perf.measure.ncu import NcuResult, profiled_shapes
+
+    compiled, profiled = [], []
+    monkeypatch.setattr(precompile, "precompile", lambda *args, **kwargs: compiled.append(kwargs) or {
+        "status": "skipped", "reason": "a stand-in"})
+    monkeypatch.setattr(ncu, "profile", lambda *args, **kwargs: profiled.append(kwargs) or NcuResult("unavailable",
+                                                                                                     "a stand-in"))
+    trial = _trial_on_the_tuning_split(against=True)
+    trial.precompile()
+    trial.profile()
+    trial._against_durations(["backward"])
+    assert {k["bench_suite"] for k in compiled} == {"models-tune"}
+    shapes = profiled_shapes(trial.spec.cases("models-tune", "bench"), one_per_bucket=True)
+    expected = ("--suite", "models-tune", "--shapes", ",".join("x".join(map(str, s)) for s in shapes))
+    assert [k["driver_args"] for k in profiled] == [expected, expected]  # the candidate, then the best's durations
+
+
+def test_precompilation_children_build_the_parents_work_list(monkeypatch, tmp_path):
+    """Each child rebuilds the work list and takes its share: it must be told the suite the parent listed."""
+    from liger_perf.measure import precompile
+
+    started = []
+
+    class Popen:
+        def __init__(self, argv, **kwargs):
+            started.append(argv)
+            raise OSError("a stand-in: nothing is started")
+
+    monkeypatch.setattr(precompile.subprocess, "Popen", Popen)
+    spec = get_spec("relu_squared")
+    precompile.launch(spec, [baseline_path("relu_squared")], "interpret", workers=2, timeout_s=5, part="quick",
+                      bench_suite="models-tune")
+    assert started and all("--bench-suite=models-tune" in argv for argv in started)
+    listed = []
+    monkeypatch.setattr(precompile, "work_list", lambda *args, **kwargs: listed.append(kwargs) or [])
+    precompile.main(["relu_squared", f"--variant={baseline_path('relu_squared')}", "--device=interpret",
+                     "--bench-suite=models-tune", "--share=0/1"])
+    assert listed[0]["bench_suite"] == "models-tune"
+
+
+def test_the_ncu_driver_profiles_the_cases_of_the_suite_it_is_given(interpret_device, monkeypatch):
+    from liger_perf.kernel import device, registry
+    from liger_perf.measure import ncu_driver
+
+    spec = get_spec("relu_squared")
+    asked = []
+
+    class Spec:
+        def __getattr__(self, name):
+            return getattr(spec, name)
+
+        def cases(self, suite, kind):
+            asked.append((suite, kind))
+            return []
+
+    monkeypatch.setattr(device, "select_device", lambda mode: interpret_device)
+    monkeypatch.setattr(registry, "get_spec", lambda name: Spec())
+    ncu_driver.main(["relu_squared", str(baseline_path("relu_squared")), "--suite", "models-tune"])
+    ncu_driver.main(["relu_squared", str(baseline_path("relu_squared"))])
+    assert asked == [("models-tune", "bench"), (interpret_device.suite, "bench")]
+
+
+def test_the_trial_command_asks_for_the_suite(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from liger_perf import cli, run
+    from liger_perf.run.papermill import PapermillRunner
+
+    asked = []
+
+    def run_trial(*args, **settings):
+        asked.append(settings)
+        raise _Asked
+
+    monkeypatch.setenv("LIGER_PERF_NOTEBOOKS", str(tmp_path))
+    monkeypatch.setattr(PapermillRunner, "mode", lambda self, device: "cuda")
+    monkeypatch.setattr(run, "history_device", lambda runner, device: "nvidia-h200")
+    monkeypatch.setattr(run, "run_trial", run_trial)
+    result = CliRunner().invoke(cli.app, ["trial", "relu_squared", "--suite", "models-tune"])
+    assert isinstance(result.exception, _Asked) and asked[0]["suite"] == "models-tune"
+
+
+def test_optimize_refuses_the_model_suite_on_the_cpu_before_it_announces_a_loop(monkeypatch, tmp_path,
+                                                                                interpret_device):
+    from typer.testing import CliRunner
+
+    from liger_perf import cli
+
+    monkeypatch.setenv("LIGER_PERF_NOTEBOOKS", str(tmp_path))
+    result = CliRunner().invoke(cli.app, ["optimize", "relu_squared", "--suite", "models-tune", "--device",
+                                          "interpret"])
+    assert isinstance(result.exception, UserError) and "needs a GPU" in str(result.exception)
+    assert "No CUDA device" not in result.output
+
+
+def test_the_chain_multiplies_only_what_every_accepted_step_timed():
+    """A step on another suite times other shapes: the product at a shape it did not time would claim the best
+    does there what only the other steps measured."""
+    from liger_perf.record.history import chain_ratios
+
+    def step(trial_id, ratios):
+        return TrialResult.model_validate({
+            "kernel": "relu_squared", "trial_id": trial_id, "name": f"t{trial_id}", "status": "complete",
+            "device": "cuda", "verdict": "accepted", "variant": {"sha256": str(trial_id), "source": "x"},
+            "timing": {"rows": [{"pass": "backward", "shape": shape, "dtype": "float32", "contender": "candidate",
+                                 "relative_to": "against", "ratio": ratio, "median_ms": 1.0}
+                                for shape, ratio in ratios.items()]}})
+
+    on_gpu = step(1, {"2048x4096": 0.5, "2048x8192": 0.8})
+    on_models = step(2, {"2048x4096": 0.5, "4096x5120": 0.9})
+    assert chain_ratios([on_gpu, on_models]) == {("backward", "2048x4096", "float32"): 0.25}
+    assert chain_ratios([on_gpu]) == {("backward", "2048x4096", "float32"): 0.5,
+                                      ("backward", "2048x8192", "float32"): 0.8}
+    assert chain_ratios([]) == {}
+
+
+def test_the_best_slowdown_check_compares_with_a_trial_of_the_same_shapes(tmp_path):
+    """The last trial that timed the best on another suite shares no shape with tonight's: the check looks further
+    back, to one that timed these shapes."""
+    from liger_perf.judge import best_slowdown
+
+    def trial(trial_id, suite, shape, best_ms):
+        return TrialResult.model_validate({
+            "kernel": "relu_squared", "trial_id": trial_id, "name": f"t{trial_id}", "status": "complete",
+            "device": "cuda", "suite": suite, "variant": {"sha256": f"v{trial_id}", "source": "x"},
+            "against": {"sha256": "best"}, "fingerprint": {"gpu": "NVIDIA H200", "torch": "2.11", "triton": "3.6"},
+            "timing": {"rows": [{"pass": "backward", "shape": shape, "dtype": "float32", "contender": "against",
+                                 "median_ms": best_ms}]}})
+
+    same_shapes = trial(1, "gpu", "2048x4096", 1.0)
+    other_suite = trial(2, "models-tune", "4096x5120", 1.0)
+    tonight = trial(3, "gpu", "2048x4096", 1.5)
+    found = best_slowdown(tonight, [same_shapes, other_suite])
+    assert found and "trial 0001" in found[0]
+
+
+@pytest.mark.parametrize("mode, expected", [("cuda", "models-tune"), ("interpret", "")])
+def test_a_nightly_revalidation_times_the_suite_the_job_tunes_on(tmp_path, monkeypatch, mode, expected):
+    """A best accepted on the tuning split is re-validated there: the GPU suite's shapes would compare its gains
+    with shapes it never measured (a false regression, or a hidden one)."""
+    from liger_perf import nightly
+    from liger_perf.judge.guardrails import Guardrails
+    from liger_perf.run import TrialRun
+
+    asked = []
+
+    def run_trial(*args, **settings):
+        asked.append(settings["suite"])
+        return TrialRun(tmp_path / "x.ipynb", TrialResult.model_validate({
+            "kernel": "relu_squared", "trial_id": 9, "name": "r", "status": "harness-error", "device": mode,
+            "reason": "a stand-in", "variant": {"sha256": "best", "source": "x"}}))
+
+    class Runner(_CudaRunner):
+        def mode(self, device):
+            return mode
+
+    monkeypatch.setattr(nightly, "run_trial", run_trial)
+    monkeypatch.setattr(nightly, "trial_variant_file", lambda *args: baseline_path("relu_squared"))
+    config = nightly.NightlyConfig.model_validate(
+        {"kernels": [{"name": "relu_squared", "target": "forward", "budget": 0, "suite": "models-tune"}]})
+    night = nightly.Nightly(config, root=tmp_path / "notebooks", reports=tmp_path / "reports", runner=Runner(),
+                            selfcheck=lambda *a, **k: None)
+    best = TrialResult.model_validate({"kernel": "relu_squared", "trial_id": 2, "name": "best", "status": "complete",
+                                       "device": mode, "suite": expected or "gpu", "verdict": "accepted",
+                                       "variant": {"sha256": "best", "source": "x"}, "against": {"sha256": "b"}})
+    # A completed re-validation of the other suite on this stack does not stand for tonight's.
+    other = best.model_copy(update={"trial_id": 3, "kind": "revalidation", "verdict": None,
+                                    "suite": "gpu" if expected else "models-tune"})
+    entry = {"errors": []}
+    night._revalidate(config.kernels[0], entry, [best, other], [best], Guardrails())
+    assert asked == [expected]
+
+
+def test_a_screening_on_the_tuning_split_times_its_cases(interpret_device, monkeypatch):
+    from liger_perf.run.screening import Screen
+
+    path = str(baseline_path("relu_squared"))
+    screen = Screen({"kernel": "relu_squared", "variant": path, "device": "interpret", "kind": "screening",
+                     "screen": [{"name": "0-same", "variant": path}]})
+    screen.suite = "models-tune"  # as on a GPU asked for the tuning split
+    asked = []
+
+    def smoke(cases):
+        asked.append(cases)
+        raise _Asked
+
+    monkeypatch.setattr(screen, "_smoke", smoke)
+    with pytest.raises(_Asked):
+        screen.time()
+    assert asked == [screen.spec.cases("models-tune", "bench")]
+
+
+def test_a_trial_records_the_suite_it_timed(monkeypatch):
+    """Built as on a GPU (the device and the fingerprint stood in for): its result names the tuning split."""
+    from liger_perf.kernel import device
+    from liger_perf.kernel.device import Device
+    from liger_perf.measure import fingerprint
+    from liger_perf.run.trial import Trial
+
+    monkeypatch.setattr(device, "select_device", lambda mode: Device("cuda", torch.device("cpu")))
+    monkeypatch.setattr(fingerprint, "fingerprint", lambda *args: {})
+    path = str(baseline_path("relu_squared"))
+    assert Trial({"kernel": "relu_squared", "variant": path, "suite": "models-tune"}).data["suite"] == "models-tune"
+    assert Trial({"kernel": "relu_squared", "variant": path}).data["suite"] == "gpu"

@@ -224,6 +224,7 @@ def _judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[K
     for key, (ratio, low, high) in times.items():
         label = f"{key[0]} {key[1]} {key[2]}"
         measured = speedup(ratio, low, high)
+        # A shape the chain has no product for (some accepted step timed another suite): only the step's limit.
         chain = best_vs_baseline.get(key, 1.0)
         step_limit = f"{speedup_limit(guardrails.max_regression)} the guardrails allow (max_regression " \
                      f"{guardrails.max_regression:.0%})"

@@ -30,6 +30,8 @@ class Context:
     #: Today's baseline source: its knob values are what an older variant, written before a knob existed, ran
     #: at ("" where unknown: the latest baseline trial's knobs stand in)
     baseline_source: str = ""
+    #: What the trials time: "" the device's suite, or "models-tune" (the tuning split of real models' shapes)
+    suite: str = ""
 
 
 @dataclass

@@ -82,14 +82,24 @@ def endpoint_configured(settings: LlmSettings) -> bool:
 
 # -- the prompt ---------------------------------------------------------------------------------------------
 
-def _spec_section(spec) -> str:
+def _timed_shapes(spec, suite: str) -> str:
+    """The shapes and dtypes the trials time: the GPU suite's, or the tuning split's (``suite``)."""
+    if not suite:
+        return (f"GPU benchmark shapes: {', '.join(shape_label(s) for s in spec.suites.get('gpu', []))}; dtypes "
+                f"{', '.join(dtype_name(d) for d in spec.dtypes['gpu'])}")
+    cases = spec.cases(suite, "bench")
+    shapes = ", ".join(dict.fromkeys(shape_label(c.shape) for c in cases))
+    return (f"Benchmark shapes (real models' widths at a training step's tokens, the {suite} suite): {shapes}; "
+            f"dtypes {', '.join(dict.fromkeys(dtype_name(c.dtype) for c in cases))}")
+
+
+def _spec_section(spec, suite: str = "") -> str:
     tolerances = "; ".join(f"{dtype_name(d)}: same-dtype atol {t.same_dtype.atol:g} rtol {t.same_dtype.rtol:g}"
                            for d, t in spec.tolerances.items())
     return "\n".join([
         f"Kernel: {spec.name}", f"Math: {spec.math}", f"Public interface (must stay): {', '.join(spec.interface)}",
         f"Passes: {', '.join(spec.passes)}",
-        f"GPU benchmark shapes: {', '.join(shape_label(s) for s in spec.suites.get('gpu', []))}; dtypes "
-        f"{', '.join(dtype_name(d) for d in spec.dtypes['gpu'])}",
+        _timed_shapes(spec, suite),
         f"Options the correctness gate sweeps (casting modes and the like): {list(map(dict, spec.check_configs))}",
         f"Tolerances: {tolerances}",
         "Correctness is a hard gate: forward and every gradient against a casting-faithful PyTorch reference in "
@@ -151,7 +161,7 @@ def build_prompt(context: Context, settings: LlmSettings) -> str:
         note = (f"({len(collapsed)} older trials are collapsed to one line each to fit the context.)"
                 if collapsed else "")
         prompt = "\n\n".join(filter(None, [
-            "## The kernel", _spec_section(context.spec),
+            "## The kernel", _spec_section(context.spec, context.suite),
             f"## Goal\nMake the {target} {'peak memory' if target == 'memory' else 'time'} smaller, geometric mean "
             "over every shape and dtype, without slowing any pass or raising peak memory by more than 5% at any "
             "shape, and without changing the results.",

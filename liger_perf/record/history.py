@@ -251,15 +251,15 @@ def _or(value: float | None, default: float) -> float:
 
 
 def chain_ratios(accepted: list[TrialResult]) -> dict[Key, float]:
-    """The current best against the baseline: the product, per metric, of the ratios of every accepted trial."""
-    total: dict[Key, float] = {}
+    """The current best against the baseline: the product, per metric, of the ratios of every accepted trial,
+    for the metrics every one of them measured. A shape some step did not time (a step on another suite) has no
+    product: the steps that did time it would not say what the best does there against the baseline."""
+    total: dict[Key, float] | None = None
     for result in accepted:
         times, memory = measured_ratios(result)
-        for key, (ratio, _, _) in times.items():
-            total[key] = total.get(key, 1.0) * ratio
-        for key, ratio in memory.items():
-            total[key] = total.get(key, 1.0) * ratio
-    return total
+        step = {**{key: ratio for key, (ratio, _, _) in times.items()}, **memory}
+        total = step if total is None else {key: ratio * step[key] for key, ratio in total.items() if key in step}
+    return total or {}
 
 
 def _is_baseline(trial: TrialResult, baseline_sha: str) -> bool:

@@ -41,6 +41,14 @@ GateMode = Literal["full", "staged", "quick"]
 #: suite drawn from real models (``liger_perf.kernel.model_shapes``). The held-out split cannot be asked for: the
 #: loop and the judge never read it.
 BenchSuite = Literal["", "models-tune"]
+#: The suites a trial may time besides the device's own ("", the default).
+TUNING_SUITES: tuple[str, ...] = ("models-tune",)
+
+
+def measures_suite(recorded: str, asked: str) -> bool:
+    """Whether a trial that recorded ``recorded`` as its suite timed what a request for ``asked`` times: the same
+    named suite, or for "" (the device's) any device suite ("gpu", "interpret"; "" in a bare record)."""
+    return recorded == asked if asked else recorded not in TUNING_SUITES
 
 
 class ScreenEntry(BaseModel):

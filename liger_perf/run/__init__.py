@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from liger_perf.core.errors import UserError
 from liger_perf.kernel.registry import get_spec
-from liger_perf.record.schema import TrialRequest, TrialResult
+from liger_perf.record.schema import TUNING_SUITES, TrialRequest, TrialResult
 from liger_perf.record.store import Store, TrialPaths
 
 
@@ -86,12 +86,12 @@ def file_trial(nb, result: TrialResult, request: TrialRequest, store: Store) -> 
     return TrialRun(paths.notebook, result)
 
 
-#: The suites a trial may time besides the device's own ("", the default): the tuning split of the real models'.
-TUNING_SUITES = ("models-tune",)
-
-
-def check_tuning_suite(suite: str) -> None:
-    """One line for a suite a trial may not time: the held-out split is the loop's exam, never its lesson."""
+def check_tuning_suite(suite: str, mode: str | None = None) -> None:
+    """One line for a suite a trial may not time: the held-out split is the loop's exam, never its lesson; and
+    (given the device ``mode`` the trials run in) a model suite under the interpreter."""
+    if suite in TUNING_SUITES and mode == "interpret":
+        raise UserError(f"--suite {suite} needs a GPU: its shapes (up to 64 Mi elements per tensor) would take hours "
+                        "under the Triton interpreter; on the CPU, leave --suite out")
     if suite in ("", *TUNING_SUITES):
         return
     if suite.startswith("models"):

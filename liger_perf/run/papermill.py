@@ -194,7 +194,8 @@ def bare_result(request: TrialRequest, mode: str) -> TrialResult:
         hypothesis=request.hypothesis, prediction=request.prediction, changes=request.changes,
         variant=VariantRecord(path=request.variant, sha256=source_hash(source), source=source),
         against=VariantRecord(path=request.against, sha256=against) if request.against else None,
-        proposer_audit=request.proposer_audit, kind=request.kind, passes=request.passes, device=mode)
+        proposer_audit=request.proposer_audit, kind=request.kind, passes=request.passes, device=mode,
+        suite=request.suite)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from liger_perf.core.errors import UserError
 from liger_perf.run import OneAtATime, TrialRun, file_trial
-from liger_perf.record.schema import HARNESS_ERROR, TrialRequest, TrialResult
+from liger_perf.record.schema import HARNESS_ERROR, TrialRequest, TrialResult, measures_suite
 from liger_perf.record.store import Store
 
 
@@ -61,7 +61,7 @@ class ReplayRunner(OneAtATime):
         for trial in load_trials(request.kernel, self.recorded):
             if trial.trial_id in self.served or trial.device != self._mode or trial.status == HARNESS_ERROR \
                     or trial.kind != request.kind or trial.variant_sha != variant_sha \
-                    or not _same_best(trial, against_sha):
+                    or not measures_suite(trial.suite, request.suite) or not _same_best(trial, against_sha):
                 continue
             nb = nbformat.read(trial.notebook, as_version=4)
             result = record.read_result(nb).model_copy(update={
