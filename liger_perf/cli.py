@@ -411,14 +411,12 @@ def optimize_command(
     from liger_perf.kernel.device import select_device
     from liger_perf.judge.guardrails import TARGETS, load_guardrails
     from liger_perf.record.history import load_trials, trial_pace
-    from liger_perf.record.schema import measures_suite
     from liger_perf.loop import OptimizeLoop
     from liger_perf.run.progress import PlainLog, describe, latest
     from liger_perf.propose import get_proposer
     from liger_perf.kernel.registry import get_spec
     from liger_perf.report import write_report
     from liger_perf.core.workspace import current
-
     from liger_perf.run import check_tuning_suite
 
     get_spec(kernel)
@@ -465,7 +463,7 @@ def optimize_command(
     from liger_perf.record.store import Store
 
     store = Store(device=history_device(runner or PapermillRunner(), device))  # the trials' device's history
-    expected_s = trial_pace([t for t in load_trials(kernel, store.notebooks) if measures_suite(t.suite, suite)])
+    expected_s = trial_pace(load_trials(kernel, store.notebooks), suite)
     running: dict[int, tuple[str, str, float]] = {}  # trial number -> (label, artifacts folder, start)
     # A terminal shows a live status line; output that is not one (a log, a pipe, CI) gets plain lines instead:
     # one per change of a trial's step, and one at least every 30 s while a step runs.

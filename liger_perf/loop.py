@@ -21,7 +21,6 @@ from liger_perf.judge import judge
 from liger_perf.propose import Context, Proposal, Proposer, Stop
 from liger_perf.record.notebook import record_verdict
 from liger_perf.kernel.registry import baseline_path, get_spec
-from liger_perf.record.schema import measures_suite
 from liger_perf.run import Runner, check_tuning_suite, history_device, trial_request
 from liger_perf.record.schema import HARNESS_ERROR, TrialRequest, TrialResult
 from liger_perf.record.store import Store, trial_number
@@ -282,8 +281,7 @@ class OptimizeLoop:
             # Every candidate a screening kept joins the round, one after another per worker: only those
             # that start before the deadline by the recent trials' pace (0025-0028 on the H200: rounds of
             # three started at the deadline, and the job's time limit killed all three).
-            pace = trial_pace([t for t in trials if measures_suite(t.suite, self.suite)])  # this suite's trials
-            fits = trials_before(self.deadline - time.time(), pace, self.runner.workers,
+            fits = trials_before(self.deadline - time.time(), trial_pace(trials, self.suite), self.runner.workers,
                                  len(steps) + len(proposed))
             steps, proposed = steps[:fits], proposed[:max(0, fits - len(steps))]
             if not steps and not proposed:

@@ -298,8 +298,7 @@ class Nightly:
                                 repetitions=self.config.repetitions, convergence=self.config.convergence,
                                 deadline=self.started + self.config.wall_clock_s, runner=self.runner,
                                 on_event=lambda event: self._record_new_trials(job, entry, known),
-                                screen=self.config.screen if mode != "interpret" else 0,
-                                suite=job.suite if mode != "interpret" else "")
+                                screen=self.config.screen if mode != "interpret" else 0, suite=self._suite(job))
             if job.suite and mode == "interpret":
                 entry["suite"] = f"the device's: {job.suite} needs a GPU"
             outcome = loop.run()
@@ -325,12 +324,16 @@ class Nightly:
                              for t in new if t.verdict == "accepted"]
         self._write_summary(finished=False)
 
+    def _suite(self, job: KernelJob) -> str:
+        """What tonight's trials of ``job`` time: its suite on a GPU, the device's under the interpreter."""
+        return job.suite if self.runner.mode(self.config.device) != "interpret" else ""
+
     def _revalidate(self, job: KernelJob, entry: dict, trials: list[TrialResult], chain: list[TrialResult],
                     rules) -> None:
         best = chain[-1]
         # Timed on what tonight's loop tunes on (the device's suite under the interpreter), and compared with the
         # re-validations of that suite only: another suite's shapes would say nothing of these.
-        suite = job.suite if self.runner.mode(self.config.device) != "interpret" else ""
+        suite = self._suite(job)
         revalidations = [t for t in trials if t.kind == "revalidation" and t.status != HARNESS_ERROR
                          and t.variant_sha == best.variant_sha and measures_suite(t.suite, suite)]
         # A re-validation that completed stands until the stack changes (a slowdown it found was reported then).

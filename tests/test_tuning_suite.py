@@ -164,7 +164,8 @@ def test_a_profile_of_the_model_suite_takes_the_largest_shape_of_each_bucket():
     chosen = {dispatch_bucket(c.shape, c.dtype) for c in cases if tuple(c.shape) in shapes}
     assert chosen == buckets  # every bucket is profiled
     for bucket in buckets:  # at the largest of its shapes
-        largest = max((c.shape for c in cases if dispatch_bucket(c.shape, c.dtype) == bucket), key=lambda s: s[0] * s[1])
+        largest = max((c.shape for c in cases if dispatch_bucket(c.shape, c.dtype) == bucket),
+                      key=lambda s: s[0] * s[1])
         assert tuple(largest) in shapes
     assert len(shapes) < len({tuple(c.shape) for c in cases}) / 2  # far fewer than the suite's shapes
 
@@ -509,3 +510,15 @@ def test_a_trial_records_the_suite_it_timed(monkeypatch):
     path = str(baseline_path("relu_squared"))
     assert Trial({"kernel": "relu_squared", "variant": path, "suite": "models-tune"}).data["suite"] == "models-tune"
     assert Trial({"kernel": "relu_squared", "variant": path}).data["suite"] == "gpu"
+
+
+def test_the_pace_of_a_suite_is_read_from_its_own_trials():
+    """A trial on the tuning split takes several times one on the GPU suite: a deadline planned on the other
+    suite's pace would start rounds that cannot finish."""
+    from liger_perf.record.history import trial_pace
+
+    trials = [TrialResult.model_validate({"kernel": "relu_squared", "trial_id": i, "name": f"t{i}",
+                                          "status": "complete", "device": "cuda", "suite": suite, "elapsed_s": s,
+                                          "variant": {"sha256": f"v{i}", "source": "x"}})
+              for i, (suite, s) in enumerate([("gpu", 80.0), ("models-tune", 300.0), ("gpu", 90.0)])]
+    assert trial_pace(trials) == 90.0 and trial_pace(trials, "models-tune") == 300.0

@@ -18,7 +18,7 @@ import pandas as pd
 
 from liger_perf.record.notebook import read_result, read_verdict
 from liger_perf.kernel.registry import baseline_path
-from liger_perf.record.schema import Key, TrialResult
+from liger_perf.record.schema import Key, TrialResult, measures_suite
 from liger_perf.record.store import Store, trial_number
 from liger_perf.kernel.variants import source_hash
 from liger_perf.core.wording import count
@@ -320,10 +320,11 @@ def latest_best(kernel: str, root: Path) -> TrialResult | None:
     return None
 
 
-def trial_pace(trials: list[TrialResult]) -> float | None:
-    """How long a trial takes here: the median wall time of the last five complete experiment trials (the upper
-    of the two middle ones for an even count), or None before there are any."""
-    recent = [t.elapsed_s for t in trials if t.kind == "experiment" and t.status == "complete" and t.elapsed_s][-5:]
+def trial_pace(trials: list[TrialResult], suite: str = "") -> float | None:
+    """How long a trial of ``suite`` takes here: the median wall time of the last five complete experiment trials
+    that timed it (the upper of the two middle ones for an even count), or None before there are any."""
+    recent = [t.elapsed_s for t in trials if t.kind == "experiment" and t.status == "complete" and t.elapsed_s
+              and measures_suite(t.suite, suite)][-5:]
     return sorted(recent)[len(recent) // 2] if recent else None
 
 
