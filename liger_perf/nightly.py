@@ -33,8 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from liger_perf.core.config import load_yaml_model
 from liger_perf.core.errors import EXIT_FAILED, EXIT_JOB_ERROR, UserError
 from liger_perf.judge.guardrails import load_guardrails
-from liger_perf.record.history import (accepted_chain, chain_ratios, geomean, load_trials, measured_ratios,
-                                trial_variant_file)
+from liger_perf.record.history import (accepted_chain, chain_ratios, geomean, load_trials, measured_ratios, on_target,
+                                target_ratio, trial_variant_file)
 from liger_perf.loop import OptimizeLoop
 from liger_perf.propose import get_proposer
 from liger_perf.record.notebook import jsonable
@@ -120,11 +120,8 @@ def _judged_gain(trial: TrialResult, target: str) -> str:
 def _advantage(result: TrialResult, target: str, keys: set | None = None) -> float:
     """Baseline time (or memory) over the best's, from a best-against-baseline trial: > 1 means the best wins.
     ``keys``: only those (pass, shape, dtype) cases."""
-    times, memory = measured_ratios(result)
-    values = ([v for k, v in memory.items() if keys is None or k in keys] if target == "memory" else
-              [v[0] for k, v in times.items() if k[0] == target and (keys is None or k in keys)])
-    ratio = geomean(values)
-    return 1 / ratio if values and math.isfinite(ratio) and ratio > 0 else math.nan
+    ratio = target_ratio(result, target, keys)
+    return 1 / ratio if math.isfinite(ratio) and ratio > 0 else math.nan
 
 
 class Nightly:
@@ -369,8 +366,7 @@ class Nightly:
         else:  # the accepted chain's own side-by-side ratios, multiplied, where tonight's trial timed the case too
             times, memory = measured_ratios(result)
             ratios = {k: v for k, v in chain_ratios(chain).items() if k in times or k in memory}
-            compared = {k for k in ratios if (k[0] == "memory") == (job.target == "memory")
-                        and (job.target == "memory" or k[0] == job.target)}
+            compared = {k for k in ratios if on_target(k, job.target)}
             values = [ratios[k] for k in compared]
             before = 1 / geomean(values) if values else math.nan
         evidence = {"best_trial": best.trial_id, "revalidation_notebook": notebook,

@@ -26,7 +26,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from liger_perf.judge.guardrails import Guardrails
-from liger_perf.record.history import accuracy_ratios, accuracy_reductions, geomean, geomean_interval, measured_ratios
+from liger_perf.record.history import (accuracy_ratios, accuracy_reductions, geomean, geomean_interval, measured_ratios,
+                                        target_ratio)
 from liger_perf.record.schema import NCU_DURATION, JudgedRatio, Key, TrialResult, Verdict, VerdictName
 from liger_perf.core.wording import speedup, speedup_limit
 from liger_perf.kernel.variants import dispatch_bucket, target_buckets
@@ -193,10 +194,7 @@ def judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[Ke
     carries the target's geomean over the whole suite (``suite_ratio``), which rounds and chains compare."""
     judgement = _judge(result, guardrails, best_vs_baseline, history)
     if target_buckets(result.changes) and result.status == "complete" and result.timing is not None:
-        times, memory = measured_ratios(result)
-        values = (list(memory.values()) if guardrails.target == "memory"
-                  else [v[0] for k, v in times.items() if k[0] == guardrails.target])
-        judgement.suite_ratio = geomean(values) if values else math.nan
+        judgement.suite_ratio = target_ratio(result, guardrails.target)
     return judgement
 
 

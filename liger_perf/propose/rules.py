@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from liger_perf.propose import Context, Proposal, Stop, tried_sources
 from liger_perf.propose.resources import footprints, launch_problem, limits_for, spilling_shapes
-from liger_perf.record.schema import NCU_DURATION, NcuLaunch, TrialResult
+from liger_perf.record.schema import NCU_DURATION, TUNING_SUITES, NcuLaunch, TrialResult
 from liger_perf.kernel.spec import Remedy
 from liger_perf.kernel.variants import (apply_changes, bucket_columns, bucket_order, carries_dispatch,
                                        dispatch_bucket, knobs_in, qualified, read_dispatch, read_knobs,
@@ -489,7 +489,7 @@ class _LaunchModel:
         # suite's (a trial on "models-tune" runs on the GPU's).
         suite = best.suite if best.suite in spec.suites else "interpret" if best.device == "interpret" else "gpu"
         suite = suite if suite in spec.suites else next(iter(spec.suites), "")
-        timed = "models-tune" if best.suite == "models-tune" and best.device == "cuda" else suite
+        timed = best.suite if best.suite in TUNING_SUITES and best.device == "cuda" else suite
         self.spec, self.knobs = spec, knobs
         self.suite_shapes = list(dict.fromkeys(tuple(c.shape) for c in spec.cases(timed, "bench"))) if timed else []
         self.shapes = [*self.suite_shapes, *map(tuple, spec.check_shapes.get(suite, ()))]

@@ -250,6 +250,21 @@ def _or(value: float | None, default: float) -> float:
     return default if value is None else value
 
 
+def on_target(key: Key, target: str) -> bool:
+    """Whether a measured case counts for ``target``: peak memory (``("memory", shape, dtype)``) for "memory",
+    else that pass's time."""
+    return key[0] == ("memory" if target == "memory" else target)
+
+
+def target_ratio(result: TrialResult, target: str, keys: set[Key] | None = None) -> float:
+    """The geometric mean of a trial's side-by-side ratios (candidate / the best it ran against) on ``target``,
+    over every case it measured (or those of ``keys``); NaN where there is none."""
+    times, memory = measured_ratios(result)
+    values = [ratio for key, ratio in {**{k: v[0] for k, v in times.items()}, **memory}.items()
+              if on_target(key, target) and (keys is None or key in keys)]
+    return geomean(values) if values else math.nan
+
+
 def chain_ratios(accepted: list[TrialResult]) -> dict[Key, float]:
     """The current best against the baseline: the product, per metric, of the ratios of every accepted trial,
     for the metrics every one of them measured. A shape some step did not time (a step on another suite) has no
