@@ -14,8 +14,9 @@
 #   broken:NAME[,NAME]     liger-perf check of broken variants (tests/broken_variants.py), on the GPU
 #   gate-cost-old:DIR      liger-perf check of the baseline with the package in DIR (an older checkout), cold
 #   main-job:MINUTES       a fresh workspace and the README's main job (optimize fused_add_rms_norm), its log
-#   loop:KERNEL,TARGET,MIN[,SUITE[,BUDGET]]  the optimize loop on the committed history
-#                          (notebooks/nvidia-h200/KERNEL), timing SUITE (e.g. models-tune) if given
+#   loop:KERNEL,TARGET,MIN[,SUITE[,BUDGET[,REPS]]]  the optimize loop on the committed history
+#                          (notebooks/nvidia-h200/KERNEL), timing SUITE (e.g. models-tune) if given, REPS timed
+#                          repetitions per contender if given (a model-suite trial at the default 100 took 400 s)
 #   aa:N                   N A/A trials of the fused best against a comment-only copy of itself (no NCU), in
 #                          reports/evidence/<date>-aa-COMMIT/ (a later call at the same commit resumes them;
 #                          AA_ROOT=DIR resumes DIR instead, e.g. across midnight or a commit that no gated file differs in)
@@ -91,9 +92,10 @@ print(best_variant_file("fused_add_rms_norm", Store(device="nvidia-h200").notebo
         --target backward --max-minutes ${arg:-4}"
       mkdir -p "$dir/notebooks" && cp -r /tmp/fresh-workspace/notebooks/. "$dir/notebooks/" ;;
     loop)
-      IFS=, read -r kernel target minutes suite budget <<< "$arg"
+      IFS=, read -r kernel target minutes suite budget reps <<< "$arg"
       run "$dir-$kernel" python3 -m liger_perf optimize "$kernel" --target "$target" --device cuda \
-        --max-minutes "$minutes" ${suite:+--suite "$suite"} ${budget:+--budget "$budget"} ;;
+        --max-minutes "$minutes" ${suite:+--suite "$suite"} ${budget:+--budget "$budget"} \
+        ${reps:+--repetitions "$reps"} ;;
     aa) dir=${AA_ROOT:-"$dir-$LIGER_PERF_GIT_COMMIT"}  # one root per commit: calls at the same commit resume it
       run "$dir" python3 scripts/aa_trials.py fused_add_rms_norm --trials "${arg:-20}" --root "$dir" \
           --deadline-s "$(( $(left) > 111 ? $(left) - 110 : 1 ))" ;;  # 0 would mean no deadline
