@@ -24,6 +24,8 @@
 #   security               scripts/security_probe.py: canaries, files and forgeries inside a sandboxed trial
 #   e2e:MODEL              liger-perf e2e of a Llama-like or Gemma-like model -> reports/nvidia-h200/e2e/
 #   dispatch-check         the gate of a baseline whose DISPATCH table takes other algorithms in three buckets
+#   knob-check:KNOB=VALUE[,KNOB@BUCKET=VALUE...]  the gate of the fused baseline with those knobs (Python
+#                          literals, else strings), e.g. a new knob's paths on the GPU
 #   trial-models:K[,R]     one trial of K's baseline on the tuning split (--suite models-tune), R repetitions, its
 #                          notebook in reports/evidence/<date>-trial-models-K/notebooks/
 #   ab-models:K,KNOB,VALUE[,R]  K's baseline with KNOB=VALUE against the baseline on the tuning split (backward,
@@ -114,6 +116,20 @@ print(with_knobs(baseline_path("fused_add_rms_norm").read_text(), {
         > "$dir/dispatched.py"
       run "$dir" python3 -m liger_perf check fused_add_rms_norm --device cuda --no-convergence \
         --variant "$dir/dispatched.py" ;;
+    knob-check)
+      mkdir -p "$dir" && python3 -c 'import ast, sys
+from liger_perf.kernel.registry import baseline_path
+from liger_perf.kernel.variants import with_knobs
+
+def value(text):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+knobs = dict(item.split("=", 1) for item in sys.argv[1].split(","))
+print(with_knobs(baseline_path("fused_add_rms_norm").read_text(), {k: value(v) for k, v in knobs.items()}), end="")' \
+        "$arg" > "$dir/knobs.py"
+      run "$dir" python3 -m liger_perf check fused_add_rms_norm --device cuda --no-convergence --variant "$dir/knobs.py" ;;
     trial-models)  # one trial of the baseline on the tuning split, in a scratch history under the step's folder
       IFS=, read -r kernel reps <<< "$arg"
       LIGER_PERF_NOTEBOOKS="$dir-$kernel/notebooks" run "$dir-$kernel" python3 -m liger_perf trial "$kernel" \

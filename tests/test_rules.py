@@ -51,11 +51,12 @@ def test_diagnoses_the_fused_backward_spills_at_the_widest_rows_first():
 def test_proposes_the_remedy_the_diagnosis_points_to_with_hypothesis_and_prediction():
     proposal = RulesProposer().propose(_context("fused_add_rms_norm", "backward"))
     assert isinstance(proposal, Proposal)
-    assert proposal.changes == {"bwd_column_chunked": "per_row", "BLOCK_SIZE": 8192}
+    # Fewer live vectors first (no extra traffic), then the chunked walks (an L2 re-read per row).
+    assert proposal.changes == {"bwd_dw_order": "before_dx"}
     assert proposal.diagnosis == "spills"
     assert "register spills" in proposal.hypothesis and proposal.prediction
     knobs, _ = read_knobs(proposal.source)
-    assert knobs["bwd_column_chunked"] == "per_row" and knobs["BLOCK_SIZE"] == 8192
+    assert knobs["bwd_dw_order"] == "before_dx" and knobs["bwd_column_chunked"] is False
 
 
 def test_without_spills_a_narrow_row_backward_gets_multi_row_tiles():
@@ -74,7 +75,12 @@ def test_never_proposes_a_variant_the_history_holds():
     first = RulesProposer().propose(_context("fused_add_rms_norm", "backward"))
     held = make_trial(name="x", variant={"sha256": source_hash(first.source), "knobs": {}}, verdict="rejected")
     second = RulesProposer().propose(_context("fused_add_rms_norm", "backward", [held]))
-    assert second.changes == {"bwd_column_chunked": "per_row", "BLOCK_SIZE": 16384}
+    assert second.changes == {"bwd_weight_reload": True}
+    also = make_trial(name="y", variant={"sha256": source_hash(second.source), "knobs": {}}, verdict="rejected")
+    third = RulesProposer().propose(_context("fused_add_rms_norm", "backward", [held, also]))
+    assert third.changes == {"bwd_column_chunked": "per_row", "BLOCK_SIZE": 8192}
+    knobs, _ = read_knobs(third.source)
+    assert knobs["bwd_column_chunked"] == "per_row" and knobs["BLOCK_SIZE"] == 8192
 
 
 def test_a_rejection_that_won_on_the_target_rules_out_no_direction():
@@ -85,10 +91,10 @@ def test_a_rejection_that_won_on_the_target_rules_out_no_direction():
     rejected = dict(name="too-broad", variant={"sha256": source_hash(first.source), "knobs": {}},
                     verdict="rejected", changes=first.changes, against={"sha256": "base"})
     context.trials.append(make_trial(**rejected, gain=0.09))
-    assert RulesProposer().propose(context).changes == {"bwd_column_chunked": "per_row", "BLOCK_SIZE": 16384}
+    assert RulesProposer().propose(context).changes == {"bwd_weight_reload": True}
     context.trials[-1] = make_trial(**rejected, gain=-0.01)
     after_a_loss = RulesProposer().propose(context)
-    assert "bwd_column_chunked" not in after_a_loss.changes  # that direction is ruled out from False
+    assert "bwd_dw_order" not in after_a_loss.changes  # that direction is ruled out from "after_dx"
 
 
 def test_a_rejected_direction_is_not_repeated():
@@ -323,10 +329,10 @@ def test_with_a_dispatch_table_a_remedy_goes_into_the_diagnosed_bucket_only():
     """The spill at 2048x32768 float32 is remedied in bucket 32768x4 (16385-32768 columns of float32) alone:
     the defaults, which every other shape runs, stay as they are."""
     proposal = RulesProposer().propose(_context("fused_add_rms_norm", "backward", table=True))
-    assert proposal.changes == {"bwd_column_chunked@32768x4": "per_row", "BLOCK_SIZE@32768x4": 8192}
+    assert proposal.changes == {"bwd_dw_order@32768x4": "before_dx"}
     assert proposal.diagnosis == "spills" and "Only in bucket 32768x4 (16385-32768 columns" in proposal.hypothesis
     assert read_knobs(proposal.source)[0] == read_knobs(baseline_path("fused_add_rms_norm").read_text())[0]
-    assert read_dispatch(proposal.source) == {"32768x4": {"BLOCK_SIZE": 8192, "bwd_column_chunked": "per_row"}}
+    assert read_dispatch(proposal.source) == {"32768x4": {"bwd_dw_order": "before_dx"}}
 
 
 def test_with_a_dispatch_table_the_walk_moves_one_bucket_at_a_time_the_furthest_from_the_floor_first():

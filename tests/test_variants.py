@@ -52,6 +52,13 @@ ALGORITHMS = {
     # Row tiles in one bucket of the dispatch table (float32 rows of 65-128 columns); float16 runs the defaults.
     "row_tiles_in_one_bucket": ({"bwd_tile_elements@128x4": 512, "bwd_num_warps@128x4": "auto"},
                                 {"bwd_chunk_mode": 0, "bwd_tile_rows": 4, "bwd_BLOCK_SIZE": 128}),
+    # dW added up before dX, W + offset reloaded per row: the one-row loop, then the tile loop.
+    "dw_before_dx_weight_reloaded": ({"bwd_dw_order": "before_dx", "bwd_weight_reload": True},
+                                     {"bwd_chunk_mode": 0, "bwd_tile_rows": 1, "bwd_dw_before_dx": True,
+                                      "bwd_reload_w": True}),
+    "row_tiles_dw_before_dx_weight_reloaded": ({"bwd_tile_elements": 512, "bwd_dw_order": "before_dx",
+                                                "bwd_weight_reload": True},
+                                               {"bwd_tile_rows": 4, "bwd_dw_before_dx": True, "bwd_reload_w": True}),
     # Gradients rounded where autograd rounds them (the baseline rounds them once).
     "gradients_rounded_as_autograd": ({"bwd_grad_rounding": "autograd", "bwd_tile_elements": 512},
                                       {"bwd_chunk_mode": 0, "bwd_tile_rows": 4}),
@@ -85,6 +92,31 @@ def test_each_backward_algorithm_passes_the_gate(tmp_path, interpret_device, alg
     result = check_variant(spec, variant, interpret_device, convergence=False, fail_fast=True,
                            cases=pairwise_cases(spec, interpret_device.suite))
     assert result.failures().empty, result.failures()[["case", "output", "reason"]].to_string()
+
+
+@pytest.mark.parametrize("tile", ["row", 512])
+@pytest.mark.parametrize("knobs", [{"bwd_dw_order": "before_dx"}, {"bwd_weight_reload": True},
+                                   {"bwd_dw_order": "before_dx", "bwd_weight_reload": True}])
+def test_the_register_order_knobs_change_no_bit_of_any_gradient(tmp_path, interpret_device, knobs, tile):
+    """The order a row's dW term is added up in and where W + offset is read from free registers; they must not
+    change what is computed: the same float32 sums in the same order, so every output bitwise the baseline's."""
+    import torch
+
+    spec = get_spec("fused_add_rms_norm")
+    grads = {}
+    for name, changes in {"baseline": {}, "variant": knobs}.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(with_knobs(baseline_path(spec.name).read_text(), {"bwd_tile_elements": tile, **changes}))
+        module = load_variant(path, spec).module
+        generator = torch.Generator().manual_seed(5)
+        X, R = (torch.randn(23, 100, generator=generator, dtype=torch.float16).requires_grad_() for _ in range(2))
+        W = (1 + 0.1 * torch.randn(100, generator=generator)).to(torch.float16).requires_grad_()
+        Y, S = module.fused_add_rms_norm(X, R, W, offset=0.5)
+        (Y.float() * torch.randn(23, 100, generator=generator)).sum().add(S.float().pow(2).sum()).backward()
+        grads[name] = (Y, S, X.grad, R.grad, W.grad)
+    for base, variant in zip(grads["baseline"], grads["variant"]):
+        assert torch.equal(base, variant)
+    assert grads["variant"][4].abs().sum() > 0
 
 
 def test_the_baseline_takes_the_one_row_unchunked_path():

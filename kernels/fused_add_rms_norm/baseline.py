@@ -38,6 +38,12 @@ autograd context. The knobs reach the algorithms a kernel engineer would try nex
   same from run to run. One program does the final sum, so it pays off only where rows are narrow;
 * ``bwd_elements_per_thread``: how many of a backward step's elements each thread holds when the warps are
   "auto" (fewer: more warps, fewer registers per thread, less spilling on wide float32 rows);
+* ``bwd_dw_order``: where a row's ``dW`` term joins the program's accumulator in the one-row and tile loops:
+  ``"after_dx"`` (once ``dX`` is stored) or ``"before_dx"`` (right after it is computed, so its registers are
+  free while ``dX`` is computed; Liger-Kernel's order). At wide rows the fewer live vectors stop the spills;
+  elsewhere the compiler's schedule decides, so it is a per-bucket choice;
+* ``bwd_weight_reload``: hold ``W + offset`` in registers across a program's rows (False), or load it again
+  for every row or tile from L2 (True: a row's worth of registers freed for wide rows, one L2 read per row);
 * ``bwd_grad_rounding``: ``"autograd"`` rounds the gradients to the input dtype where PyTorch's autograd does
   (``dY * (W + offset)``, the gradient reaching ``S`` through the norm, each row's ``dW`` term); ``"once"``
   keeps them in float32 and rounds ``dX`` and ``dW`` once at the end: closer to the exact (float64) gradient
@@ -71,6 +77,8 @@ KNOBS = {
     "bwd_fused_dw_max_cols": 0,  # up to this H the backward sums the dW partials itself (no extra launch)
     "bwd_elements_per_thread": "auto",  # elements a thread holds when warps are "auto"; "auto": by tile size
     "bwd_grad_rounding": "once",  # "once": gradients rounded once, at the end; "autograd": where autograd rounds
+    "bwd_dw_order": "after_dx",  # when a row's dW term is added up: "after_dx" or "before_dx" (fewer live registers)
+    "bwd_weight_reload": False,  # True: W + offset loaded per row (or tile) from L2 instead of held in registers
 }
 KNOB_CHOICES = {
     "BLOCK_SIZE": ["auto", 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
@@ -86,6 +94,8 @@ KNOB_CHOICES = {
     "bwd_fused_dw_max_cols": [0, 1024, 2048, 4096, 8192, 16384, 32768],
     "bwd_elements_per_thread": ["auto", 4, 8, 16, 32, 64],
     "bwd_grad_rounding": ["autograd", "once"],
+    "bwd_dw_order": ["after_dx", "before_dx"],
+    "bwd_weight_reload": [False, True],
 }
 #: Bucket -> knobs that differ from KNOBS at the shapes in it (see the module docstring); tuned one bucket at a time.
 DISPATCH = {}
@@ -223,6 +233,7 @@ def _backward_kernel(
     n_rows, n_cols, offset, rows_per_program, n_programs, group_size,
     CASTING: tl.constexpr, BLOCK_SIZE: tl.constexpr, CHUNK_MODE: tl.constexpr, TILE_ROWS: tl.constexpr,
     NUM_STAGES: tl.constexpr, FUSED_DW: tl.constexpr, REDUCE_COLS: tl.constexpr, ROUND_ONCE: tl.constexpr,
+    DW_BEFORE_DX: tl.constexpr, RELOAD_W: tl.constexpr,
 ):
     pid = tl.program_id(0)
     row_start = pid * rows_per_program
@@ -291,28 +302,41 @@ def _backward_kernel(
             tl.store(DW_PARTIAL + pid * stride_dw + c, dw_acc, mask=mask)
     elif TILE_ROWS == 1:
         mask = cols < n_cols
-        wo = _weight_factor(tl.load(W + cols, mask=mask, other=0.0), offset, CASTING)
+        if not RELOAD_W:
+            held_wo = _weight_factor(tl.load(W + cols, mask=mask, other=0.0), offset, CASTING)
         dw_acc = tl.zeros((BLOCK_SIZE,), dtype=tl.float32)
         for row in tl.range(row_start, row_end, num_stages=NUM_STAGES):
             row64 = tl.cast(row, tl.int64)
+            if RELOAD_W:
+                wo = _weight_factor(tl.load(W + cols, mask=mask, other=0.0), offset, CASTING)
+            else:
+                wo = held_wo
             rstd = tl.load(RSTD + row64)
             dy = tl.load(DY + row64 * stride_dy + cols, mask=mask, other=0.0)
             s = tl.load(S + row64 * stride_s + cols, mask=mask, other=0.0)
             m, dw = _row_grads(dy, s, wo, rstd, n_cols, CASTING, ROUND_ONCE)
+            if DW_BEFORE_DX:
+                dw_acc += dw
             dot = tl.sum(m * s.to(tl.float32), axis=0)
             ds = tl.load(DS + row64 * stride_ds + cols, mask=mask, other=0.0)
             tl.store(DX + row64 * stride_dx + cols, _dx(m, s, rstd, dot, ds, n_cols, CASTING, ROUND_ONCE), mask=mask)
-            dw_acc += dw
+            if not DW_BEFORE_DX:
+                dw_acc += dw
         tl.store(DW_PARTIAL + pid * stride_dw + cols, dw_acc, mask=mask)
     else:
         # TILE_ROWS rows per step as one [TILE_ROWS, BLOCK_SIZE] tile: more independent loads in flight per
         # program where a row is narrow. Rows past this program's share are masked (their dY loads as 0, so
         # their dW contribution is 0).
         col_mask = cols < n_cols
-        wo = _weight_factor(tl.load(W + cols, mask=col_mask, other=0.0), offset, CASTING)[None, :]
+        if not RELOAD_W:
+            held_wo = _weight_factor(tl.load(W + cols, mask=col_mask, other=0.0), offset, CASTING)[None, :]
         dw_acc = tl.zeros((BLOCK_SIZE,), dtype=tl.float32)
         tile = tl.arange(0, TILE_ROWS)
         for first in tl.range(row_start, row_end, TILE_ROWS, num_stages=NUM_STAGES):
+            if RELOAD_W:
+                wo = _weight_factor(tl.load(W + cols, mask=col_mask, other=0.0), offset, CASTING)[None, :]
+            else:
+                wo = held_wo
             rows = first + tile
             row_mask = rows < row_end
             rows64 = rows.to(tl.int64)[:, None]
@@ -321,10 +345,13 @@ def _backward_kernel(
             dy = tl.load(DY + rows64 * stride_dy + cols[None, :], mask=mask, other=0.0)
             s = tl.load(S + rows64 * stride_s + cols[None, :], mask=mask, other=0.0)
             m, dw = _row_grads(dy, s, wo, rstd, n_cols, CASTING, ROUND_ONCE)
+            if DW_BEFORE_DX:
+                dw_acc += tl.sum(dw, axis=0)
             dot = tl.sum(m * s.to(tl.float32), axis=1)[:, None]
             ds = tl.load(DS + rows64 * stride_ds + cols[None, :], mask=mask, other=0.0)
             tl.store(DX + rows64 * stride_dx + cols[None, :], _dx(m, s, rstd, dot, ds, n_cols, CASTING, ROUND_ONCE), mask=mask)
-            dw_acc += tl.sum(dw, axis=0)
+            if not DW_BEFORE_DX:
+                dw_acc += tl.sum(dw, axis=0)
         tl.store(DW_PARTIAL + pid * stride_dw + cols, dw_acc, mask=col_mask)
     if FUSED_DW:
         _finish_dw(DW, DW_PARTIAL, GROUP_PARTIAL, COUNTERS, pid, n_programs, group_size, n_cols, stride_dw,
@@ -453,6 +480,8 @@ def _launch_settings(n_cols, dtype, device):
         "bwd_num_warps": (_warps_for(tile_rows * bwd_block, knobs["bwd_elements_per_thread"]) if bwd_warps == "auto"
                           else bwd_warps),
         "num_stages": None if stages == "auto" else stages,
+        "bwd_dw_before_dx": knobs["bwd_dw_order"] == "before_dx",
+        "bwd_reload_w": bool(knobs["bwd_weight_reload"]),
         "fwd_chunked": fwd_chunked,
         "sm_count": _multiprocessor_count(device),
     }
@@ -524,6 +553,7 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
             CASTING=ctx.mode, BLOCK_SIZE=settings["bwd_BLOCK_SIZE"], CHUNK_MODE=settings["bwd_chunk_mode"],
             TILE_ROWS=settings["bwd_tile_rows"], NUM_STAGES=settings["num_stages"], FUSED_DW=fused_dw,
             REDUCE_COLS=min(1024, triton.next_power_of_2(n_cols)), ROUND_ONCE=knobs["bwd_grad_rounding"] == "once",
+            DW_BEFORE_DX=settings["bwd_dw_before_dx"], RELOAD_W=settings["bwd_reload_w"],
             num_warps=settings["bwd_num_warps"],
         )
         if not fused_dw and knobs["dw_reduction"] == "triton":

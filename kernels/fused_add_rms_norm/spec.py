@@ -57,6 +57,15 @@ _MORE_WARPS_BWD = [
     Remedy({"bwd_elements_per_thread": 8}, "8 elements per thread: more warps for every tile",
            "backward faster where a thread's share of the row spills or too few warps hide latency"),
 ]
+# Fewer vectors live in a wide row's loop (H200, trial 0033: 128 registers and 420-528 MB of spills at H = 16384;
+# reports/evidence/2026-12-02-register-order/: each change won in some buckets and lost in others, so per bucket).
+_FEWER_LIVE_BWD = [
+    Remedy({"bwd_dw_order": "before_dx"}, "add each row's dW term to the accumulator before dX is computed, so "
+           "its registers are free for dX (Liger-Kernel's order)", "backward 7-16% faster where a wide row "
+           "spills (H >= 4608 in 16-bit types, 12288-16384 in float32)"),
+    Remedy({"bwd_weight_reload": True}, "load W + offset for every row from L2 instead of holding it in "
+           "registers across the program's rows", "backward faster where a wide row spills (H >= 12288)"),
+]
 _FEWER_ROWS_BWD = [
     Remedy({"bwd_rows_per_program": 8}, "more, shorter backward programs (8 rows each) fill every SM and hide "
            "the latency of one program behind others", "backward faster where a program per SM left SMs idle"),
@@ -96,9 +105,9 @@ class FusedAddRMSNormSpec(KernelSpec):
     bench_config = {"casting_mode": "llama", "offset": 0.0, "eps": 1e-6, "in_place": False}
     remedies = {
         "backward": {
-            "spills": [*_CHUNKED_BWD, *_MORE_WARPS_BWD],
+            "spills": [*_FEWER_LIVE_BWD, *_CHUNKED_BWD, *_MORE_WARPS_BWD],
             "extra_launches": _FUSED_DW,
-            "register_limited_occupancy": [*_CHUNKED_BWD[2:3], *_MORE_WARPS_BWD, Remedy(
+            "register_limited_occupancy": [*_FEWER_LIVE_BWD, *_CHUNKED_BWD[2:3], *_MORE_WARPS_BWD, Remedy(
                 {"bwd_num_warps": 16}, "fewer warps per program leave more registers to each thread",
                 "backward: higher theoretical occupancy per SM at wide H")],
             "under_one_wave": [*_TILE_BWD, *_FEWER_ROWS_BWD],
@@ -267,7 +276,10 @@ class FusedAddRMSNormSpec(KernelSpec):
                          None if chunking else knobs.get("num_stages", "auto"),  # it pipelines unchunked loops
                          knobs.get("bwd_rows_per_program", "auto"), fused_dw,
                          None if fused_dw else knobs.get("dw_reduction", "torch"),
-                         knobs.get("bwd_grad_rounding", "once")),
+                         knobs.get("bwd_grad_rounding", "once"),
+                         # the register order and the weight's reload act on the unchunked loops only
+                         None if chunking else knobs.get("bwd_dw_order", "after_dx"),
+                         None if chunking else bool(knobs.get("bwd_weight_reload", False))),
         }
 
     def upstream_forward(self):
