@@ -49,7 +49,7 @@ left() { echo $(( LIMIT - 25 - ($(date +%s) - T0) )); }
 log() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "reports/evidence/$DAY-device.log"; }
 mkdir -p "reports/evidence"
 dpkg -x .deb/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH
-for wheels in .whl .whle .whlm .whls; do  # .whls: .whl less what no step here needs (debugpy, openai, dask)
+for wheels in .whl .whle .whlm .whls .whlt; do  # .whls: .whl less what no step here needs (debugpy, openai, dask); .whlt: .whls less jedi and parso (IPython runs without them), for a tree near the 64 MiB carry limit
   [ -d "$wheels" ] || continue
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     "$wheels"/*.whl || { echo "device.sh: the wheels of $wheels did not install"; exit 1; }
