@@ -407,3 +407,26 @@ def test_with_a_dispatch_table_the_buckets_take_turns_and_no_move_is_a_no_op_at_
     turn = len(cases) + 1
     assert len(set(scopes[:turn])) == turn and scopes[turn - 1] == "defaults", scopes
     assert scopes[turn] == scopes[0], scopes  # the second round starts with the first bucket again
+
+
+def test_with_a_dispatch_table_every_bucket_gets_its_own_diagnosis():
+    baseline = _context("fused_add_rms_norm", "backward", table=True).best
+    spills = [d for d in diagnose(baseline, "backward", per_bucket=True) if d.name == "spills"]
+    buckets = [dispatch_bucket(d.shape, d.dtype) for d in spills]
+    assert len(buckets) == len(set(buckets)) >= 2  # one per bucket: both dtypes of the widest rows spill
+    assert [d.name for d in diagnose(baseline, "backward")].count("spills") == 1  # without: the worst case only
+
+
+def test_a_batch_spreads_over_diagnoses_and_buckets():
+    """A screening batch holds at most two answers to one diagnosis in one bucket: the third candidate is for
+    another bucket's (or another diagnosis's) problem, not a third remedy for the worst one."""
+    from liger_perf.propose.rules import BATCH_PER_DIAGNOSIS
+
+    context = _context("fused_add_rms_norm", "backward", table=True)
+    scopes = []
+    for _ in range(BATCH_PER_DIAGNOSIS + 1):
+        proposal = RulesProposer().propose(context)
+        scopes.append((proposal.diagnosis, {name.partition("@")[2] for name in proposal.changes}))
+        context.pending.append(source_hash(proposal.source))
+    assert scopes[0] == scopes[1] == ("spills", {"32768x4"})  # the worst spill first, as without a batch
+    assert scopes[2] != scopes[0], scopes

@@ -16,8 +16,9 @@ Before it proposes anything it asks the spec's launch model (``resources``) whet
 variant fits the device the best ran on, at every suite and gate shape: a configuration that cannot launch
 (shared memory, threads, tile size) is skipped, never spent a trial on.
 
-A variant that carries a dispatch table (``DISPATCH``) is tuned one bucket at a time: a remedy for a
-diagnosis goes into the bucket of the shape it was read at, and the walk over ``KNOB_CHOICES`` moves each
+A variant that carries a dispatch table (``DISPATCH``) is tuned one bucket at a time: each bucket's worst case
+is diagnosed on its own, a remedy for a diagnosis goes into the bucket of the shape it was read at (and a
+screening batch holds at most ``BATCH_PER_DIAGNOSIS`` remedies of one diagnosis in one bucket), and the walk over ``KNOB_CHOICES`` moves each
 bucket's knobs in turn (the bucket furthest from the copy-bandwidth floor first) before the defaults. Such a
 trial is judged on its bucket's shapes (``liger_perf.judge``).
 
@@ -56,24 +57,30 @@ def _numel(shape: str) -> int:
     return n
 
 
+#: How many of a screening batch's candidates may answer one diagnosis in one bucket (see ``propose``).
+BATCH_PER_DIAGNOSIS = 2
+
 #: Launches beside a pass's longest kernel (a separate reduction, a cast) that take this share of its kernel
 #: time are a diagnosis of their own: fusing them away is worth more than tuning the main kernel.
 EXTRA_LAUNCH_SHARE = 0.15
 
 
-def diagnose(trial: TrialResult, pass_name: str) -> list[Diagnosis]:
-    """What the NCU metrics of ``trial`` say about ``pass_name``, most severe first (empty without NCU)."""
+def diagnose(trial: TrialResult, pass_name: str, per_bucket: bool = False) -> list[Diagnosis]:
+    """What the NCU metrics of ``trial`` say about ``pass_name``, most severe first (empty without NCU): each
+    diagnosis at its most severe case, or with ``per_bucket`` at the most severe case of each dispatch bucket
+    (a variant with a dispatch table is remedied bucket by bucket, and every bucket's worst case counts)."""
     dominant: dict[tuple[str, str], NcuLaunch] = {}
     for launch in trial.launches(pass_name):
         key = (launch.shape, launch.dtype)
         time = launch.metric(NCU_DURATION)
         if key not in dominant or time > dominant[key].metric(NCU_DURATION):
             dominant[key] = launch
-    found: dict[str, Diagnosis] = {}
+    found: dict[tuple[str, str], Diagnosis] = {}
 
     def note(name: str, severity: float, evidence: str) -> None:  # read at the loop's case (shape, dtype) below
-        if severity > 0 and (name not in found or severity > found[name].severity):
-            found[name] = Diagnosis(name, severity, evidence, shape, dtype)
+        key = (name, dispatch_bucket(shape, dtype) if per_bucket else "")
+        if severity > 0 and (key not in found or severity > found[key].severity):
+            found[key] = Diagnosis(name, severity, evidence, shape, dtype)
 
     launch_time: dict[tuple[str, str], float] = {}
     for launch in trial.launches(pass_name):
@@ -259,7 +266,8 @@ class RulesProposer:
         ran = _KnobsRan(context.trials, knobs, context.baseline_source, dispatch)
         rejected_moves = self._rejected_moves(context.trials, choices)
         passes = ["forward", "backward"] if context.target == "full" else [context.target]
-        diagnoses = [(p, d) for p in passes for d in diagnose(best, p)] if context.target != "memory" else []
+        diagnoses = [(p, d) for p in passes for d in diagnose(best, p, per_bucket=bool(buckets))] \
+            if context.target != "memory" else []
         diagnoses.sort(key=lambda pd: -pd[1].severity)
         skipped = []
         unlaunchable = _LaunchModel(context, knobs, dispatch)
@@ -284,8 +292,22 @@ class RulesProposer:
 
         plan = [(p, d, r) for p, d in diagnoses for r in spec.remedies.get(p, {}).get(d.name, ())]
         plan += [(p, None, r) for p in passes for r in spec.remedies.get(p, {}).get("explore", ())]
+        # A batch (the candidates of one screening) spreads over the diagnoses and buckets: at most
+        # BATCH_PER_DIAGNOSIS remedies of one diagnosis in one bucket are pending at once, so that the screening
+        # compares the best remedy of several problems, not four answers to the worst one.
+        pending = set(context.pending)
+        crowded: dict[tuple, int] = {}
+        for _, diagnosis, remedy in plan:
+            bucket = bucket_of(diagnosis)
+            here = knobs_in(knobs, dispatch, bucket)
+            changes = {qualified(k, bucket): v for k, v in remedy.changes.items() if here.get(k) != v}
+            key = (diagnosis.name if diagnosis else "explore", bucket)
+            if changes and source_hash(with_knobs(context.best_source, changes)) in pending:
+                crowded[key] = crowded.get(key, 0) + 1
         for pass_name, diagnosis, remedy in plan:
             bucket = bucket_of(diagnosis)
+            if crowded.get((diagnosis.name if diagnosis else "explore", bucket), 0) >= BATCH_PER_DIAGNOSIS:
+                continue
             here = knobs_in(knobs, dispatch, bucket)
             # A remedy may name a knob the best's source predates (a knob added to the baseline since): it is
             # for a later best that has it.
