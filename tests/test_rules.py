@@ -430,3 +430,17 @@ def test_a_batch_spreads_over_diagnoses_and_buckets():
         context.pending.append(source_hash(proposal.source))
     assert scopes[0] == scopes[1] == ("spills", {"32768x4"})  # the worst spill first, as without a batch
     assert scopes[2] != scopes[0], scopes
+
+
+def test_a_best_older_than_a_remedys_knob_gets_the_remedies_it_has():
+    """The recorded bests predate the register-order knobs: their remedies are passed over, in a batch too."""
+    context = _context("fused_add_rms_norm", "backward", table=True)
+    source = context.best_source
+    for knob in ("bwd_dw_order", "bwd_weight_reload"):
+        source = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(f'"{knob}"'))
+    assert "bwd_dw_order" not in read_knobs(source)[0]
+    context.best_source = source
+    first = RulesProposer().propose(context)
+    assert first.changes == {"bwd_column_chunked@32768x4": "per_row", "BLOCK_SIZE@32768x4": 8192}
+    context.pending.append(source_hash(first.source))
+    assert "bwd_dw_order" not in str(RulesProposer().propose(context).changes)

@@ -18,8 +18,8 @@ variant fits the device the best ran on, at every suite and gate shape: a config
 
 A variant that carries a dispatch table (``DISPATCH``) is tuned one bucket at a time: each bucket's worst case
 is diagnosed on its own, a remedy for a diagnosis goes into the bucket of the shape it was read at (and a
-screening batch holds at most ``BATCH_PER_DIAGNOSIS`` remedies of one diagnosis in one bucket), and the walk over ``KNOB_CHOICES`` moves each
-bucket's knobs in turn (the bucket furthest from the copy-bandwidth floor first) before the defaults. Such a
+screening batch holds at most ``BATCH_PER_DIAGNOSIS`` remedies of one diagnosis in one bucket), and the walk
+over ``KNOB_CHOICES`` moves each bucket's knobs in turn (the bucket furthest from the copy-bandwidth floor first) before the defaults. Such a
 trial is judged on its bucket's shapes (``liger_perf.judge``).
 
 It never proposes a variant the history already holds, and it learns from rejections: a knob moved in one
@@ -290,30 +290,31 @@ class RulesProposer:
                 return None
             return dispatch_bucket(diagnosis.shape, diagnosis.dtype)
 
+        def remedy_changes(diagnosis: Diagnosis | None, remedy: Remedy) -> tuple[str | None, dict, dict]:
+            """(the remedy's bucket, the knobs the best runs there, the changes it makes to them)."""
+            bucket = bucket_of(diagnosis)
+            here = knobs_in(knobs, dispatch, bucket)
+            return bucket, here, {qualified(k, bucket): v for k, v in remedy.changes.items() if here.get(k) != v}
+
         plan = [(p, d, r) for p, d in diagnoses for r in spec.remedies.get(p, {}).get(d.name, ())]
         plan += [(p, None, r) for p in passes for r in spec.remedies.get(p, {}).get("explore", ())]
+        # A remedy may name a knob the best's source predates (a knob added to the baseline since): it is for a
+        # later best that has it.
+        plan = [(p, d, r) for p, d, r in plan
+                if all(k in knobs and v in choices.get(k, [v]) for k, v in r.changes.items())]
         # A batch (the candidates of one screening) spreads over the diagnoses and buckets: at most
         # BATCH_PER_DIAGNOSIS remedies of one diagnosis in one bucket are pending at once, so that the screening
         # compares the best remedy of several problems, not four answers to the worst one.
-        pending = set(context.pending)
         crowded: dict[tuple, int] = {}
         for _, diagnosis, remedy in plan:
-            bucket = bucket_of(diagnosis)
-            here = knobs_in(knobs, dispatch, bucket)
-            changes = {qualified(k, bucket): v for k, v in remedy.changes.items() if here.get(k) != v}
-            key = (diagnosis.name if diagnosis else "explore", bucket)
-            if changes and source_hash(with_knobs(context.best_source, changes)) in pending:
+            bucket, _, changes = remedy_changes(diagnosis, remedy)
+            if changes and source_hash(with_knobs(context.best_source, changes)) in context.pending:
+                key = (diagnosis.name if diagnosis else "explore", bucket)
                 crowded[key] = crowded.get(key, 0) + 1
         for pass_name, diagnosis, remedy in plan:
-            bucket = bucket_of(diagnosis)
+            bucket, here, changes = remedy_changes(diagnosis, remedy)
             if crowded.get((diagnosis.name if diagnosis else "explore", bucket), 0) >= BATCH_PER_DIAGNOSIS:
                 continue
-            here = knobs_in(knobs, dispatch, bucket)
-            # A remedy may name a knob the best's source predates (a knob added to the baseline since): it is
-            # for a later best that has it.
-            if any(k not in knobs or v not in choices.get(k, [v]) for k, v in remedy.changes.items()):
-                continue
-            changes = {qualified(k, bucket): v for k, v in remedy.changes.items() if here.get(k) != v}
             if not changes or (bucket and _changes_nothing(spec, here, dict(remedy.changes), cases.get(bucket, []))):
                 continue
             moves = {(name, repr(here.get(split_qualified(name)[0])),
