@@ -108,28 +108,13 @@ print(best_variant_file("fused_add_rms_norm", Store(device="nvidia-h200").notebo
     security) run "$dir" python3 scripts/security_probe.py "$dir" ;;
     e2e) run "$dir-${arg:-llama}" python3 -m liger_perf e2e --model "${arg:-llama}" --device cuda ;;
     dispatch-check)  # the gate of the baseline with entries in three buckets, each taking another algorithm
-      mkdir -p "$dir" && python3 -c 'import sys
-from liger_perf.kernel.registry import baseline_path
-from liger_perf.kernel.variants import with_knobs
-print(with_knobs(baseline_path("fused_add_rms_norm").read_text(), {
-    "bwd_column_chunked@32768x4": "rows_outer", "BLOCK_SIZE@32768x4": 4096, "bwd_rows_per_program@32768x4": 16,
-    "bwd_tile_elements@1024x2": 4096, "bwd_fused_dw_max_cols@1024x2": 1024, "num_warps@8192x2": 8}), end="")' \
-        > "$dir/dispatched.py"
+      mkdir -p "$dir" && python3 scripts/with_knobs.py fused_add_rms_norm "bwd_column_chunked@32768x4=rows_outer,\
+BLOCK_SIZE@32768x4=4096,bwd_rows_per_program@32768x4=16,bwd_tile_elements@1024x2=4096,\
+bwd_fused_dw_max_cols@1024x2=1024,num_warps@8192x2=8" > "$dir/dispatched.py"
       run "$dir" python3 -m liger_perf check fused_add_rms_norm --device cuda --no-convergence \
         --variant "$dir/dispatched.py" ;;
     knob-check)
-      mkdir -p "$dir" && python3 -c 'import ast, sys
-from liger_perf.kernel.registry import baseline_path
-from liger_perf.kernel.variants import with_knobs
-
-def value(text):
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-knobs = dict(item.split("=", 1) for item in sys.argv[1].split(","))
-print(with_knobs(baseline_path("fused_add_rms_norm").read_text(), {k: value(v) for k, v in knobs.items()}), end="")' \
-        "$arg" > "$dir/knobs.py"
+      mkdir -p "$dir" && python3 scripts/with_knobs.py fused_add_rms_norm "$arg" > "$dir/knobs.py"
       run "$dir" python3 -m liger_perf check fused_add_rms_norm --device cuda --no-convergence --variant "$dir/knobs.py" ;;
     trial-models)  # one trial of the baseline on the tuning split, in a scratch history under the step's folder
       IFS=, read -r kernel reps <<< "$arg"
@@ -137,12 +122,7 @@ print(with_knobs(baseline_path("fused_add_rms_norm").read_text(), {k: value(v) f
         --suite models-tune --device cuda --repetitions "${reps:-20}" --timeout "$(( $(left) > 60 ? $(left) - 30 : 30 ))" ;;
     ab-models)  # K's baseline with one knob changed, trialled against the baseline on the tuning split, backward
       IFS=, read -r kernel knob value reps <<< "$arg"
-      mkdir -p "$dir-$kernel" && python3 -c 'import ast, sys
-from liger_perf.kernel.registry import baseline_path
-from liger_perf.kernel.variants import with_knobs
-kernel, knob, value = sys.argv[1:4]
-print(with_knobs(baseline_path(kernel).read_text(), {knob: ast.literal_eval(value)}), end="")' \
-        "$kernel" "$knob" "$value" > "$dir-$kernel/$knob-$value.py"
+      mkdir -p "$dir-$kernel" && python3 scripts/with_knobs.py "$kernel" "$knob=$value" > "$dir-$kernel/$knob-$value.py"
       LIGER_PERF_NOTEBOOKS="$dir-$kernel/notebooks" run "$dir-$kernel" python3 -m liger_perf trial "$kernel" \
         --variant "$dir-$kernel/$knob-$value.py" --against "kernels/$kernel/baseline.py" --name "$knob-$value" \
         --suite models-tune --passes backward --no-ncu --device cuda --repetitions "${reps:-10}" \
