@@ -83,18 +83,30 @@ def test_never_proposes_a_variant_the_history_holds():
     assert knobs["bwd_column_chunked"] == "per_row" and knobs["BLOCK_SIZE"] == 8192
 
 
+def _without_knobs(source, *names):
+    """A variant as one written before ``names`` were knobs: their KNOBS and KNOB_CHOICES lines gone."""
+    for name in names:
+        source = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(f'"{name}"'))
+    assert not set(names) & set(read_knobs(source)[0])
+    return source
+
+
 def test_a_rejection_that_won_on_the_target_rules_out_no_direction():
+    # A best older than the register-order knobs: its spills remedies are the chunked walks, whose second one
+    # moves the first one's knob the same way (False -> "per_row"), which a rejection without a gain rules out.
     context = _context("fused_add_rms_norm", "backward")
+    context.best_source = _without_knobs(context.best_source, "bwd_dw_order", "bwd_weight_reload")
     first = RulesProposer().propose(context)
+    assert first.changes == {"bwd_column_chunked": "per_row", "BLOCK_SIZE": 8192}
     base_knobs = read_knobs(context.best_source)[0]
     context.trials.append(make_trial(name="baseline", variant={"sha256": "base", "knobs": base_knobs}))
     rejected = dict(name="too-broad", variant={"sha256": source_hash(first.source), "knobs": {}},
                     verdict="rejected", changes=first.changes, against={"sha256": "base"})
     context.trials.append(make_trial(**rejected, gain=0.09))
-    assert RulesProposer().propose(context).changes == {"bwd_weight_reload": True}
+    assert RulesProposer().propose(context).changes == {"bwd_column_chunked": "per_row", "BLOCK_SIZE": 16384}
     context.trials[-1] = make_trial(**rejected, gain=-0.01)
     after_a_loss = RulesProposer().propose(context)
-    assert "bwd_dw_order" not in after_a_loss.changes  # that direction is ruled out from "after_dx"
+    assert "bwd_column_chunked" not in after_a_loss.changes  # that direction is ruled out from False
 
 
 def test_a_rejected_direction_is_not_repeated():
@@ -429,17 +441,39 @@ def test_a_batch_spreads_over_diagnoses_and_buckets():
         scopes.append((proposal.diagnosis, {name.partition("@")[2] for name in proposal.changes}))
         context.pending.append(source_hash(proposal.source))
     assert scopes[0] == scopes[1] == ("spills", {"32768x4"})  # the worst spill first, as without a batch
-    assert scopes[2] != scopes[0], scopes
+    assert scopes[2] == ("spills", {"32768x2"}), scopes  # the same diagnosis read in the next bucket
+
+
+def test_a_batch_takes_a_third_remedy_of_a_problem_before_an_undirected_move():
+    """The cap spreads a batch only while another diagnosed problem has a remedy left: with one diagnosis that
+    has remedies (its two register-order ones pending), the third candidate is its next remedy, not an
+    exploration move, and no hypothesis says that no diagnosis is left."""
+    context = _context("fused_add_rms_norm", "backward", table=True)
+    spec = copy.copy(context.spec)
+    spec.remedies = {"backward": {"spills": context.spec.remedies["backward"]["spills"],
+                                  "explore": context.spec.remedies["backward"]["explore"]}}
+    context.spec = spec
+    proposals = []
+    for _ in range(3):
+        proposals.append(RulesProposer().propose(context))
+        context.pending.append(source_hash(proposals[-1].source))
+    assert [p.changes for p in proposals] == [{"bwd_dw_order@32768x4": "before_dx"},
+                                              {"bwd_weight_reload@32768x4": True},
+                                              {"bwd_dw_order@32768x2": "before_dx"}]
+    context.pending = context.pending[:2]
+    context.best = context.best.model_copy(deep=True)  # now a profile of the worst spill alone
+    context.best.ncu.launches = [launch for launch in context.best.ncu.launches
+                                 if (launch.shape, launch.dtype) == ("2048x32768", "float32")]
+    third = RulesProposer().propose(context)
+    assert third.diagnosis == "spills" and third.changes == {"bwd_column_chunked@32768x4": "per_row",
+                                                             "BLOCK_SIZE@32768x4": 8192}
+    assert "no NCU diagnosis left" not in third.hypothesis
 
 
 def test_a_best_older_than_a_remedys_knob_gets_the_remedies_it_has():
     """The recorded bests predate the register-order knobs: their remedies are passed over, in a batch too."""
     context = _context("fused_add_rms_norm", "backward", table=True)
-    source = context.best_source
-    for knob in ("bwd_dw_order", "bwd_weight_reload"):
-        source = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(f'"{knob}"'))
-    assert "bwd_dw_order" not in read_knobs(source)[0]
-    context.best_source = source
+    context.best_source = _without_knobs(context.best_source, "bwd_dw_order", "bwd_weight_reload")
     first = RulesProposer().propose(context)
     assert first.changes == {"bwd_column_chunked@32768x4": "per_row", "BLOCK_SIZE@32768x4": 8192}
     context.pending.append(source_hash(first.source))

@@ -16,11 +16,14 @@ Before it proposes anything it asks the spec's launch model (``resources``) whet
 variant fits the device the best ran on, at every suite and gate shape: a configuration that cannot launch
 (shared memory, threads, tile size) is skipped, never spent a trial on.
 
+A screening batch (candidates asked for one after another, the earlier ones pending) spreads over the problems:
+while another diagnosed problem has a remedy left, it holds at most ``BATCH_PER_DIAGNOSIS`` remedies of one
+diagnosis (in one pass and bucket).
+
 A variant that carries a dispatch table (``DISPATCH``) is tuned one bucket at a time: each bucket's worst case
-is diagnosed on its own, a remedy for a diagnosis goes into the bucket of the shape it was read at (and a
-screening batch holds at most ``BATCH_PER_DIAGNOSIS`` remedies of one diagnosis in one bucket), and the walk
-over ``KNOB_CHOICES`` moves each bucket's knobs in turn (the bucket furthest from the copy-bandwidth floor first) before the defaults. Such a
-trial is judged on its bucket's shapes (``liger_perf.judge``).
+is diagnosed on its own, a remedy for a diagnosis goes into the bucket of the shape it was read at, and the walk
+over ``KNOB_CHOICES`` moves each bucket's knobs in turn (the bucket furthest from the copy-bandwidth floor
+first) before the defaults. Such a trial is judged on its bucket's shapes (``liger_perf.judge``).
 
 It never proposes a variant the history already holds, and it learns from rejections: a knob moved in one
 direction from a given value by a trial that did not improve the target is not moved that way from that value
@@ -302,30 +305,35 @@ class RulesProposer:
         # later best that has it.
         plan = [(p, d, r) for p, d, r in plan
                 if all(k in knobs and v in choices.get(k, [v]) for k, v in r.changes.items())]
-        # A batch (the candidates of one screening) spreads over the diagnoses and buckets: at most
-        # BATCH_PER_DIAGNOSIS remedies of one diagnosis in one bucket are pending at once, so that the screening
-        # compares the best remedy of several problems, not four answers to the worst one.
+        # A batch (the candidates of one screening) spreads over the diagnoses and buckets: while another
+        # diagnosed problem has a remedy left, at most BATCH_PER_DIAGNOSIS remedies of one diagnosis in one bucket
+        # are pending at once, so that the screening compares the best remedy of several problems, not four
+        # answers to the worst one. Each pending candidate counts once, for the first plan entry that writes it.
+        def problem(pass_name: str, diagnosis: Diagnosis | None) -> tuple:
+            return pass_name, diagnosis.name if diagnosis else "explore", bucket_of(diagnosis)
+
         crowded: dict[tuple, int] = {}
-        for _, diagnosis, remedy in plan:
-            bucket, _, changes = remedy_changes(diagnosis, remedy)
-            if changes and source_hash(with_knobs(context.best_source, changes)) in context.pending:
-                key = (diagnosis.name if diagnosis else "explore", bucket)
-                crowded[key] = crowded.get(key, 0) + 1
+        counted: set[str] = set()
         for pass_name, diagnosis, remedy in plan:
+            _, _, changes = remedy_changes(diagnosis, remedy)
+            sha = source_hash(with_knobs(context.best_source, changes)) if changes else ""
+            if sha in context.pending and sha not in counted:
+                counted.add(sha)
+                crowded[problem(pass_name, diagnosis)] = crowded.get(problem(pass_name, diagnosis), 0) + 1
+
+        def remedy_proposal(pass_name: str, diagnosis: Diagnosis | None, remedy: Remedy) -> Proposal | None:
             bucket, here, changes = remedy_changes(diagnosis, remedy)
-            if crowded.get((diagnosis.name if diagnosis else "explore", bucket), 0) >= BATCH_PER_DIAGNOSIS:
-                continue
             if not changes or (bucket and _changes_nothing(spec, here, dict(remedy.changes), cases.get(bucket, []))):
-                continue
+                return None
             moves = {(name, repr(here.get(split_qualified(name)[0])),
                       _direction(choices.get(split_qualified(name)[0], []), here.get(split_qualified(name)[0]), v))
                      for name, v in changes.items()}
             if moves & rejected_moves:
                 skipped.append(f"{changes} (moves a knob the way a rejected trial did)")
-                continue
+                return None
             source, _ = fresh_source(changes)
             if source is None:
-                continue
+                return None
             evidence = diagnosis.evidence if diagnosis else (
                 "no NCU diagnosis left to act on" if best.ncu and best.ncu.status == "ok"
                 else f"no NCU profile to diagnose ({best.ncu.reason if best.ncu else 'none recorded'})")
@@ -335,6 +343,16 @@ class RulesProposer:
                 hypothesis=f"{evidence}. {remedy.why}{scope}{unlaunchable.spill_note(changes, diagnosis)}",
                 prediction=remedy.effect, changes=changes,
                 diagnosis=diagnosis.name if diagnosis else "explore")
+
+        diagnosed = [entry for entry in plan if entry[1] is not None]
+        uncrowded = [entry for entry in diagnosed if crowded.get(problem(entry[0], entry[1]), 0) < BATCH_PER_DIAGNOSIS]
+        # The capped ones still come before exploring: a third remedy of a diagnosed problem is a better guess
+        # than an undirected move.
+        for pass_name, diagnosis, remedy in [*uncrowded, *(e for e in diagnosed if e not in uncrowded),
+                                             *(e for e in plan if e[1] is None)]:
+            proposal = remedy_proposal(pass_name, diagnosis, remedy)
+            if proposal is not None:
+                return proposal
         remedies_left = "all tried or ruled out" if plan else "none for this target and its diagnoses"
         # The walk over KNOB_CHOICES: the buckets take turns, a move each (the diagnoses read in a bucket first
         # within it), and the defaults, which every shape without an entry of its own runs, take the last turn.
