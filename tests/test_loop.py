@@ -95,7 +95,10 @@ def test_piped_to_a_log_the_loop_prints_a_plain_line_for_each_step_of_each_trial
         said = [line.removeprefix(label) for line in lines if line.startswith(label)]
         steps = [line.split(" ")[0] for line in said]
         assert said and said[0].startswith("importing the variant"), lines
-        assert {"gate", "timing", "accuracy"} <= set(steps), said
+        # A staged trial runs its full gate only when its timing would be accepted (under the interpreter that
+        # is noise): each gate that ran has its lines.
+        ran = {"gate"} if trial.correctness.stage == "full" else {"quick"}
+        assert ran | {"timing", "accuracy"} <= set(steps), said
         assert steps.count("gate") < 4 and steps.count("timing") < 4, said  # a line per step, not one per case
         end = next(i for i, line in enumerate(lines) if line.startswith(f"  {trial.notebook}: "))
         assert max(i for i, line in enumerate(lines) if line.startswith(label)) < end
