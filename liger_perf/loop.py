@@ -250,7 +250,8 @@ class OptimizeLoop:
         for, the batch is screened and every candidate that may be faster gets a full trial, best first, within
         the budget (an empty list: the whole batch was dropped). A ``TrialResult``: the screening's harness
         failed."""
-        steps = [*self._carry_over(trials, best), *self._reruns(trials, best)][:room]
+        steps = [*self._carry_over(trials, best), *self._reruns(trials, best),
+                 *self._kept_by_screening(trials, best)][:room]
         free = room - len(steps)
         proposed: list[Proposal] = []
         stop: Stop | None = None
@@ -492,6 +493,43 @@ class OptimizeLoop:
                                    hypothesis=f"re-run of trial {t.trial_id:04d}, {why}: {t.hypothesis}",
                                    prediction=t.prediction, changes=changes, diagnosis=diagnosis))
         return reruns
+
+    def _kept_by_screening(self, trials: list[TrialResult], best: TrialResult) -> list[Proposal]:
+        """Candidates an earlier screening kept that no trial has run yet (a loop stopped between a screening and
+        its full trials, e.g. by ``--max-minutes``): they get their full trials now, best ratio first, instead of
+        being proposed and screened again. A candidate screened against an earlier best of the chain is made
+        again on the current best from its knob changes (as a re-run is); one without knob changes is left to
+        the proposer."""
+        _, chain = accepted_chain(trials, self.baseline_sha)
+        chain_shas = {t.variant_sha for t in chain} | {self.baseline_sha, best.variant_sha}
+        trialled = {t.variant_sha for t in trials if t.kind == "experiment"}
+        ranked: list[tuple[float, int, Proposal]] = []
+        taken: set[str] = set()
+        for screening in trials:
+            if screening.kind != "screening" or screening.screening is None \
+                    or screening.against_sha not in chain_shas:
+                continue
+            for row in screening.screening.rows:
+                if not row.kept or not row.source:
+                    continue
+                source, changes = row.source, dict(row.changes or {})
+                if screening.against_sha != best.variant_sha:
+                    try:
+                        source = with_knobs(best.variant.source, changes) if changes else ""
+                    except UserError:
+                        source = ""  # its knobs are not the current best's
+                    if source == best.variant.source:
+                        continue  # the best made this move already
+                sha = source_hash(source) if source else ""
+                if not sha or sha in trialled or sha in taken:
+                    continue
+                taken.add(sha)
+                name = row.name.split("-", 1)[1] if row.name.split("-", 1)[0].isdigit() else row.name
+                proposal = Proposal(name=name[:60], source=source, hypothesis=row.hypothesis,
+                                    prediction=f"screening {screening.trial_id:04d}: {row.reason}"[:300],
+                                    changes=changes, diagnosis="screened", audit=row.proposer_audit)
+                ranked.append((row.ratio if row.ratio is not None else float("inf"), screening.trial_id, proposal))
+        return [proposal for _, _, proposal in sorted(ranked, key=lambda entry: (entry[0], entry[1]))]
 
     def _repetitions(self, step: Proposal) -> int:
         if step.diagnosis != "remeasure":

@@ -284,3 +284,72 @@ def test_a_candidate_screening_kept_but_never_trialled_may_be_proposed_again():
                                                      {"name": "1-dropped", "sha256": "d", "kept": False}]}})
     tried = tried_sources(Context(get_spec("relu_squared"), "backward", [_baseline(), screening], _baseline(), "x"))
     assert "d" in tried and "k" not in tried
+
+
+def _screening(trial_id, against, rows):
+    return TrialResult.model_validate({
+        "kernel": "relu_squared", "status": "complete", "kind": "screening", "trial_id": trial_id,
+        "variant": {"sha256": f"batch{trial_id}"}, "against": against,
+        "screening": {"target": "backward", "rows": rows}})
+
+
+def test_a_candidate_an_earlier_screening_kept_gets_its_full_trial_without_another_screening(tmp_path):
+    """A loop stopped between a screening and its full trials (``--max-minutes``) resumes with those trials: on
+    the H200 a second invocation screened the same batch again (0037 and 0038), four device minutes for nothing."""
+    from liger_perf import loop as loop_module
+    from liger_perf.kernel.variants import source_hash
+
+    baseline = _baseline()
+    rows = [{"name": f"{i}-{name}", "sha256": source_hash(f"x\n# {name}\n"), "source": f"x\n# {name}\n",
+             "kept": kept, "ratio": ratio, "hypothesis": f"try {name}", "reason": "may be faster"}
+            for i, (name, kept, ratio) in enumerate([("slower-kept", True, 0.95), ("dropped", False, 1.2),
+                                                     ("faster-kept", True, 0.85)])]
+    screening = _screening(1, {"sha256": "b", "source": "x"}, rows)
+    runner = _ScreeningRunner(keep=set())
+    loop = loop_module.OptimizeLoop("relu_squared", Guardrails(), _endless(), device="interpret", budget=5,
+                                    root=tmp_path, runner=runner, screen=3)
+    steps = loop._round([baseline, screening], baseline, room=2, best_file=baseline_path("relu_squared"),
+                        budget_left=5)
+    assert [s.name for s in steps] == ["faster-kept", "slower-kept"] and not runner.requests
+    assert steps[0].source == "x\n# faster-kept\n" and "screening 0001" in steps[0].prediction
+
+    # Once one of them has had its trial, the other is next; then the proposer and a new screening again.
+    trialled = TrialResult.model_validate({
+        "kernel": "relu_squared", "status": "complete", "trial_id": 2, "name": "faster-kept",
+        "device": "interpret", "variant": {"sha256": rows[2]["sha256"], "source": rows[2]["source"]},
+        "against": {"sha256": "b", "source": "x"}, "judged": {"verdict": "rejected"}})
+    history = [baseline, screening, trialled]
+    assert [s.name for s in loop._round(history, baseline, room=1, best_file=baseline_path("relu_squared"),
+                                        budget_left=5)] == ["slower-kept"]
+    assert not runner.requests
+    history.append(trialled.model_copy(update={
+        "trial_id": 3, "name": "slower-kept", "variant": trialled.variant.model_copy(
+            update={"sha256": rows[0]["sha256"], "source": rows[0]["source"]})}))
+    loop._round(history, baseline, room=1, best_file=baseline_path("relu_squared"), budget_left=5)
+    assert [r.kind for r in runner.requests] == ["screening"]
+
+
+def test_a_kept_candidate_screened_against_an_earlier_best_is_made_again_on_the_current_best(tmp_path):
+    from liger_perf import loop as loop_module
+    from liger_perf.kernel.variants import read_knobs, source_hash, with_knobs
+
+    base = baseline_path("relu_squared").read_text()
+    base_sha = source_hash(base)
+    winner_source = with_knobs(base, {"BLOCK_SIZE": 2048})
+    kept_source = with_knobs(base, {"num_warps": 8})
+    record = {"kernel": "relu_squared", "status": "complete", "device": "interpret"}
+    baseline = TrialResult.model_validate({**record, "trial_id": 0, "variant": {"sha256": base_sha, "source": base}})
+    screening = _screening(1, {"sha256": base_sha, "source": base}, [
+        {"name": "0-warps", "sha256": source_hash(kept_source), "source": kept_source, "kept": True, "ratio": 0.9,
+         "changes": {"num_warps": 8}},
+        {"name": "1-no-knobs", "sha256": "n", "source": base + "\n# n\n", "kept": True, "ratio": 0.8}])
+    winner = TrialResult.model_validate({
+        **record, "trial_id": 2, "name": "block", "variant": {"sha256": source_hash(winner_source),
+                                                             "source": winner_source},
+        "against": {"sha256": base_sha, "source": base}, "judged": {"verdict": "accepted"}})
+    loop = loop_module.OptimizeLoop("relu_squared", Guardrails(), _endless(), device="interpret", budget=5,
+                                    root=tmp_path, runner=_ScreeningRunner(keep=set()), screen=0)
+    (step,) = loop._kept_by_screening([baseline, screening, winner], winner)
+    knobs, _ = read_knobs(step.source)
+    assert knobs["BLOCK_SIZE"] == 2048 and knobs["num_warps"] == 8
+    assert step.changes == {"num_warps": 8}  # the one without knob changes is left to the proposer
