@@ -1,12 +1,13 @@
 """The rules proposer, on the real NCU metrics of the baselines recorded on the H200."""
 
 import copy
+import pytest
 
 from liger_perf.record.history import load_trials
 from liger_perf.propose import Context, Proposal, Stop
 from liger_perf.propose.rules import RulesProposer, _direction, diagnose, knob_pass
 from liger_perf.kernel.registry import baseline_path, get_spec
-from liger_perf.record.schema import Ncu
+from liger_perf.record.schema import Ncu, Verdict
 from liger_perf.kernel.spec import Remedy
 from liger_perf.kernel.variants import dispatch_bucket, read_dispatch, read_knobs, source_hash, with_knobs
 
@@ -478,3 +479,59 @@ def test_a_best_older_than_a_remedys_knob_gets_the_remedies_it_has():
     assert first.changes == {"bwd_column_chunked@32768x4": "per_row", "BLOCK_SIZE@32768x4": 8192}
     context.pending.append(source_hash(first.source))
     assert "bwd_dw_order" not in str(RulesProposer().propose(context).changes)
+
+
+def _peer_context(peer_faster_at: tuple[str, str]):
+    """Today's baseline with its dispatch table, its baseline trial the recorded one (re-labelled as today's):
+    every peer ten times slower than the baseline except torch.compile at ``peer_faster_at`` (backward), which
+    takes half the baseline's time."""
+    context = _context("fused_add_rms_norm", "backward", table=True)
+    source = context.best_source
+    baseline = context.best.model_copy(deep=True)
+    baseline.variant.sha256, baseline.variant.source = source_hash(source), source
+    ours = {r.key: r.median_ms for r in baseline.timing_rows("candidate")}
+    for row in baseline.timing_rows():
+        if row.contender in ("torch.compile", "liger-kernel"):
+            faster = row.contender == "torch.compile" and (row.pass_name, row.shape, row.dtype) == \
+                ("backward", *peer_faster_at)
+            row.median_ms = ours[row.key] * (0.5 if faster else 10)
+    context.best, context.trials = baseline, [baseline]
+    return context
+
+
+def test_a_bucket_where_a_peer_is_faster_is_remedied_first():
+    """The NCU severity puts the widest rows' spills first (32768 columns); but where torch.compile is twice as
+    fast as the best (1024 columns, bfloat16), that bucket's problems come first, and the hypothesis says why."""
+    from liger_perf.propose.rules import peer_leads
+
+    context = _peer_context(("2048x1024", "bfloat16"))
+    leads = peer_leads(context.trials, context.baseline_source or context.best_source, ["backward"])
+    assert leads[("backward", "1024x2")] == (pytest.approx(2.0), "torch.compile")
+    assert leads[("backward", "32768x4")][0] == pytest.approx(0.1)
+    context.baseline_source = context.best_source
+    proposal = RulesProposer().propose(context)
+    assert {name.partition("@")[2] for name in proposal.changes} == {"1024x2"}, proposal.changes
+    assert "A peer is faster there: torch.compile takes 1/2.00" in proposal.hypothesis
+
+
+def test_once_the_accepted_steps_overtake_the_peer_the_bucket_takes_its_place_by_severity_again():
+    context = _peer_context(("2048x1024", "bfloat16"))
+    context.baseline_source = context.best_source
+    baseline = context.best
+    # An accepted step that took that case to 0.4 of the baseline's time (faster than the peer's 0.5).
+    step = baseline.model_copy(deep=True)
+    step.variant.sha256 = "step"
+    for row in step.timing_rows("candidate"):
+        row.relative_to, row.ratio = "against", 0.4 if (row.pass_name, row.shape, row.dtype) == (
+            "backward", "2048x1024", "bfloat16") else 1.0
+        row.ci_low = row.ci_high = row.ratio
+    step.trial_id, step.against = 1, step.variant.model_copy(update={"sha256": baseline.variant_sha})
+    step = step.model_copy(update={"judged": Verdict(verdict="accepted", gain=0.1)})
+    context.trials = [baseline, step]
+    from liger_perf.propose.rules import peer_leads
+
+    assert peer_leads(context.trials, context.baseline_source, ["backward"])[("backward", "1024x2")][0] == \
+        pytest.approx(0.8)
+    proposal = RulesProposer().propose(context)  # the profile is the baseline's: the worst spill first again
+    assert {name.partition("@")[2] for name in proposal.changes} == {"32768x4"}, proposal.changes
+    assert "A peer is faster" not in proposal.hypothesis

@@ -18,7 +18,11 @@ variant fits the device the best ran on, at every suite and gate shape: a config
 
 A screening batch (candidates asked for one after another, the earlier ones pending) spreads over the problems:
 while another diagnosed problem has a remedy left, it holds at most ``BATCH_PER_DIAGNOSIS`` remedies of one
-diagnosis (in one pass and bucket).
+problem (a dispatch bucket in one pass; without a table, a diagnosis).
+
+Where the baseline trial timed peers (liger-kernel, torch.compile), the buckets where a peer is faster than the
+current best come first, the furthest behind first (``peer_leads``: the baseline trial's side-by-side times,
+taken to the current best by the accepted steps' ratios); the rest by the diagnoses' severity.
 
 A variant that carries a dispatch table (``DISPATCH``) is tuned one bucket at a time: each bucket's worst case
 is diagnosed on its own, a remedy for a diagnosis goes into the bucket of the shape it was read at, and the walk
@@ -37,6 +41,7 @@ from dataclasses import dataclass
 
 from liger_perf.propose import Context, Proposal, Stop, tried_sources
 from liger_perf.propose.resources import footprints, launch_problem, limits_for, spilling_shapes
+from liger_perf.record.history import accepted_chain, chain_ratios, geomean
 from liger_perf.record.schema import NCU_DURATION, TUNING_SUITES, NcuLaunch, TrialResult
 from liger_perf.kernel.spec import Remedy
 from liger_perf.kernel.variants import (apply_changes, bucket_columns, bucket_order, carries_dispatch,
@@ -60,7 +65,7 @@ def _numel(shape: str) -> int:
     return n
 
 
-#: How many of a screening batch's candidates may answer one diagnosis in one bucket (see ``propose``).
+#: How many of a screening batch's candidates may answer one problem: a bucket, or a diagnosis (``propose``).
 BATCH_PER_DIAGNOSIS = 2
 
 #: Launches beside a pass's longest kernel (a separate reduction, a cast) that take this share of its kernel
@@ -271,7 +276,16 @@ class RulesProposer:
         passes = ["forward", "backward"] if context.target == "full" else [context.target]
         diagnoses = [(p, d) for p in passes for d in diagnose(best, p, per_bucket=bool(buckets))] \
             if context.target != "memory" else []
-        diagnoses.sort(key=lambda pd: -pd[1].severity)
+        # Where a peer is faster than the best, its bucket's problems come first (the furthest behind first): a
+        # remedy there is what the suite's targets need, whatever a slower bucket's NCU severity says.
+        leads = peer_leads(context.trials, context.baseline_source, passes) if buckets else {}
+
+        def behind(pass_name: str, diagnosis: Diagnosis) -> float:
+            lead = leads.get((pass_name, dispatch_bucket(diagnosis.shape, diagnosis.dtype))) if diagnosis.shape \
+                else None
+            return lead[0] if lead and lead[0] > 1 else 1.0
+
+        diagnoses.sort(key=lambda pd: (-behind(*pd), -pd[1].severity))
         skipped = []
         unlaunchable = _LaunchModel(context, knobs, dispatch)
 
@@ -305,12 +319,15 @@ class RulesProposer:
         # later best that has it.
         plan = [(p, d, r) for p, d, r in plan
                 if all(k in knobs and v in choices.get(k, [v]) for k, v in r.changes.items())]
-        # A batch (the candidates of one screening) spreads over the diagnoses and buckets: while another
-        # diagnosed problem has a remedy left, at most BATCH_PER_DIAGNOSIS remedies of one diagnosis in one bucket
-        # are pending at once, so that the screening compares the best remedy of several problems, not four
-        # answers to the worst one. Each pending candidate counts once, for the first plan entry that writes it.
+        # A batch (the candidates of one screening) spreads over the problems: while another diagnosed problem
+        # has a remedy left, at most BATCH_PER_DIAGNOSIS remedies of one problem are pending at once, so that the
+        # screening compares the best remedy of several problems, not four answers to the worst one. With a
+        # dispatch table a problem is a bucket (its diagnoses all ask one thing: a faster bucket, and moves in two
+        # buckets combine), else a diagnosis. Each pending candidate counts once, for the first plan entry that
+        # writes it.
         def problem(pass_name: str, diagnosis: Diagnosis | None) -> tuple:
-            return pass_name, diagnosis.name if diagnosis else "explore", bucket_of(diagnosis)
+            bucket = bucket_of(diagnosis)
+            return (pass_name, bucket) if bucket else (pass_name, diagnosis.name if diagnosis else "explore")
 
         crowded: dict[tuple, int] = {}
         counted: set[str] = set()
@@ -338,6 +355,11 @@ class RulesProposer:
                 "no NCU diagnosis left to act on" if best.ncu and best.ncu.status == "ok"
                 else f"no NCU profile to diagnose ({best.ncu.reason if best.ncu else 'none recorded'})")
             scope = f" Only in bucket {bucket} ({_bucket_words(bucket)}), where it was diagnosed." if bucket else ""
+            lead = leads.get((pass_name, bucket)) if bucket else None
+            if lead and lead[0] > 1:
+                scope += (f" A peer is faster there: {lead[1]} takes 1/{lead[0]:.2f} of the best's {pass_name} time "
+                          "(geomean over the bucket's cases: the baseline trial's side-by-side times, times the "
+                          "accepted steps' ratios since), so this bucket comes first.")
             return Proposal(
                 name=_proposal_name(changes), source=source,
                 hypothesis=f"{evidence}. {remedy.why}{scope}{unlaunchable.spill_note(changes, diagnosis)}",
@@ -458,6 +480,37 @@ def _buckets_to_tune(best: TrialResult, target: str) -> tuple[list[str], dict[st
         if case not in cases.setdefault(bucket, []):
             cases[bucket].append(case)
     return sorted(worst, key=lambda b: (worst[b], bucket_order(b))), cases
+
+
+def peer_leads(trials: list[TrialResult], baseline_source: str,
+               passes: list[str]) -> dict[tuple[str, str], tuple[float, str]]:
+    """Per (pass, dispatch bucket): ``(the current best's time over the fastest peer's, that peer)``, the
+    geometric mean over the bucket's cases; above 1, a peer is faster there. The baseline trial timed the peers
+    beside the baseline; the accepted chain's ratios since take that to the current best (``chain_ratios``: the
+    loop's own estimate of the best against the baseline). Empty without a baseline trial that timed a peer."""
+    if not baseline_source:
+        return {}
+    baseline, chain = accepted_chain(trials, source_hash(baseline_source))
+    if baseline is None:
+        return {}
+    to_best = chain_ratios(chain) if chain else {}
+    ours = {r.key: r.median_ms for r in baseline.timing_rows("candidate") if r.median_ms}
+    fastest: dict[tuple, tuple[float, str]] = {}
+    for row in baseline.timing_rows():
+        if row.contender in ("candidate", "against", "eager") or not row.median_ms or row.pass_name not in passes:
+            continue
+        if row.key not in fastest or row.median_ms < fastest[row.key][0]:
+            fastest[row.key] = (row.median_ms, row.contender)
+    per_bucket: dict[tuple[str, str], list[tuple[float, str]]] = {}
+    for key, (peer_ms, peer) in fastest.items():
+        if key in ours and (not chain or key in to_best):
+            best_ms = ours[key] * to_best.get(key, 1.0)
+            per_bucket.setdefault((key[0], dispatch_bucket(key[1], key[2])), []).append((best_ms / peer_ms, peer))
+    leads = {}
+    for bucket_key, rows in per_bucket.items():
+        peers = [peer for _, peer in rows]
+        leads[bucket_key] = (geomean([lead for lead, _ in rows]), max(set(peers), key=peers.count))
+    return leads
 
 
 def _changes_nothing(spec, knobs: dict, changes: dict, cases: list) -> bool:
