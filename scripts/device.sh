@@ -57,16 +57,16 @@ for wheels in .whl .whle .whlm .whls .whlt; do  # .whls: .whl less what no step 
 done
 export PYTHONPATH=/tmp/site:$PWD TRITON_CACHE_DIR=/tmp/triton-cache
 log "install done; $(nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader)"
-run() {  # run STEP_DIR CMD...: the command under the time left, its output in STEP_DIR/log.txt
-  local dir=$1; shift
+run() {  # run STEP_DIR CMD...: the command under the time left, its output in STEP_DIR/$RUN_LOG (log.txt)
+  local dir=$1 output=${RUN_LOG:-log.txt}; shift
   mkdir -p "$dir"
   local budget; budget=$(left)
   if [ "$budget" -lt 20 ]; then log "skipped (no time left): $*"; return 0; fi
   log "start ($budget s left): $*"
-  timeout "$budget" "$@" > "$dir/log.txt" 2>&1
+  timeout "$budget" "$@" > "$dir/$output" 2>&1
   local rc=$?
   log "end rc=$rc: $*"
-  tail -n 12 "$dir/log.txt"
+  tail -n 12 "$dir/$output"
 }
 for step in "$@"; do
   name=${step%%:*}; arg=${step#*:}; [ "$arg" = "$step" ] && arg=""
@@ -96,7 +96,8 @@ print(best_variant_file("fused_add_rms_norm", Store(device="nvidia-h200").notebo
       mkdir -p "$dir/notebooks" && cp -r /tmp/fresh-workspace/notebooks/. "$dir/notebooks/" ;;
     loop)
       IFS=, read -r kernel target minutes suite budget reps <<< "$arg"
-      run "$dir-$kernel" python3 -m liger_perf optimize "$kernel" --target "$target" --device cuda \
+      # A log per call (the loop resumes across calls into one folder; log.txt would overwrite the last one's).
+      RUN_LOG="log-$(date +%H%M%S).txt" run "$dir-$kernel" python3 -m liger_perf optimize "$kernel" --target "$target" --device cuda \
         --max-minutes "$minutes" ${suite:+--suite "$suite"} ${budget:+--budget "$budget"} \
         ${reps:+--repetitions "$reps"} ;;
     aa) dir=${AA_ROOT:-"$dir-$LIGER_PERF_GIT_COMMIT"}  # one root per commit: calls at the same commit resume it
