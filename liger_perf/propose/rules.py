@@ -331,7 +331,7 @@ class RulesProposer:
 
         crowded: dict[tuple, int] = {}
         counted: set[str] = set()
-        for pass_name, diagnosis, remedy in plan:
+        for pass_name, diagnosis, remedy in plan if context.pending else ():  # nothing pending: nothing to count
             _, _, changes = remedy_changes(diagnosis, remedy)
             sha = source_hash(with_knobs(context.best_source, changes)) if changes else ""
             if sha in context.pending and sha not in counted:
