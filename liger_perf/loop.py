@@ -251,7 +251,12 @@ class OptimizeLoop:
         the budget (an empty list: the whole batch was dropped). A ``TrialResult``: the screening's harness
         failed."""
         steps = [*self._carry_over(trials, best), *self._reruns(trials, best),
-                 *self._kept_by_screening(trials, best)][:room]
+                 *self._kept_by_screening(trials, best)]
+        # A superseded kept candidate is both a re-run (on the round's winner) and a kept one: one trial of it.
+        unique: dict[str, Proposal] = {}
+        for step in steps:
+            unique.setdefault(source_hash(step.source), step)
+        steps = list(unique.values())[:room]
         free = room - len(steps)
         proposed: list[Proposal] = []
         stop: Stop | None = None
@@ -499,33 +504,35 @@ class OptimizeLoop:
         its full trials, e.g. by ``--max-minutes``): they get their full trials now, best ratio first, instead of
         being proposed and screened again. A candidate screened against an earlier best of the chain is made
         again on the current best from its knob changes (as a re-run is); one without knob changes is left to
-        the proposer."""
+        the proposer. A candidate whose own trial ran (whatever its verdict; not a harness error, which never
+        reached it) is done: a rejected one never comes back this way after a later acceptance."""
         _, chain = accepted_chain(trials, self.baseline_sha)
         chain_shas = {t.variant_sha for t in chain} | {self.baseline_sha, best.variant_sha}
-        trialled = {t.variant_sha for t in trials if t.kind == "experiment"}
+        trialled = {t.variant_sha for t in trials if t.kind == "experiment" and t.status != HARNESS_ERROR}
         ranked: list[tuple[float, int, Proposal]] = []
         taken: set[str] = set()
         for screening in trials:
-            if screening.kind != "screening" or screening.screening is None \
+            if screening.kind != "screening" or screening.screening is None or screening.status != "complete" \
                     or screening.against_sha not in chain_shas:
                 continue
             for row in screening.screening.rows:
-                if not row.kept or not row.source:
+                if not row.kept or not row.source or row.sha256 in trialled or source_hash(row.source) in trialled:
                     continue
                 source, changes = row.source, dict(row.changes or {})
+                hypothesis = row.hypothesis
                 if screening.against_sha != best.variant_sha:
                     try:
                         source = with_knobs(best.variant.source, changes) if changes else ""
                     except UserError:
                         source = ""  # its knobs are not the current best's
-                    if source == best.variant.source:
-                        continue  # the best made this move already
+                    hypothesis = (f"made again on trial {best.trial_id:04d} from its knob changes (screened against "
+                                  f"an earlier best): {row.hypothesis}")
                 sha = source_hash(source) if source else ""
                 if not sha or sha in trialled or sha in taken:
-                    continue
+                    continue  # (the best itself is in ``trialled``: a move it made already)
                 taken.add(sha)
                 name = row.name.split("-", 1)[1] if row.name.split("-", 1)[0].isdigit() else row.name
-                proposal = Proposal(name=name[:60], source=source, hypothesis=row.hypothesis,
+                proposal = Proposal(name=name[:60], source=source, hypothesis=hypothesis,
                                     prediction=f"screening {screening.trial_id:04d}: {row.reason}"[:300],
                                     changes=changes, diagnosis="screened", audit=row.proposer_audit)
                 ranked.append((row.ratio if row.ratio is not None else float("inf"), screening.trial_id, proposal))

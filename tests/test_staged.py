@@ -353,3 +353,70 @@ def test_a_kept_candidate_screened_against_an_earlier_best_is_made_again_on_the_
     knobs, _ = read_knobs(step.source)
     assert knobs["BLOCK_SIZE"] == 2048 and knobs["num_warps"] == 8
     assert step.changes == {"num_warps": 8}  # the one without knob changes is left to the proposer
+
+
+def test_a_kept_candidate_whose_trial_ran_is_not_made_again_after_a_later_acceptance(tmp_path):
+    """A screening kept two candidates, both had their trials (one accepted, one rejected): the rejected one
+    is not made again on the new best (that would undo the proposer's rule against a rejected move); nor is a
+    kept one whose trial was a harness error skipped (the harness never reached it)."""
+    from liger_perf import loop as loop_module
+    from liger_perf.kernel.variants import source_hash, with_knobs
+    from liger_perf.record.schema import HARNESS_ERROR
+
+    base = baseline_path("relu_squared").read_text()
+    base_sha = source_hash(base)
+    moves = {"block": {"BLOCK_SIZE": 2048}, "warps": {"num_warps": 8}, "bwd": {"bwd_num_warps": 2}}
+    sources = {name: with_knobs(base, changes) for name, changes in moves.items()}
+    record = {"kernel": "relu_squared", "status": "complete", "device": "interpret"}
+    baseline = TrialResult.model_validate({**record, "trial_id": 0, "variant": {"sha256": base_sha, "source": base}})
+    screening = _screening(1, {"sha256": base_sha, "source": base}, [
+        {"name": f"{i}-{name}", "sha256": source_hash(sources[name]), "source": sources[name], "kept": True,
+         "ratio": 0.9, "changes": moves[name]} for i, name in enumerate(moves)])
+
+    def trial(trial_id, name, verdict, **extra):
+        return TrialResult.model_validate({
+            **record, "trial_id": trial_id, "name": name, "against": {"sha256": base_sha, "source": base},
+            "variant": {"sha256": source_hash(sources[name]), "source": sources[name]},
+            "judged": {"verdict": verdict}, **extra})
+
+    accepted, rejected = trial(2, "block", "accepted"), trial(3, "warps", "rejected")
+    broken = trial(4, "bwd", "rejected", status=HARNESS_ERROR)
+    loop = loop_module.OptimizeLoop("relu_squared", Guardrails(), _endless(), device="interpret", budget=5,
+                                    root=tmp_path, runner=_ScreeningRunner(keep=set()), screen=0)
+    steps = loop._kept_by_screening([baseline, screening, accepted, rejected, broken], accepted)
+    assert [s.changes for s in steps] == [moves["bwd"]]  # not "warps": its trial ran
+    assert "made again on trial 0002" in steps[0].hypothesis
+
+
+def test_a_superseded_kept_candidate_is_trialled_once_in_a_round(tmp_path):
+    """With two workers, a kept candidate superseded in its round is both a re-run (on the winner) and a kept
+    candidate made again on it: one trial, not two of the same source."""
+    from liger_perf import loop as loop_module
+    from liger_perf.kernel.variants import source_hash, with_knobs
+
+    base = baseline_path("relu_squared").read_text()
+    base_sha = source_hash(base)
+    moves = {"block": {"BLOCK_SIZE": 2048}, "warps": {"num_warps": 8}}
+    sources = {name: with_knobs(base, changes) for name, changes in moves.items()}
+    record = {"kernel": "relu_squared", "status": "complete", "device": "interpret"}
+    baseline = TrialResult.model_validate({**record, "trial_id": 0, "variant": {"sha256": base_sha, "source": base}})
+    screening = _screening(1, {"sha256": base_sha, "source": base}, [
+        {"name": f"{i}-{name}", "sha256": "screened-" + name, "source": sources[name] + "# screened copy\n",
+         "kept": True, "ratio": 0.9, "changes": moves[name]} for i, name in enumerate(moves)])
+    winner = TrialResult.model_validate({
+        **record, "trial_id": 2, "name": "block", "against": {"sha256": base_sha, "source": base},
+        "variant": {"sha256": source_hash(sources["block"]), "source": sources["block"]},
+        "judged": {"verdict": "accepted"}})
+    # The other one of the round: accepted too, then superseded by the winner; its own source differs from
+    # the screened copy, so only its re-run and the kept row's re-make can match.
+    superseded = TrialResult.model_validate({
+        **record, "trial_id": 3, "name": "warps", "against": {"sha256": base_sha, "source": base},
+        "variant": {"sha256": "superseded", "source": sources["warps"] + "# trialled copy\n"},
+        "changes": moves["warps"], "judged": {"verdict": "accepted", "superseded_by": 2}})
+    loop = loop_module.OptimizeLoop("relu_squared", Guardrails(), _endless(), device="interpret", budget=5,
+                                    root=tmp_path, runner=_ScreeningRunner(keep=set()), screen=0)
+    history = [baseline, screening, winner, superseded]
+    assert len(loop._reruns(history, winner)) == 1 and len(loop._kept_by_screening(history, winner)) == 1
+    steps = loop._round(history, winner, room=2, best_file=baseline_path("relu_squared"), budget_left=5)
+    made = [s for s in steps if s.changes == moves["warps"]]
+    assert len(made) == 1, [s.name for s in steps]
