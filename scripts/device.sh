@@ -97,8 +97,8 @@ print(best_variant_file("fused_add_rms_norm", Store(device="nvidia-h200").notebo
     loop)
       IFS=, read -r kernel target minutes suite budget reps <<< "$arg"
       # A log per call (the loop resumes across calls into one folder; log.txt would overwrite the last one's).
-      RUN_LOG="log-$(date +%H%M%S).txt" run "$dir-$kernel" python3 -m liger_perf optimize "$kernel" --target "$target" --device cuda \
-        --max-minutes "$minutes" ${suite:+--suite "$suite"} ${budget:+--budget "$budget"} \
+      RUN_LOG="log-$(date +%H%M%S).txt" run "$dir-$kernel" python3 -m liger_perf optimize "$kernel" \
+        --target "$target" --device cuda --max-minutes "$minutes" ${suite:+--suite "$suite"} ${budget:+--budget "$budget"} \
         ${reps:+--repetitions "$reps"} ;;
     aa) dir=${AA_ROOT:-"$dir-$LIGER_PERF_GIT_COMMIT"}  # one root per commit: calls at the same commit resume it
       run "$dir" python3 scripts/aa_trials.py fused_add_rms_norm --trials "${arg:-20}" --root "$dir" \
