@@ -28,6 +28,14 @@ from liger_perf.kernel.variants import source_hash, with_knobs
 from liger_perf.core.wording import count, speedup
 
 
+def _made_again(best: TrialResult, changes: dict) -> str | None:
+    """A move's knob changes made on ``best``'s source; None where they name knobs ``best`` lacks."""
+    try:
+        return with_knobs(best.variant.source, changes)
+    except UserError:
+        return None
+
+
 def trials_before(seconds_left: float, pace: float | None, workers: int, count: int) -> int:
     """How many of ``count`` trials, run ``workers`` at a time at ``pace`` seconds each, start within
     ``seconds_left``: none once it is past (a screening may have run over), all of them when there is no pace to
@@ -484,10 +492,7 @@ class OptimizeLoop:
             same_best = t.against_sha == best.variant_sha
             source, changes = t.variant.source, (t.changes or {}) if same_best else {}
             if not same_best and t.changes:
-                try:
-                    moved = with_knobs(best.variant.source, t.changes)
-                except UserError:
-                    moved = None  # its knobs are not the new best's: the old source, judged as a whole
+                moved = _made_again(best, t.changes)  # None: the old source, judged as a whole
                 if moved == best.variant.source:
                     continue  # the winner made this move already
                 if moved is not None:
@@ -521,10 +526,7 @@ class OptimizeLoop:
                 source, changes = row.source, dict(row.changes or {})
                 hypothesis = row.hypothesis
                 if screening.against_sha != best.variant_sha:
-                    try:
-                        source = with_knobs(best.variant.source, changes) if changes else ""
-                    except UserError:
-                        source = ""  # its knobs are not the current best's
+                    source = (_made_again(best, changes) if changes else None) or ""
                     hypothesis = (f"made again on trial {best.trial_id:04d} from its knob changes (screened against "
                                   f"an earlier best): {row.hypothesis}")
                 sha = source_hash(source) if source else ""
