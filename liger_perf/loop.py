@@ -470,8 +470,9 @@ class OptimizeLoop:
 
     def _reruns(self, trials: list[TrialResult], best: TrialResult) -> list[Proposal]:
         """Trials the loop runs again by itself: an inconclusive one, measured once more with twice the
-        repetitions (never accepted as it was), and one superseded by a better candidate of its round, trialled
-        against that one; each only while no later trial ran the same source."""
+        repetitions (never accepted as it was); one rejected only because its measurements were suspicious, once
+        more; and one superseded by a better candidate of its round, trialled against that one; each only while
+        no later trial ran the same source."""
         experiments = [t for t in trials if t.status != HARNESS_ERROR and t.kind == "experiment" and t.against]
         reruns = []
         for i, t in enumerate(experiments):
@@ -480,6 +481,10 @@ class OptimizeLoop:
             superseded_by = t.judged.superseded_by if t.judged else None
             if t.verdict == "inconclusive" and not t.name.endswith("-remeasure"):
                 name, why, diagnosis = f"{t.name}-remeasure", "which was inconclusive", "remeasure"
+            elif t.verdict == "rejected" and t.judged.suspicious and not t.name.endswith("-recheck"):
+                # Its measurements were not to be trusted, so nothing was learnt of the variant: one more trial
+                # (a second suspicious run is left for a person to look at).
+                name, why, diagnosis = (f"{t.name[:52]}-recheck", "whose measurements were suspicious", "recheck")
             elif superseded_by is not None:
                 name, why, diagnosis = (f"{t.name}-retrial", f"superseded in its round by trial "
                                         f"{superseded_by:04d}", "retrial")

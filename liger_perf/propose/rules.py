@@ -455,8 +455,8 @@ class RulesProposer:
         by_sha = {t.variant_sha: t for t in trials}
         moves = set()
         for t in trials:
-            if t.verdict != "rejected" or not t.changes or not t.against:
-                continue
+            if t.verdict != "rejected" or not t.changes or not t.against or t.judged.suspicious:
+                continue  # (suspicious measurements judged nothing of the move: the loop re-runs it)
             if t.gain > 0:
                 # It won on the target and lost only on a guardrail somewhere: the direction is right, the
                 # step was too broad; the next remedy on the list may take it more narrowly.
