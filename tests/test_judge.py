@@ -382,3 +382,70 @@ def test_the_report_shows_the_best_s_dispatch_table_with_the_trial_that_set_each
     table = dispatch_table([make_trial(trial_id=7, name="step-7", variant={"sha256": "7", "source": second})], rooted)
     assert list(table["set by"]) == ["trial 0007 step-7", "the baseline"]
     assert list(dispatch_table([], rooted)["set by"]) == ["the baseline"]
+
+
+def test_noise_where_the_candidate_ran_the_best_s_code_is_not_a_reason_to_re_measure():
+    """Trials 0040 and 0041 on the H200 (``bwd_dw_order@16384x4``, 1.13x in its bucket) were held up by the full
+    pass at 1024x896 (a 25 us call bound by the host: [0.32x, 2.59x] and [0.29x, 2.73x]), a case outside the
+    move's bucket where both contenders ran the same kernels. There a point beyond the limit is the run's noise;
+    a regression for certain still rejects. Only a move whose source is the best's with exactly its changes."""
+    from liger_perf.judge import same_code_cases
+    from liger_perf.kernel.registry import baseline_path
+    from liger_perf.kernel.variants import source_hash, with_knobs
+
+    history, recorded = _recorded(41)
+    same = same_code_cases(recorded, history)
+    assert ("full", "1024x896", "float16") in same and ("full", "1024x896", "bfloat16") in same
+    assert not any(shape in ("4096x16384", "5461x12288") and dtype == "float32" for _, shape, dtype in same)
+    judged = judge(recorded, RULES, None, history)
+    assert not any("possibly slower than allowed" in r for r in judged.reasons), judged.reasons
+    assert "2 cases where the candidate ran the current best's code" in judged.reasons[0]
+    assert judged.verdict == "inconclusive" and "full correctness gate" in judged.reasons[-1]  # 0041's gate was quick
+    # Code changed beyond the recorded changes: no case ran the best's code for certain.
+    forged = copy.deepcopy(recorded)
+    forged.variant.source += "\n# and something else\n"
+    assert same_code_cases(forged, history) == set()
+    assert judge(forged, RULES, None, [t for t in history]).verdict in ("inconclusive", "rejected")
+    assert any("possibly slower than allowed" in r for r in judge(forged, RULES, None, history).reasons)
+
+    # The synthetic trial: faster in bucket 8192x2, possibly slower at a case of another bucket.
+    base = baseline_path("fused_add_rms_norm").read_text()
+    changes = {"bwd_tile_elements@8192x2": 16384}
+    faster = {("backward", "2048x8192", "bfloat16"): (0.9, 0.88, 0.92),
+              ("full", "2048x1024", "float32"): (1.08, 0.5, 1.9)}
+    result = _result(target_ratio=1.0, intervals=faster)
+    result.changes = changes
+    assert judge(result, RULES).verdict == "inconclusive"  # no sources: the noise is not known to be noise
+    result.against.sha256, result.against.source = source_hash(base), base
+    result.variant.source = with_knobs(base, changes)
+    judged = judge(result, RULES)
+    assert judged.verdict == "accepted", judged.reasons
+    assert "full 2048x1024 float32" in judged.reasons[0] and "not re-measured" in judged.reasons[0]
+    # Slower for certain at a case it did not change: the candidate slowed the best's code. Rejected.
+    result = _result(target_ratio=1.0, intervals={**faster, ("full", "2048x1024", "float32"): (1.3, 1.2, 1.4)})
+    result.changes, result.against.source, result.variant.source = changes, base, with_knobs(base, changes)
+    assert judge(result, RULES).verdict == "rejected"
+    # The best's source read back from the module it ran against, where its sha256 is the recorded one.
+    result = _result(target_ratio=1.0, intervals=faster)
+    result.changes, result.variant.source = changes, with_knobs(base, changes)
+    result.against.path, result.against.sha256 = str(baseline_path("fused_add_rms_norm")), source_hash(base)
+    assert judge(result, RULES).verdict == "accepted"
+    result.against.sha256 = "another"
+    assert judge(result, RULES).verdict == "inconclusive"
+
+
+def test_one_slowed_case_of_the_best_is_suspicious_only_where_the_candidate_was_measured_faster():
+    """0041's best ran its full pass 2.49x its 0040 time at 1024x896 float16 and 1.59x at 8192x2304 bfloat16,
+    but the candidate was no faster there (1.08x the best's time; 0.97x [0.56x, 1.61x]): the run slowed both.
+    A slowed best flatters a candidate only where the candidate is measured faster than it."""
+    from liger_perf.judge import best_slowdown
+
+    history, recorded = _recorded(41)
+    assert best_slowdown(recorded, history) == []
+    flattered = copy.deepcopy(recorded)
+    for row in flattered.timing.rows:
+        if row.contender == "candidate" and (row.pass_name, row.shape, row.dtype) == ("full", "1024x896", "float16"):
+            row.ratio, row.ci_low, row.ci_high = 0.45, 0.4, 0.5
+    found = best_slowdown(flattered, history)
+    assert found and "1024x896 float16: 2.49x" in found[0]
+    assert judge(flattered, RULES, None, history).verdict == "rejected"

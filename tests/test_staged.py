@@ -420,3 +420,36 @@ def test_a_superseded_kept_candidate_is_trialled_once_in_a_round(tmp_path):
     steps = loop._round(history, winner, room=2, best_file=baseline_path("relu_squared"), budget_left=5)
     made = [s for s in steps if s.changes == moves["warps"]]
     assert len(made) == 1, [s.name for s in steps]
+
+
+def test_a_trial_rejected_only_as_suspicious_is_re_run_once_and_its_move_is_not_ruled_out(tmp_path):
+    """0041 on the H200 was rejected for suspicious measurements (its best slowed by the run at one case): that
+    judged nothing of the move, so the loop ran it once more (0042, accepted); a second suspicious run stays."""
+    from liger_perf import loop as loop_module
+    from liger_perf.kernel.variants import source_hash, with_knobs
+    from liger_perf.propose.rules import RulesProposer
+
+    base = baseline_path("relu_squared").read_text()
+    base_sha = source_hash(base)
+    changes = {"num_warps": 8}
+    moved = with_knobs(base, changes)
+    record = {"kernel": "relu_squared", "status": "complete", "device": "interpret"}
+    baseline = TrialResult.model_validate({**record, "trial_id": 0, "variant": {"sha256": base_sha, "source": base,
+                                                                                 "knobs": {"num_warps": "auto"}}})
+    suspicious = TrialResult.model_validate({
+        **record, "trial_id": 1, "name": "warps", "against": {"sha256": base_sha},
+        "variant": {"sha256": source_hash(moved), "source": moved}, "changes": changes,
+        "judged": {"verdict": "rejected", "suspicious": ["the current best's full ran 2.49x its times"]}})
+    loop = loop_module.OptimizeLoop("relu_squared", Guardrails(), _endless(), device="interpret", budget=5,
+                                    root=tmp_path, runner=_ScreeningRunner(keep=set()), screen=0)
+    reruns = loop._reruns([baseline, suspicious], baseline)
+    assert [(r.name, r.source, r.diagnosis) for r in reruns] == [("warps-recheck", moved, "recheck")]
+    assert "whose measurements were suspicious" in reruns[0].hypothesis
+    assert RulesProposer._rejected_moves([baseline, suspicious], {"num_warps": ["auto", 4, 8]}) == set()
+    # Rejected on its merits, it is neither re-run nor proposed again in that direction.
+    plain = suspicious.model_copy(update={"judged": suspicious.judged.model_copy(update={"suspicious": []})})
+    assert loop._reruns([baseline, plain], baseline) == []
+    assert RulesProposer._rejected_moves([baseline, plain], {"num_warps": ["auto", 4, 8]})
+    # Its re-check suspicious again: left for a person.
+    again = suspicious.model_copy(update={"trial_id": 2, "name": "warps-recheck"})
+    assert loop._reruns([baseline, suspicious, again], baseline) == []
