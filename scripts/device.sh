@@ -4,6 +4,8 @@
 # checkout's root and commit what belongs to the evidence).
 #
 # Usage (carry .whl and .deb; for e2e, .whlm and .whle, the wheels without Nsight Compute's, instead of .whl):
+#   a trimmed set must keep pydantic (+ pydantic_core, annotated_types, typing_inspection: the package imports
+#   it), ncu_report for any step that profiles (a loop's trial) and liger_kernel for a bench or a baseline trial
 #   bash scripts/device.sh COMMIT LIMIT_S STEP[:ARG,...] ...
 #   COMMIT    the commit under test (the machine gets a copy of the working tree, without .git)
 #   LIMIT_S   seconds this call may take in all; each step stops in time for the results to come back
