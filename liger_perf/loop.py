@@ -17,7 +17,7 @@ from liger_perf.core.errors import UserError
 from liger_perf.judge.guardrails import Guardrails
 from liger_perf.record.history import (accepted_chain, chain_ratios, load_trials, trial_pace, trial_variant_file,
                                 warn)
-from liger_perf.judge import judge
+from liger_perf.judge import judge, recheck_owed
 from liger_perf.propose import Context, Proposal, Proposer, Stop
 from liger_perf.record.notebook import record_verdict
 from liger_perf.kernel.registry import baseline_path, get_spec
@@ -470,8 +470,8 @@ class OptimizeLoop:
 
     def _reruns(self, trials: list[TrialResult], best: TrialResult) -> list[Proposal]:
         """Trials the loop runs again by itself: an inconclusive one, measured once more with twice the
-        repetitions (never accepted as it was); one rejected only because its measurements were suspicious, once
-        more; and one superseded by a better candidate of its round, trialled against that one; each only while
+        repetitions (never accepted as it was); one rejected only on suspicions of the current best's measurements,
+        once more (``recheck_owed``); and one superseded by a better candidate of its round, trialled against that one; each only while
         no later trial ran the same source."""
         experiments = [t for t in trials if t.status != HARNESS_ERROR and t.kind == "experiment" and t.against]
         reruns = []
@@ -479,12 +479,15 @@ class OptimizeLoop:
             if any(later.variant_sha == t.variant_sha for later in experiments[i + 1:]):
                 continue
             superseded_by = t.judged.superseded_by if t.judged else None
-            if t.verdict == "inconclusive" and not t.name.endswith("-remeasure"):
-                name, why, diagnosis = f"{t.name}-remeasure", "which was inconclusive", "remeasure"
-            elif t.verdict == "rejected" and t.judged.suspicious and not t.name.endswith("-recheck"):
-                # Its measurements were not to be trusted, so nothing was learnt of the variant: one more trial
-                # (a second suspicious run is left for a person to look at).
-                name, why, diagnosis = (f"{t.name[:52]}-recheck", "whose measurements were suspicious", "recheck")
+            # Once per source, whatever the names say (a name is cut at 60 characters).
+            earlier_same = [e for e in experiments[:i] if e.variant_sha == t.variant_sha]
+            if t.verdict == "inconclusive" and not t.name.endswith("-remeasure") \
+                    and not any(e.verdict == "inconclusive" for e in earlier_same):
+                name, why, diagnosis = f"{t.name[:50]}-remeasure", "which was inconclusive", "remeasure"
+            elif recheck_owed(t, trials):
+                # Suspicious only of the best's measurements: nothing was learnt of the variant.
+                name, why, diagnosis = (f"{t.name[:52]}-recheck", "whose current best's measurements were "
+                                        "suspicious", "recheck")
             elif superseded_by is not None:
                 name, why, diagnosis = (f"{t.name}-retrial", f"superseded in its round by trial "
                                         f"{superseded_by:04d}", "retrial")

@@ -432,6 +432,15 @@ def test_noise_where_the_candidate_ran_the_best_s_code_is_not_a_reason_to_re_mea
     assert judge(result, RULES).verdict == "accepted"
     result.against.sha256 = "another"
     assert judge(result, RULES).verdict == "inconclusive"
+    # A best whose code is not the baseline's but for its knobs may look its table up by another key: no case is
+    # known to run its code.
+    rewritten = base + "\n\ndef _unused():\n    return None\n"
+    result = _result(target_ratio=1.0, intervals=faster)
+    result.changes, result.variant.source = changes, with_knobs(rewritten, changes)
+    result.against.source, result.against.sha256 = rewritten, source_hash(rewritten)
+    assert judge(result, RULES).verdict == "inconclusive"
+    result.against.source = base  # a recorded source whose sha256 is not the recorded one is not read
+    assert judge(result, RULES).verdict == "inconclusive"
 
 
 def test_one_slowed_case_of_the_best_is_suspicious_only_where_the_candidate_was_measured_faster():
@@ -448,4 +457,18 @@ def test_one_slowed_case_of_the_best_is_suspicious_only_where_the_candidate_was_
             row.ratio, row.ci_low, row.ci_high = 0.45, 0.4, 0.5
     found = best_slowdown(flattered, history)
     assert found and "1024x896 float16: 2.49x" in found[0]
-    assert judge(flattered, RULES, None, history).verdict == "rejected"
+    judged = judge(flattered, RULES, None, history)
+    assert judged.verdict == "rejected" and judged.recheck  # of the best's measurements: one re-check owed
+    # However wide the candidate's interval there: its point did not rise with the best's time.
+    for row in flattered.timing.rows:
+        if row.contender == "candidate" and (row.pass_name, row.shape, row.dtype) == ("full", "1024x896", "float16"):
+            row.ci_low, row.ci_high = 0.2, 1.2
+    assert best_slowdown(flattered, history)
+    # The candidate's own timed outputs wrong: suspicious of the candidate, no re-check.
+    from liger_perf.record.schema import SpotCheck
+    wrong = copy.deepcopy(recorded)
+    wrong.timing.spot_checks.append(SpotCheck.model_validate(
+        {"pass": "backward", "shape": "4096x16384", "dtype": "float32", "contender": "candidate", "passed": False,
+         "reason": "dX differs"}))
+    judged = judge(wrong, RULES, None, history)
+    assert judged.verdict == "rejected" and not judged.recheck and not judged.record("backward", "rules").recheck

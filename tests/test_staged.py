@@ -423,8 +423,9 @@ def test_a_superseded_kept_candidate_is_trialled_once_in_a_round(tmp_path):
 
 
 def test_a_trial_rejected_only_as_suspicious_is_re_run_once_and_its_move_is_not_ruled_out(tmp_path):
-    """0041 on the H200 was rejected for suspicious measurements (its best slowed by the run at one case): that
-    judged nothing of the move, so the loop ran it once more (0042, accepted); a second suspicious run stays."""
+    """0041 on the H200 was rejected for suspicious measurements of its current best (slowed by the run at one
+    case): that judged nothing of the move, so it was run once more (0042, accepted). Suspicions of the candidate's
+    own measurements, or a second suspicious run of the same source, stand and rule the move out."""
     from liger_perf import loop as loop_module
     from liger_perf.kernel.variants import source_hash, with_knobs
     from liger_perf.propose.rules import RulesProposer
@@ -433,23 +434,35 @@ def test_a_trial_rejected_only_as_suspicious_is_re_run_once_and_its_move_is_not_
     base_sha = source_hash(base)
     changes = {"num_warps": 8}
     moved = with_knobs(base, changes)
+    choices = {"num_warps": ["auto", 4, 8]}
     record = {"kernel": "relu_squared", "status": "complete", "device": "interpret"}
     baseline = TrialResult.model_validate({**record, "trial_id": 0, "variant": {"sha256": base_sha, "source": base,
                                                                                  "knobs": {"num_warps": "auto"}}})
     suspicious = TrialResult.model_validate({
         **record, "trial_id": 1, "name": "warps", "against": {"sha256": base_sha},
         "variant": {"sha256": source_hash(moved), "source": moved}, "changes": changes,
-        "judged": {"verdict": "rejected", "suspicious": ["the current best's full ran 2.49x its times"]}})
+        "judged": {"verdict": "rejected", "suspicious": ["the current best's full ran 2.49x its times"],
+                   "recheck": True}})
     loop = loop_module.OptimizeLoop("relu_squared", Guardrails(), _endless(), device="interpret", budget=5,
                                     root=tmp_path, runner=_ScreeningRunner(keep=set()), screen=0)
     reruns = loop._reruns([baseline, suspicious], baseline)
     assert [(r.name, r.source, r.diagnosis) for r in reruns] == [("warps-recheck", moved, "recheck")]
-    assert "whose measurements were suspicious" in reruns[0].hypothesis
-    assert RulesProposer._rejected_moves([baseline, suspicious], {"num_warps": ["auto", 4, 8]}) == set()
-    # Rejected on its merits, it is neither re-run nor proposed again in that direction.
-    plain = suspicious.model_copy(update={"judged": suspicious.judged.model_copy(update={"suspicious": []})})
-    assert loop._reruns([baseline, plain], baseline) == []
-    assert RulesProposer._rejected_moves([baseline, plain], {"num_warps": ["auto", 4, 8]})
-    # Its re-check suspicious again: left for a person.
+    assert "suspicious" in reruns[0].hypothesis
+    assert RulesProposer._rejected_moves([baseline, suspicious], choices) == set()
+    # Suspicious of the candidate itself (its timed outputs wrong), or rejected on its merits: no re-run, and
+    # the move is ruled out.
+    for judged in ({"verdict": "rejected", "suspicious": ["spot check of a timed call: candidate ..."]},
+                   {"verdict": "rejected"}):
+        other = suspicious.model_copy(update={"judged": suspicious.judged.model_validate(judged)})
+        assert loop._reruns([baseline, other], baseline) == []
+        assert RulesProposer._rejected_moves([baseline, other], choices)
+    # Its re-check suspicious again: it stands, and rules the move out.
     again = suspicious.model_copy(update={"trial_id": 2, "name": "warps-recheck"})
     assert loop._reruns([baseline, suspicious, again], baseline) == []
+    assert RulesProposer._rejected_moves([baseline, suspicious, again], choices)
+    # Alternating verdicts cannot go on: once per source, whatever the names (cut at 60 characters) say.
+    inconclusive = suspicious.model_copy(update={"trial_id": 3, "name": "w" * 60,
+                                                 "judged": suspicious.judged.model_validate({"verdict": "inconclusive"})})
+    first = inconclusive.model_copy(update={"trial_id": 0, "name": "w" * 59})
+    assert [r.diagnosis for r in loop._reruns([baseline, inconclusive], baseline)] == ["remeasure"]
+    assert loop._reruns([baseline, first, inconclusive], baseline) == []

@@ -32,7 +32,9 @@ from liger_perf.record.history import (accuracy_ratios, accuracy_reductions, geo
 from liger_perf.record.schema import NCU_DURATION, JudgedRatio, Key, TrialResult, Verdict, VerdictName
 from liger_perf.core.errors import UserError
 from liger_perf.core.wording import count, speedup, speedup_limit
-from liger_perf.kernel.variants import canonical_source, dispatch_bucket, source_hash, target_buckets, with_knobs
+from liger_perf.kernel.registry import baseline_path
+from liger_perf.kernel.variants import (canonical_source, changes_between, dispatch_bucket, read_dispatch, read_knobs,
+                                     source_hash, target_buckets, with_knobs)
 
 
 #: A contender's median CUDA-event time over the sum of its kernels' NCU durations in the same case: at least
@@ -103,14 +105,12 @@ def _stack(trial: TrialResult) -> tuple:
 
 def best_slowdown(result: TrialResult, history: list[TrialResult]) -> list[str]:
     """Why the current best ran slower in this trial than in the last one that timed it on the same stack
-    (``BEST_SLOWDOWN``: a pass's geomean, or one case where the candidate was measured faster than the best);
+    (``BEST_SLOWDOWN``: a pass's geomean, or one case where the candidate's time did not rise with the best's);
     empty when it did not, or when nothing on this stack timed it before."""
     if not result.against_sha or result.fingerprint is None or _stack(result)[0] is None:
         return []
     now = {r.key: r.median_ms for r in result.timing_rows("against") if r.median_ms}
-    # The cases where the candidate was measured faster than the best: its interval's high end below 1.
-    faster = {r.key for r in result.candidate_ratios()
-              if (r.ci_high if r.ci_high is not None and math.isfinite(r.ci_high) else r.ratio) < 1}
+    ratios = {r.key: r.ratio for r in result.candidate_ratios()}
     for earlier in reversed([t for t in history if t.trial_id != result.trial_id]):
         if earlier.status != "complete" or earlier.timing is None or _stack(earlier) != _stack(result):
             continue
@@ -127,14 +127,15 @@ def best_slowdown(result: TrialResult, history: list[TrialResult]) -> list[str]:
             if not slower:
                 continue
             geo = geomean(list(slower.values()))
-            # One case alone: only where the candidate was measured faster than the slowed best, the one way a
-            # slower best flatters it. Where the candidate ran about as slow, the run slowed both (0041 on the
-            # H200, full pass: 2.49x at 1024x896 float16, a 25 us call bound by the host, the candidate 1.08x
-            # the best's time there; 1.59x at 8192x2304 bfloat16, the candidate 0.97x [0.56x, 1.61x]; at both
-            # it ran the best's own code).
-            flattering = [k for k in slower if k in faster]
-            worst = max(flattering or slower, key=slower.get)
-            if geo > BEST_SLOWDOWN[0] or (flattering and slower[worst] > BEST_SLOWDOWN[1]):
+            # One case alone: only where the candidate's time did not rise with the best's (its time now over the
+            # best's then, ratio x slowdown, within the bound), the one way a slower best flatters it. Where the
+            # candidate ran about as slow, the run slowed both (0041 on the H200, full pass: 2.49x at 1024x896
+            # float16, a 25 us call bound by the host, the candidate 1.08x the best's time there: 2.68; 1.59x at
+            # 8192x2304 bfloat16, the candidate 0.97x: 1.54; at both it ran the best's own code).
+            alone = [k for k in slower if slower[k] > BEST_SLOWDOWN[1]
+                     and (ratios.get(k) is None or ratios[k] * slower[k] <= BEST_SLOWDOWN[1])]
+            if geo > BEST_SLOWDOWN[0] or alone:
+                worst = max(alone or slower, key=slower.get)
                 found.append(f"the current best's {pass_name} ran {geo:.2f}x its times in trial "
                              f"{earlier.trial_id:04d} on this stack ({worst[1]} {worst[2]}: {slower[worst]:.2f}x): "
                              "the candidate beside it may have changed how it runs")
@@ -143,33 +144,48 @@ def best_slowdown(result: TrialResult, history: list[TrialResult]) -> list[str]:
 
 
 def _best_source(result: TrialResult, history: list[TrialResult]) -> str:
-    """The current best's source: recorded in the trial, else in the history (the trial that ran it), else the
-    module the trial ran against, read back where its sha256 is the one recorded ("" when none is)."""
+    """The current best's source, whichever record holds it: the trial, the history (the trial that ran it), or
+    the module the trial ran against, read back; each only where its sha256 is the one recorded ("" if none)."""
     against = result.against
     if against is None or not against.sha256:
         return ""
-    if against.source:
-        return against.source
-    recorded = next((t.variant.source for t in reversed(history)
-                     if t.variant.sha256 == against.sha256 and t.variant.source), "")
-    if recorded or not against.path:
-        return recorded
+    candidates = [against.source, *(t.variant.source for t in reversed(history) if t.variant.sha256 == against.sha256)]
+    if against.path:
+        try:
+            path = Path(against.path)
+            if path.is_file() and path.stat().st_size < _MAX_SOURCE_BYTES:
+                candidates.append(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            pass
+    return next((source for source in candidates if source and source_hash(source) == against.sha256), "")
+
+
+#: A variant module is a few tens of kB; a recorded path to anything larger (or to a FIFO) is not read.
+_MAX_SOURCE_BYTES = 1 << 20
+
+
+def _dispatches_as_the_baseline(kernel: str, best_source: str) -> bool:
+    """Whether the best's code is the kernel's baseline but for its knob values and ``DISPATCH`` entries: only
+    then is it known to look its table up by ``dispatch_bucket``'s key (a model's rewrite might not)."""
     try:
-        source = Path(against.path).read_text()
-    except (OSError, UnicodeDecodeError):
-        return ""
-    return source if source_hash(source) == against.sha256 else ""
+        baseline = baseline_path(kernel).read_text()
+        knobs, table = read_knobs(best_source)[0], read_dispatch(best_source)
+        made = with_knobs(baseline, changes_between(read_knobs(baseline)[0], read_dispatch(baseline), knobs, table))
+        return canonical_source(made) == canonical_source(best_source)
+    except (UserError, OSError):
+        return False
 
 
 def same_code_cases(result: TrialResult, history: list[TrialResult] | None = None) -> set[Key]:
     """The timed cases at which the candidate ran the current best's code: every case outside the buckets of a
     move confined to dispatch buckets, when the candidate's recorded source is the best's recorded source with
-    exactly the trial's knob changes (checked here, not taken on the proposer's word). There both contenders
+    exactly the trial's knob changes (checked here, not taken on the proposer's word), and the best's code is the
+    baseline's but for its knobs (so its table is looked up by ``dispatch_bucket``'s key). There both contenders
     launched the same kernels with the same settings, so a ratio away from 1 is the run's noise or the
     candidate slowing the best's code, never the move itself. Empty for any other trial."""
     buckets = target_buckets(result.changes)
-    best_source = _best_source(result, history or [])
-    if not buckets or not best_source or not result.variant.source:
+    best_source = _best_source(result, history or []) if buckets else ""
+    if not best_source or not result.variant.source or not _dispatches_as_the_baseline(result.kernel, best_source):
         return set()
     try:
         made = with_knobs(best_source, dict(result.changes or {}))
@@ -185,21 +201,42 @@ def suspicions(result: TrialResult, history: list[TrialResult] | None = None) ->
     contender whose CUDA-event times disagree with its kernels' NCU durations (beyond the bound the history
     supports for the case, else ``NCU_AGREEMENT``), or a current best slower than the history recorded it on
     this stack. Empty when none."""
-    history = history or []
-    found = [f"spot check of a timed call: {c.contender} {c.pass_name} {c.shape} {c.dtype}: {c.reason}"
-             for c in (result.timing.spot_checks if result.timing else []) if not c.passed]
+    of_candidate, of_run = _suspicions(result, history or [])
+    return of_candidate + of_run
+
+
+def _suspicions(result: TrialResult, history: list[TrialResult]) -> tuple[list[str], list[str]]:
+    """``suspicions``, split: those that the candidate's own measurements raise (its outputs wrong when timed, its
+    events against its kernels), and those the current best's raise, which a second run may clear (the run
+    slowed it, or the candidate did: a re-check tells)."""
+    of_candidate, of_run = [], []
+    for c in (result.timing.spot_checks if result.timing else []):
+        if not c.passed:
+            (of_candidate if c.contender == "candidate" else of_run).append(
+                f"spot check of a timed call: {c.contender} {c.pass_name} {c.shape} {c.dtype}: {c.reason}")
     # A light profile (a staged trial not accepted as measured) does not profile the best: nothing to hold to.
     if result.ncu is not None and result.ncu.scope == "full" and result.ncu.against_durations not in (None, "ok"):
-        found.append(f"the current best's kernel durations could not be profiled ({result.ncu.against_durations}):"
-                     " its times are held to nothing")
+        of_run.append(f"the current best's kernel durations could not be profiled ({result.ncu.against_durations}):"
+                      " its times are held to nothing")
     bounds = ncu_bounds(history)
     for (contender, key), (events, kernels, ratio) in ncu_ratios(result).items():
         upper = bounds.get(key, NCU_AGREEMENT[1])
         if not NCU_AGREEMENT[0] <= ratio <= upper:
-            found.append(f"{contender} {key[0]} {key[1]} {key[2]}: CUDA events {events:.4g} ms, NCU kernels "
-                         f"{kernels:.4g} ms (ratio {ratio:.2f}, outside {NCU_AGREEMENT[0]}-{upper:.2f}"
-                         + (", the bound the history supports for this case)" if key in bounds else ")"))
-    return found + best_slowdown(result, history)
+            (of_candidate if contender == "candidate" else of_run).append(
+                f"{contender} {key[0]} {key[1]} {key[2]}: CUDA events {events:.4g} ms, NCU kernels "
+                f"{kernels:.4g} ms (ratio {ratio:.2f}, outside {NCU_AGREEMENT[0]}-{upper:.2f}"
+                + (", the bound the history supports for this case)" if key in bounds else ")"))
+    return of_candidate, of_run + best_slowdown(result, history)
+
+
+def recheck_owed(trial: TrialResult, trials: list[TrialResult]) -> bool:
+    """Whether ``trial`` was rejected only on suspicions of the current best's measurements (``Verdict.recheck``)
+    and no earlier trial of the same source was found suspicious: then nothing was learnt of its variant, and
+    the loop runs it once more. A second suspicious run of it stands, and rules its move out."""
+    if trial.verdict != "rejected" or not trial.judged.recheck:
+        return False
+    return not any(t.variant_sha == trial.variant_sha and t.judged is not None and t.judged.suspicious
+                   for t in trials if t.trial_id < trial.trial_id)
 
 
 @dataclass
@@ -210,6 +247,7 @@ class Judgement:
     target_interval: tuple[float, float] = (math.nan, math.nan)
     ratios: dict[Key, float] = field(default_factory=dict)  # every judged metric, candidate / current best
     suspicious: list[str] = field(default_factory=list)
+    recheck: bool = False  # suspicious of the current best's measurements only (``recheck_owed``)
     #: The target's geomean over the whole suite, where ``target_ratio`` is one dispatch bucket's (else NaN).
     suite_ratio: float = math.nan
 
@@ -225,7 +263,8 @@ class Judgement:
                        target_interval=[_finite(x) for x in self.target_interval], gain=self.gain,
                        suite_gain=suite_gain,
                        ratios=[JudgedRatio(pass_name=k[0], shape=k[1], dtype=k[2], ratio=v)
-                               for k, v in self.ratios.items()], suspicious=self.suspicious)
+                               for k, v in self.ratios.items()], suspicious=self.suspicious,
+                       recheck=self.recheck)
 
 
 def _finite(x: float) -> float | None:
@@ -261,11 +300,12 @@ def _judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[K
     if result.against_sha == result.variant_sha:
         return Judgement("rejected", ["the variant is identical to the current best"])
 
-    suspicious = suspicions(result, history)
+    of_candidate, of_run = _suspicions(result, history or [])
+    suspicious = of_candidate + of_run
     if suspicious:
         return Judgement("rejected", [f"suspicious measurements, never accepted: {suspicious[0]}"
                                       + (f" (and {len(suspicious) - 1} more)" if len(suspicious) > 1 else "")],
-                         suspicious=suspicious)
+                         suspicious=suspicious, recheck=not of_candidate)
     times, memory = measured_ratios(result)
     reasons, remeasure = [], []  # regressions (rejected); possible regressions (never accepted, re-measured)
     same_code, noise = same_code_cases(result, history), []  # possible regressions where both ran the best's code

@@ -42,6 +42,7 @@ import math
 from dataclasses import dataclass
 
 from liger_perf.propose import Context, Proposal, Stop, tried_sources
+from liger_perf.judge import recheck_owed
 from liger_perf.propose.resources import footprints, launch_problem, limits_for, spilling_shapes
 from liger_perf.record.history import accepted_chain, chain_ratios, geomean
 from liger_perf.record.schema import NCU_DURATION, TUNING_SUITES, NcuLaunch, TrialResult
@@ -455,8 +456,8 @@ class RulesProposer:
         by_sha = {t.variant_sha: t for t in trials}
         moves = set()
         for t in trials:
-            if t.verdict != "rejected" or not t.changes or not t.against or t.judged.suspicious:
-                continue  # (suspicious measurements judged nothing of the move: the loop re-runs it)
+            if t.verdict != "rejected" or not t.changes or not t.against or recheck_owed(t, trials):
+                continue  # (a re-check owed: nothing was judged of the move yet, the loop runs it again)
             if t.gain > 0:
                 # It won on the target and lost only on a guardrail somewhere: the direction is right, the
                 # step was too broad; the next remedy on the list may take it more narrowly.

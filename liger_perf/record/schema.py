@@ -313,6 +313,8 @@ class Verdict(_Record):
     proposer: str | None = None
     superseded_by: int | None = None  # another candidate of the same round gained more
     suspicious: list[str] = []  # why the measurements themselves are not to be trusted (never accepted)
+    #: Suspicious only of the current best's measurements (the run may have slowed it): one more trial is owed.
+    recheck: bool = False
 
 
 class TrialResult(_Record):
