@@ -471,8 +471,8 @@ class OptimizeLoop:
     def _reruns(self, trials: list[TrialResult], best: TrialResult) -> list[Proposal]:
         """Trials the loop runs again by itself: an inconclusive one, measured once more with twice the
         repetitions (never accepted as it was); one rejected only on suspicions of the current best's measurements,
-        once more (``recheck_owed``); and one superseded by a better candidate of its round, trialled against that one; each only while
-        no later trial ran the same source."""
+        once more (``recheck_owed``); and one superseded by a better candidate of its round, trialled against that
+        one; each only while no later trial ran the same source."""
         experiments = [t for t in trials if t.status != HARNESS_ERROR and t.kind == "experiment" and t.against]
         reruns = []
         for i, t in enumerate(experiments):

@@ -461,8 +461,8 @@ def test_a_trial_rejected_only_as_suspicious_is_re_run_once_and_its_move_is_not_
     assert loop._reruns([baseline, suspicious, again], baseline) == []
     assert RulesProposer._rejected_moves([baseline, suspicious, again], choices)
     # Alternating verdicts cannot go on: once per source, whatever the names (cut at 60 characters) say.
-    inconclusive = suspicious.model_copy(update={"trial_id": 3, "name": "w" * 60,
-                                                 "judged": suspicious.judged.model_validate({"verdict": "inconclusive"})})
+    undecided = suspicious.judged.model_validate({"verdict": "inconclusive"})
+    inconclusive = suspicious.model_copy(update={"trial_id": 3, "name": "w" * 60, "judged": undecided})
     first = inconclusive.model_copy(update={"trial_id": 0, "name": "w" * 59})
     assert [r.diagnosis for r in loop._reruns([baseline, inconclusive], baseline)] == ["remeasure"]
     assert loop._reruns([baseline, first, inconclusive], baseline) == []

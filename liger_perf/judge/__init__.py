@@ -143,6 +143,10 @@ def best_slowdown(result: TrialResult, history: list[TrialResult]) -> list[str]:
     return []
 
 
+#: A variant module is a few tens of kB; a recorded path to anything larger (or to a FIFO) is not read.
+_MAX_SOURCE_BYTES = 1 << 20
+
+
 def _best_source(result: TrialResult, history: list[TrialResult]) -> str:
     """The current best's source, whichever record holds it: the trial, the history (the trial that ran it), or
     the module the trial ran against, read back; each only where its sha256 is the one recorded ("" if none)."""
@@ -158,10 +162,6 @@ def _best_source(result: TrialResult, history: list[TrialResult]) -> str:
         except (OSError, UnicodeDecodeError):
             pass
     return next((source for source in candidates if source and source_hash(source) == against.sha256), "")
-
-
-#: A variant module is a few tens of kB; a recorded path to anything larger (or to a FIFO) is not read.
-_MAX_SOURCE_BYTES = 1 << 20
 
 
 def _dispatches_as_the_baseline(kernel: str, best_source: str) -> bool:
