@@ -18,7 +18,10 @@
 #   main-job:MINUTES       a fresh workspace and the README's main job (optimize fused_add_rms_norm), its log
 #   loop:KERNEL,TARGET,MIN[,SUITE[,BUDGET[,REPS]]]  the optimize loop on the committed history
 #                          (notebooks/nvidia-h200/KERNEL), timing SUITE (e.g. models-tune) if given, REPS timed
-#                          repetitions per contender if given (a model-suite trial at the default 100 took 400 s)
+#                          repetitions per contender if given (a model-suite trial at the default 100 took 400 s).
+#                          MIN "auto": the time this call has left less one trial (TRIAL_S, default 330 s), so that no
+#                          trial starts that the call's limit would kill (the loop starts any trial that begins before
+#                          --max-minutes; at 4.3 a trial began after a 250 s screening and was killed: 0044)
 #   aa:N                   N A/A trials of the fused best against a comment-only copy of itself (no NCU), in
 #                          reports/evidence/<date>-aa-COMMIT/ (a later call at the same commit resumes them;
 #                          AA_ROOT=DIR resumes DIR instead, e.g. across midnight or a commit that no gated file differs in)
@@ -98,6 +101,10 @@ print(best_variant_file("fused_add_rms_norm", Store(device="nvidia-h200").notebo
       mkdir -p "$dir/notebooks" && cp -r /tmp/fresh-workspace/notebooks/. "$dir/notebooks/" ;;
     loop)
       IFS=, read -r kernel target minutes suite budget reps <<< "$arg"
+      if [ "$minutes" = auto ]; then
+        minutes=$(python3 -c "import sys; print(max(0.1, (int(sys.argv[1]) - int(sys.argv[2])) / 60))" \
+          "$(left)" "${TRIAL_S:-330}")
+      fi
       # A log per call (the loop resumes across calls into one folder; log.txt would overwrite the last one's).
       RUN_LOG="log-$(date +%H%M%S).txt" run "$dir-$kernel" python3 -m liger_perf optimize "$kernel" \
         --target "$target" --device cuda --max-minutes "$minutes" ${suite:+--suite "$suite"} ${budget:+--budget "$budget"} \
