@@ -164,16 +164,25 @@ def _best_source(result: TrialResult, history: list[TrialResult]) -> str:
     return next((source for source in candidates if source and source_hash(source) == against.sha256), "")
 
 
+def _made_by(source: str, base: str, changes: dict) -> bool:
+    """Whether ``source`` is ``base`` with ``changes`` made to its knobs and nothing else (tables compared as
+    ``canonical_source`` writes them)."""
+    try:
+        return canonical_source(with_knobs(base, changes)) == canonical_source(source)
+    except UserError:
+        return False
+
+
 def _dispatches_as_the_baseline(kernel: str, best_source: str) -> bool:
     """Whether the best's code is the kernel's baseline but for its knob values and ``DISPATCH`` entries: only
     then is it known to look its table up by ``dispatch_bucket``'s key (a model's rewrite might not)."""
     try:
         baseline = baseline_path(kernel).read_text()
-        knobs, table = read_knobs(best_source)[0], read_dispatch(best_source)
-        made = with_knobs(baseline, changes_between(read_knobs(baseline)[0], read_dispatch(baseline), knobs, table))
-        return canonical_source(made) == canonical_source(best_source)
+        changes = changes_between(read_knobs(baseline)[0], read_dispatch(baseline), read_knobs(best_source)[0],
+                                  read_dispatch(best_source))
     except (UserError, OSError):
         return False
+    return _made_by(best_source, baseline, changes)
 
 
 def same_code_cases(result: TrialResult, history: list[TrialResult] | None = None) -> set[Key]:
@@ -185,13 +194,8 @@ def same_code_cases(result: TrialResult, history: list[TrialResult] | None = Non
     candidate slowing the best's code, never the move itself. Empty for any other trial."""
     buckets = target_buckets(result.changes)
     best_source = _best_source(result, history or []) if buckets else ""
-    if not best_source or not result.variant.source or not _dispatches_as_the_baseline(result.kernel, best_source):
-        return set()
-    try:
-        made = with_knobs(best_source, dict(result.changes or {}))
-        if canonical_source(made) != canonical_source(result.variant.source):
-            return set()
-    except UserError:
+    if not best_source or not result.variant.source or not _dispatches_as_the_baseline(result.kernel, best_source) \
+            or not _made_by(result.variant.source, best_source, dict(result.changes or {})):
         return set()
     return {row.key for row in result.timing_rows("candidate") if dispatch_bucket(row.shape, row.dtype) not in buckets}
 
