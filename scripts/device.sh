@@ -5,8 +5,9 @@
 #
 # Usage (carry .whl and .deb; for e2e, .whlm and .whle, the wheels without Nsight Compute's, instead of .whl):
 #   a trimmed set must keep pydantic (+ pydantic_core, annotated_types, typing_inspection: the package imports
-#   it), ncu_report for any step that profiles (a loop's trial; else the machine's Nsight Compute's own module is
-#   used) and liger_kernel for a bench or a baseline trial
+#   it), ncu_report for any step that profiles (a loop's trial) and liger_kernel for a bench or a baseline trial
+#   (not the machine's Nsight Compute's own extras/python module instead: reading a report with it killed the trial's
+#   kernel, 2026-12-02's trial 0044, reports/evidence/2026-12-02-loop-fused_add_rms_norm/)
 #   bash scripts/device.sh COMMIT LIMIT_S STEP[:ARG,...] ...
 #   COMMIT    the commit under test (the machine gets a copy of the working tree, without .git)
 #   LIMIT_S   seconds this call may take in all; each step stops in time for the results to come back
@@ -62,13 +63,7 @@ for wheels in .whl .whle .whlm .whls .whlt; do  # .whls: .whl less what no step 
     "$wheels"/*.whl || { echo "device.sh: the wheels of $wheels did not install"; exit 1; }
 done
 export PYTHONPATH=/tmp/site:$PWD TRITON_CACHE_DIR=/tmp/triton-cache
-# Without the 17 MB ncu_report wheel (it alone can put a tree over the carry limit), read reports with the module
-# that the machine's own Nsight Compute ships, the version that wrote them
-if ! python3 -c 'import ncu_report' 2>/dev/null; then
-  for extras in /opt/nvidia/nsight-compute/*/extras/python; do [ -f "$extras/ncu_report.py" ] && NCU_PY=$extras; done
-  [ -n "${NCU_PY:-}" ] && export PYTHONPATH=$PYTHONPATH:$NCU_PY
-fi
-log "install done; ncu_report from $(python3 -c 'import ncu_report, os; print(os.path.dirname(ncu_report.__file__))' 2>&1 | tail -1); $(nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader)"
+log "install done; $(nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader)"
 run() {  # run STEP_DIR CMD...: the command under the time left, its output in STEP_DIR/$RUN_LOG (log.txt)
   local dir=$1 output=${RUN_LOG:-log.txt}; shift
   mkdir -p "$dir"
