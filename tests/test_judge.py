@@ -396,7 +396,9 @@ def test_noise_where_the_candidate_ran_the_best_s_code_is_not_a_reason_to_re_mea
     history, recorded = _recorded(41)
     same = same_code_cases(recorded, history)
     assert ("full", "1024x896", "float16") in same and ("full", "1024x896", "bfloat16") in same
-    assert not any(shape in ("4096x16384", "5461x12288") and dtype == "float32" for _, shape, dtype in same)
+    in_bucket = [(pass_name, shape) for pass_name, shape, dtype in same
+                 if shape in ("4096x16384", "5461x12288") and dtype == "float32"]
+    assert in_bucket and all(pass_name == "forward" for pass_name, _ in in_bucket)  # a backward knob
     judged = judge(recorded, RULES, None, history)
     assert not any("possibly slower than allowed" in r for r in judged.reasons), judged.reasons
     assert "2 cases where the candidate ran the current best's code" in judged.reasons[0]
@@ -441,6 +443,37 @@ def test_noise_where_the_candidate_ran_the_best_s_code_is_not_a_reason_to_re_mea
     assert judge(result, RULES).verdict == "inconclusive"
     result.against.source = base  # a recorded source whose sha256 is not the recorded one is not read
     assert judge(result, RULES).verdict == "inconclusive"
+
+
+def test_a_pass_the_move_leaves_as_it_was_counts_as_the_best_s_code_inside_the_bucket_too():
+    """Trial 0044 on the H200 (``bwd_dw_order@8192x2``, 1.10x in its bucket, gate passed) was held up by its
+    forward pass at 2047x5120 bfloat16, inside the bucket: 0.96x [0.92x, 1.03x] times the accepted chain's 0.96x,
+    two runs' noise on a forward kernel that no backward knob changes. By the kernel's launch model the move
+    leaves that pass as it was: noise, not a re-measure. A knob that changes the forward is still re-measured."""
+    from liger_perf.judge import same_code_cases
+    from liger_perf.kernel.registry import baseline_path
+    from liger_perf.kernel.variants import source_hash, with_knobs
+    from liger_perf.record.history import accepted_chain, chain_ratios
+
+    history, recorded = _recorded(44)
+    base_sha = source_hash(baseline_path("fused_add_rms_norm").read_text())
+    chain = chain_ratios(accepted_chain(history, base_sha)[1])
+    same = same_code_cases(recorded, history)
+    assert ("forward", "2047x5120", "bfloat16") in same
+    assert ("backward", "2047x5120", "bfloat16") not in same and ("full", "2047x5120", "bfloat16") not in same
+    judged = judge(recorded, RULES, chain, history)
+    assert judged.verdict == "accepted", judged.reasons
+    assert "forward 2047x5120 bfloat16" in judged.reasons[0] and "not re-measured" in judged.reasons[0]
+
+    base = baseline_path("fused_add_rms_norm").read_text()
+    noisy_forward = {("backward", "2048x8192", "bfloat16"): (0.9, 0.88, 0.92),
+                     ("forward", "2048x8192", "bfloat16"): (1.08, 0.9, 1.3)}
+    for changes, verdict in (({"bwd_tile_elements@8192x2": 16384}, "accepted"),
+                             ({"bwd_tile_elements@8192x2": 16384, "fwd_rows_per_program@8192x2": 2}, "inconclusive")):
+        result = _result(target_ratio=1.0, intervals=noisy_forward)
+        result.changes, result.variant.source = changes, with_knobs(base, changes)
+        result.against.sha256, result.against.source = source_hash(base), base
+        assert judge(result, RULES).verdict == verdict, (changes, judge(result, RULES).reasons)
 
 
 def test_one_slowed_case_of_the_best_is_suspicious_only_where_the_candidate_was_measured_faster():

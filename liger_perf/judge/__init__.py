@@ -32,7 +32,7 @@ from liger_perf.record.history import (accuracy_ratios, accuracy_reductions, geo
 from liger_perf.record.schema import NCU_DURATION, JudgedRatio, Key, TrialResult, Verdict, VerdictName
 from liger_perf.core.errors import UserError
 from liger_perf.core.wording import count, speedup, speedup_limit
-from liger_perf.kernel.registry import baseline_path
+from liger_perf.kernel.registry import baseline_path, get_spec
 from liger_perf.kernel.variants import (canonical_source, changes_between, dispatch_bucket, read_dispatch, read_knobs,
                                      source_hash, target_buckets, with_knobs)
 
@@ -186,18 +186,48 @@ def _dispatches_as_the_baseline(kernel: str, best_source: str) -> bool:
 
 
 def same_code_cases(result: TrialResult, history: list[TrialResult] | None = None) -> set[Key]:
-    """The timed cases at which the candidate ran the current best's code: every case outside the buckets of a
-    move confined to dispatch buckets, when the candidate's recorded source is the best's recorded source with
-    exactly the trial's knob changes (checked here, not taken on the proposer's word), and the best's code is the
-    baseline's but for its knobs (so its table is looked up by ``dispatch_bucket``'s key). There both contenders
-    launched the same kernels with the same settings, so a ratio away from 1 is the run's noise or the
-    candidate slowing the best's code, never the move itself. Empty for any other trial."""
+    """The timed cases at which the candidate ran the current best's code, for a move confined to dispatch
+    buckets when the candidate's recorded source is the best's recorded source with exactly the trial's knob
+    changes (checked here, not taken on the proposer's word) and the best's code is the baseline's but for its
+    knobs (so its table is looked up by ``dispatch_bucket``'s key): every case outside the move's buckets, and
+    every case inside them whose pass runs with the same settings under both tables by the kernel's launch
+    model (``KernelSpec.effective_settings``: a backward knob leaves the forward pass as it was). There both
+    contenders launched the same kernels with the same settings, so a ratio away from 1 is the run's noise or
+    the candidate slowing the best's code, never the move itself. Empty for any other trial."""
     buckets = target_buckets(result.changes)
     best_source = _best_source(result, history or []) if buckets else ""
     if not best_source or not result.variant.source or not _dispatches_as_the_baseline(result.kernel, best_source) \
             or not _made_by(result.variant.source, best_source, dict(result.changes or {})):
         return set()
-    return {row.key for row in result.timing_rows("candidate") if dispatch_bucket(row.shape, row.dtype) not in buckets}
+    same = set()
+    for row in result.timing_rows("candidate"):
+        bucket = dispatch_bucket(row.shape, row.dtype)
+        if bucket not in buckets or _pass_unchanged(result.kernel, best_source, result.variant.source, bucket, row):
+            same.add(row.key)
+    return same
+
+
+def _pass_unchanged(kernel: str, best_source: str, source: str, bucket: str, row) -> bool:
+    """Whether the launch model says ``row``'s pass runs with the same settings under both variants' knobs in
+    ``bucket`` (the ``full`` pass: every pass's). False where the kernel has no model or it cannot answer."""
+    import torch
+
+    try:
+        spec = get_spec(kernel)
+        shape = tuple(int(n) for n in row.shape.split("x"))
+        settings = []
+        for text in (best_source, source):
+            knobs = read_knobs(text)[0]
+            settings.append(spec.effective_settings({**knobs, **read_dispatch(text).get(bucket, {})}, shape,
+                                                    getattr(torch, row.dtype)))
+    except Exception:  # noqa: BLE001 - kernel code; a model that cannot answer exempts nothing
+        return False
+    before, after = settings
+    if before is None or after is None:
+        return False
+    if row.pass_name in before and row.pass_name in after:
+        return before[row.pass_name] == after[row.pass_name]
+    return before == after
 
 
 def suspicions(result: TrialResult, history: list[TrialResult] | None = None) -> list[str]:
@@ -401,7 +431,8 @@ def _judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[K
         target = f"{guardrails.target}: {speedup(point, low, high)} over the current best (geomean over {over})"
     if noise:
         target += (f"; {count(len(noise), 'case')} where the candidate ran the current best's code (outside "
-                   f"{over.removesuffix(' of the suite')}) only possibly slower, the run's noise, not re-measured: "
+                   f"{over.removesuffix(' of the suite')}, or a pass the move leaves as it was) only possibly slower, "
+                   "the run's noise, not re-measured: "
                    + ", ".join(noise[:3]) + (", ..." if len(noise) > 3 else ""))
     if reasons:
         return Judgement("rejected", [*reasons, *remeasure, target], point, (low, high), ratios)
