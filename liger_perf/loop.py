@@ -15,9 +15,9 @@ from typing import Callable
 
 from liger_perf.core.errors import UserError
 from liger_perf.judge.guardrails import Guardrails
-from liger_perf.record.history import (accepted_chain, chain_ratios, load_trials, trial_pace, trial_variant_file,
+from liger_perf.record.history import (accepted_chain, load_trials, trial_pace, trial_variant_file,
                                 warn)
-from liger_perf.judge import judge, recheck_owed
+from liger_perf.judge import drift_ratios, judge, recheck_owed
 from liger_perf.propose import Context, Proposal, Proposer, Stop
 from liger_perf.record.notebook import record_verdict
 from liger_perf.kernel.registry import baseline_path, get_spec
@@ -125,7 +125,7 @@ class OptimizeLoop:
         check_tuning_suite(suite, self.mode)
         #: What every trial times, screens and profiles: "" (the device's suite) or "models-tune". Trials of either
         #: suite form one chain: each is judged against the best side by side, on the shapes it measured, and the
-        #: chain's cumulative ratios hold only where every step timed the shape (``chain_ratios``).
+        #: chain's cumulative ratios hold only where every step timed the shape (``judge.drift_ratios``).
         self.suite = suite
         # The history of the device the trials run on (a Dask cluster's GPUs, not this machine's).
         self.store = Store(root) if root is not None else Store(device=history_device(runner, device))
@@ -243,7 +243,7 @@ class OptimizeLoop:
 
     def _judge_and_record(self, result: TrialResult, chain: list[TrialResult]) -> TrialResult:
         history = [t for t in self._trials() if t.trial_id < result.trial_id]
-        judgement = judge(result, self.guardrails, chain_ratios(chain), history)
+        judgement = judge(result, self.guardrails, drift_ratios(chain, history), history)
         verdict = judgement.record(self.guardrails.target, self.proposer.name)
         record_verdict(result.notebook, verdict)
         result = result.model_copy(update={"judged": verdict})

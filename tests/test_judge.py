@@ -476,6 +476,31 @@ def test_a_pass_the_move_leaves_as_it_was_counts_as_the_best_s_code_inside_the_b
         assert judge(result, RULES).verdict == verdict, (changes, judge(result, RULES).reasons)
 
 
+def test_the_cumulative_guardrail_counts_no_noise_from_steps_that_left_a_case_s_code_as_it_was():
+    """Before 0044 the accepted chain was 0036 (a carry-over of defaults), 0039 and 0042 (backward knobs in
+    buckets 16384x2 and 16384x4). At the forward of 2047x5120 bfloat16 only 0036 changed the code; the other
+    two steps' ratios there are noise, and their product made the chain 0.96x (slower) where 0036 alone measured
+    0.99x. ``drift_ratios`` counts those steps as 1; a step that changed the case keeps its ratio."""
+    from liger_perf.judge import drift_ratios
+    from liger_perf.kernel.registry import baseline_path
+    from liger_perf.kernel.variants import source_hash
+    from liger_perf.record.history import accepted_chain, measured_ratios
+
+    history, _ = _recorded(44)
+    chain = accepted_chain(history, source_hash(baseline_path("fused_add_rms_norm").read_text()))[1]
+    assert [t.trial_id for t in chain] == [36, 39, 42]
+    forward, backward = ("forward", "2047x5120", "bfloat16"), ("backward", "4096x16384", "float32")
+    drift, raw = drift_ratios(chain, history), chain_ratios(chain)
+    assert drift[forward] == pytest.approx(measured_ratios(chain[0])[0][forward][0])
+    assert raw[forward] > 1.035 > drift[forward]  # the chain's product, 0.96x (slower), is two steps' noise
+    # 4096x16384 float32 is in 0042's bucket, and its backward is what 0042 changed: 0036 and 0042 count there,
+    # 0039 (a bucket of 2-byte elements) does not.
+    step = [measured_ratios(t)[0][backward][0] for t in chain]
+    assert drift[backward] == pytest.approx(step[0] * step[2]) and raw[backward] == pytest.approx(math.prod(step))
+    assert set(drift) == set(raw)
+    assert drift_ratios([], history) == {}
+
+
 def test_one_slowed_case_of_the_best_is_suspicious_only_where_the_candidate_was_measured_faster():
     """0041's best ran its full pass 2.49x its 0040 time at 1024x896 float16 and 1.59x at 8192x2304 bfloat16,
     but the candidate was no faster there (1.08x the best's time; 0.97x [0.56x, 1.61x]): the run slowed both.

@@ -199,35 +199,51 @@ def same_code_cases(result: TrialResult, history: list[TrialResult] | None = Non
     if not best_source or not result.variant.source or not _dispatches_as_the_baseline(result.kernel, best_source) \
             or not _made_by(result.variant.source, best_source, dict(result.changes or {})):
         return set()
-    same = set()
-    for row in result.timing_rows("candidate"):
-        bucket = dispatch_bucket(row.shape, row.dtype)
-        if bucket not in buckets or _pass_unchanged(result.kernel, best_source, result.variant.source, bucket, row):
-            same.add(row.key)
-    return same
+    unchanged = _passes_unchanged(result.kernel, best_source, result.variant.source)
+    return {row.key for row in result.timing_rows("candidate")
+            if dispatch_bucket(row.shape, row.dtype) not in buckets or unchanged(row)}
 
 
-def _pass_unchanged(kernel: str, best_source: str, source: str, bucket: str, row) -> bool:
-    """Whether the launch model says ``row``'s pass runs with the same settings under both variants' knobs in
-    ``bucket`` (the ``full`` pass: every pass's). False where the kernel has no model or it cannot answer."""
+def _passes_unchanged(kernel: str, best_source: str, source: str):
+    """A test of a timed row: whether the launch model says its pass runs with the same settings under both
+    variants' knobs in its bucket (the ``full`` pass: every pass's). False wherever the kernel has no model or
+    the model cannot answer."""
     import torch
 
     try:
         spec = get_spec(kernel)
-        shape = tuple(int(n) for n in row.shape.split("x"))
-        settings = []
-        for text in (best_source, source):
-            knobs = read_knobs(text)[0]
-            settings.append(spec.effective_settings({**knobs, **read_dispatch(text).get(bucket, {})}, shape,
-                                                    getattr(torch, row.dtype)))
-    except Exception:  # noqa: BLE001 - kernel code; a model that cannot answer exempts nothing
-        return False
-    before, after = settings
-    if before is None or after is None:
-        return False
-    if row.pass_name in before and row.pass_name in after:
-        return before[row.pass_name] == after[row.pass_name]
-    return before == after
+        tables = [(read_knobs(text)[0], read_dispatch(text)) for text in (best_source, source)]
+    except Exception:  # noqa: BLE001 - kernel code; a model that cannot load exempts nothing
+        return lambda row: False
+
+    def unchanged(row) -> bool:
+        try:
+            shape = tuple(int(n) for n in row.shape.split("x"))
+            bucket = dispatch_bucket(row.shape, row.dtype)
+            before, after = (spec.effective_settings({**knobs, **table.get(bucket, {})}, shape,
+                                                     getattr(torch, row.dtype)) for knobs, table in tables)
+        except Exception:  # noqa: BLE001 - kernel code; a model that cannot answer exempts nothing
+            return False
+        if before is None or after is None:
+            return False
+        if row.pass_name in before and row.pass_name in after:
+            return before[row.pass_name] == after[row.pass_name]
+        return before == after
+    return unchanged
+
+
+def drift_ratios(accepted: list[TrialResult], history: list[TrialResult]) -> dict[Key, float]:
+    """The current best against the baseline for the cumulative guardrail: ``chain_ratios``, but a step's ratio
+    at a case where its candidate ran its best's code (``same_code_cases``) counts as 1. There the step changed
+    nothing, and its measured ratio is that run's noise: multiplied in, step after step, it drifts (0044's forward
+    at 2047x5120 met a chain of 0.96x from steps that never touched that kernel)."""
+    total: dict[Key, float] | None = None
+    for step in accepted:
+        times, memory = measured_ratios(step)
+        same = same_code_cases(step, [t for t in history if t.trial_id < step.trial_id])
+        ratios = {**{key: 1.0 if key in same else ratio for key, (ratio, _, _) in times.items()}, **memory}
+        total = ratios if total is None else {key: value * ratios[key] for key, value in total.items() if key in ratios}
+    return total or {}
 
 
 def suspicions(result: TrialResult, history: list[TrialResult] | None = None) -> list[str]:

@@ -203,8 +203,10 @@ class KernelSpec(ABC):
                            dtype: torch.dtype) -> Mapping[str, Any] | None:
         """What a launch at ``shape`` and ``dtype`` really runs with under ``knobs``: the block sizes, warps, paths
         and options the variant derives from them (a block larger than the row, say, is no change). The rules
-        proposer skips a move of a dispatch bucket that changes none of them at the bucket's shapes. None (the
-        default): unknown, nothing is skipped."""
+        proposer skips a move of a dispatch bucket that changes none of them at the bucket's shapes, and the judge
+        takes a pass whose settings a move leaves as they were for the best's own code (noise there is not
+        re-measured, and counts for nothing along the chain). Keyed by pass name (``forward``, ``backward``) where
+        the passes' settings differ. None (the default): unknown, nothing is skipped."""
         return None
 
     def upstream_forward(self) -> ForwardFn | None:
