@@ -19,12 +19,13 @@ from liger_perf.record.history import (accepted_chain, load_trials, trial_pace, 
                                 warn)
 from liger_perf.judge import drift_ratios, judge, recheck_owed
 from liger_perf.propose import Context, Proposal, Proposer, Stop
+from liger_perf.propose.rules import peer_leads
 from liger_perf.record.notebook import record_verdict
 from liger_perf.kernel.registry import baseline_path, get_spec
 from liger_perf.run import Runner, check_tuning_suite, history_device, trial_request
 from liger_perf.record.schema import HARNESS_ERROR, TrialRequest, TrialResult
 from liger_perf.record.store import Store, trial_number
-from liger_perf.kernel.variants import source_hash, with_knobs
+from liger_perf.kernel.variants import source_hash, target_buckets, with_knobs
 from liger_perf.core.wording import count, speedup
 
 
@@ -514,15 +515,23 @@ class OptimizeLoop:
 
     def _kept_by_screening(self, trials: list[TrialResult], best: TrialResult) -> list[Proposal]:
         """Candidates an earlier screening kept that no trial has run yet (a loop stopped between a screening and
-        its full trials, e.g. by ``--max-minutes``): they get their full trials now, best ratio first, instead of
-        being proposed and screened again. A candidate screened against an earlier best of the chain is made
+        its full trials, e.g. by ``--max-minutes``): they get their full trials now instead of being proposed and
+        screened again, first those in a dispatch bucket where a peer is ahead of the best on the target
+        (``rules.peer_leads``, the order the proposer takes buckets in), then the rest, best ratio first in each.
+        A candidate screened against an earlier best of the chain is made
         again on the current best from its knob changes (as a re-run is); one without knob changes is left to
         the proposer. A candidate whose own trial ran (whatever its verdict; not a harness error, which never
         reached it) is done: a rejected one never comes back this way after a later acceptance."""
         _, chain = accepted_chain(trials, self.baseline_sha)
         chain_shas = {t.variant_sha for t in chain} | {self.baseline_sha, best.variant_sha}
         trialled = {t.variant_sha for t in trials if t.kind == "experiment" and t.status != HARNESS_ERROR}
-        ranked: list[tuple[float, int, Proposal]] = []
+        leads = peer_leads(trials, self.baseline_file.read_text(), [self.guardrails.target])
+
+        def behind_a_peer(changes: dict) -> bool:
+            return any(lead.ahead for bucket in target_buckets(changes)
+                       if (lead := leads.get((self.guardrails.target, bucket))) is not None)
+
+        ranked: list[tuple[bool, float, int, Proposal]] = []
         taken: set[str] = set()
         for screening in trials:
             if screening.kind != "screening" or screening.screening is None or screening.status != "complete" \
@@ -545,8 +554,9 @@ class OptimizeLoop:
                 proposal = Proposal(name=name[:60], source=source, hypothesis=hypothesis,
                                     prediction=f"screening {screening.trial_id:04d}: {row.reason}"[:300],
                                     changes=changes, diagnosis="screened", audit=row.proposer_audit)
-                ranked.append((row.ratio if row.ratio is not None else float("inf"), screening.trial_id, proposal))
-        return [proposal for _, _, proposal in sorted(ranked, key=lambda entry: (entry[0], entry[1]))]
+                ranked.append((not behind_a_peer(changes), row.ratio if row.ratio is not None else float("inf"),
+                               screening.trial_id, proposal))
+        return [proposal for *_, proposal in sorted(ranked, key=lambda entry: entry[:3])]
 
     def _repetitions(self, step: Proposal) -> int:
         if step.diagnosis != "remeasure":

@@ -466,3 +466,24 @@ def test_a_trial_rejected_only_as_suspicious_is_re_run_once_and_its_move_is_not_
     first = inconclusive.model_copy(update={"trial_id": 0, "name": "w" * 59})
     assert [r.diagnosis for r in loop._reruns([baseline, inconclusive], baseline)] == ["remeasure"]
     assert loop._reruns([baseline, first, inconclusive], baseline) == []
+
+
+def test_kept_candidates_in_a_bucket_where_a_peer_is_ahead_go_first(tmp_path):
+    """After trial 0045 of the H200 history, screening 0043's two kept ``bwd_weight_reload`` moves are left:
+    bucket 8192x2 screened at 1.08x, 16384x4 at 1.06x. liger-kernel is ahead of the best only in 16384x4 (float32
+    at 12288-16384 columns, by 0035's side-by-side peer times and the chain): that move goes first. Without a
+    baseline trial that timed a peer, the better screened ratio does."""
+    from liger_perf import loop as loop_module
+    from liger_perf.record.history import load_trials
+
+    trials = [t for t in load_trials("fused_add_rms_norm", Path(__file__).resolve().parent.parent / "notebooks"
+                                     / "nvidia-h200") if t.trial_id <= 45]
+    best = next(t for t in trials if t.trial_id == 45)
+    loop = loop_module.OptimizeLoop("fused_add_rms_norm", Guardrails(target="backward"), _endless(),
+                                    device="interpret", budget=5, root=tmp_path, runner=_ScreeningRunner(keep=set()),
+                                    screen=0)
+    steps = loop._kept_by_screening(trials, best)
+    assert [s.changes for s in steps] == [{"bwd_weight_reload@16384x4": True}, {"bwd_weight_reload@8192x2": True}]
+    without_peers = [t for t in trials if t.trial_id != 35]  # 0035: today's baseline trial, the one with peers
+    steps = loop._kept_by_screening(without_peers, best)
+    assert [s.changes for s in steps] == [{"bwd_weight_reload@8192x2": True}, {"bwd_weight_reload@16384x4": True}]
