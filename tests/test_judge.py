@@ -499,6 +499,33 @@ def test_the_cumulative_guardrail_counts_no_noise_from_steps_that_left_a_case_s_
     assert drift[backward] == pytest.approx(step[0] * step[2]) and raw[backward] == pytest.approx(math.prod(step))
     assert set(drift) == set(raw)
     assert drift_ratios([], history) == {}
+    # A row label no bucket can read (a hand-edited notebook) is not known to have run the best's code: its step
+    # counts there, and the rest of the chain is judged as before.
+    garbled = copy.deepcopy(chain)
+    for row in garbled[1].timing.rows:
+        if (row.pass_name, row.shape, row.dtype) == forward:
+            row.shape = "2047x5120x"
+    assert drift_ratios(garbled, history)[backward] == pytest.approx(drift[backward])
+
+
+def test_a_move_that_changes_nothing_its_bucket_runs_is_rejected_whatever_its_timing_says():
+    """A chunk size in a bucket that walks whole rows, or backward threads where the warps decide: the kernel
+    launches the best's code at every case of the bucket, so a measured 1.03x is the run's noise. The rules
+    proposer never makes such a move (``_changes_nothing``); an LLM proposer may, and it must not be accepted."""
+    from liger_perf.kernel.registry import baseline_path
+    from liger_perf.kernel.variants import source_hash, with_knobs
+
+    base = baseline_path("fused_add_rms_norm").read_text()
+    for changes, verdict in (({"BLOCK_SIZE@8192x2": 4096}, "rejected"),
+                             ({"bwd_elements_per_thread@8192x2": 8, "bwd_num_warps@8192x2": 16}, "rejected"),
+                             ({"bwd_dw_order@8192x2": "before_dx"}, "accepted")):
+        result = _result(target_ratio=0.97, half_width=0.02)
+        result.changes, result.variant.source = changes, with_knobs(base, changes)
+        result.against.sha256, result.against.source = source_hash(base), base
+        judged = judge(result, RULES)
+        assert judged.verdict == verdict, (changes, judged.reasons)
+        if verdict == "rejected":
+            assert "changes nothing backward runs in bucket 8192x2" in judged.reasons[0]
 
 
 def test_one_slowed_case_of_the_best_is_suspicious_only_where_the_candidate_was_measured_faster():

@@ -23,6 +23,7 @@ error against float64 (per dtype and options, on the inputs both contenders were
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,6 +169,19 @@ def _made_by(source: str, base: str, changes: dict) -> bool:
     """Whether ``source`` is ``base`` with ``changes`` made to its knobs and nothing else (tables compared as
     ``canonical_source`` writes them)."""
     try:
+        return _made_by_cached(source, base, tuple(sorted(changes.items())))
+    except TypeError:  # a change whose value cannot be a cache key (a list): asked afresh
+        return _made_by_uncached(source, base, changes)
+
+
+@functools.lru_cache(maxsize=128)
+def _made_by_cached(source: str, base: str, changes: tuple) -> bool:
+    # The accepted chain's steps are asked again at every judgement (``drift_ratios``), each ask a few parses.
+    return _made_by_uncached(source, base, dict(changes))
+
+
+def _made_by_uncached(source: str, base: str, changes: dict) -> bool:
+    try:
         return canonical_source(with_knobs(base, changes)) == canonical_source(source)
     except UserError:
         return False
@@ -177,12 +191,20 @@ def _dispatches_as_the_baseline(kernel: str, best_source: str) -> bool:
     """Whether the best's code is the kernel's baseline but for its knob values and ``DISPATCH`` entries: only
     then is it known to look its table up by ``dispatch_bucket``'s key (a model's rewrite might not)."""
     try:
-        baseline = baseline_path(kernel).read_text()
-        changes = changes_between(read_knobs(baseline)[0], read_dispatch(baseline), read_knobs(best_source)[0],
-                                  read_dispatch(best_source))
-    except (UserError, OSError):
+        return _knobs_apart(baseline_path(kernel).read_text(), best_source)
+    except OSError:
         return False
-    return _made_by(best_source, baseline, changes)
+
+
+@functools.lru_cache(maxsize=64)
+def _knobs_apart(baseline: str, source: str) -> bool:
+    """Whether ``source`` is ``baseline`` but for knob values and ``DISPATCH`` entries."""
+    try:
+        changes = changes_between(read_knobs(baseline)[0], read_dispatch(baseline), read_knobs(source)[0],
+                                  read_dispatch(source))
+    except UserError:
+        return False
+    return _made_by(source, baseline, changes)
 
 
 def same_code_cases(result: TrialResult, history: list[TrialResult] | None = None) -> set[Key]:
@@ -200,8 +222,15 @@ def same_code_cases(result: TrialResult, history: list[TrialResult] | None = Non
             or not _made_by(result.variant.source, best_source, dict(result.changes or {})):
         return set()
     unchanged = _passes_unchanged(result.kernel, best_source, result.variant.source)
-    return {row.key for row in result.timing_rows("candidate")
-            if dispatch_bucket(row.shape, row.dtype) not in buckets or unchanged(row)}
+    same = set()
+    for row in result.timing_rows("candidate"):
+        try:
+            bucket = dispatch_bucket(row.shape, row.dtype)
+        except (ValueError, TypeError, AttributeError):  # a row label no bucket reads: nothing known of it
+            continue
+        if bucket not in buckets or unchanged(row):
+            same.add(row.key)
+    return same
 
 
 def _passes_unchanged(kernel: str, best_source: str, source: str):
@@ -359,6 +388,16 @@ def _judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[K
     times, memory = measured_ratios(result)
     reasons, remeasure = [], []  # regressions (rejected); possible regressions (never accepted, re-measured)
     same_code, noise = same_code_cases(result, history), []  # possible regressions where both ran the best's code
+    buckets = target_buckets(result.changes)
+    targeted = {row.key for row in result.candidate_ratios(guardrails.target)
+                if dispatch_bucket(row.shape, row.dtype) in buckets}
+    if targeted and targeted <= same_code:
+        # Whatever its timing says, the move launches the best's kernels at every case it is judged on (a knob the
+        # bucket's paths never read): a measured gain there is the run's noise (the rules proposer never makes
+        # such a move; another proposer may).
+        return Judgement("rejected", [f"the move changes nothing {guardrails.target} runs in bucket "
+                                      f"{', '.join(sorted(buckets))} by the kernel's launch model: "
+                                      f"its {count(len(targeted), 'case')} there ran the current best's code"])
     limit, cumulative = 1 + guardrails.max_regression, 1 + guardrails.max_cumulative_regression
     for key, (ratio, low, high) in times.items():
         label = f"{key[0]} {key[1]} {key[2]}"
