@@ -42,9 +42,9 @@ import math
 from dataclasses import dataclass
 
 from liger_perf.propose import Context, Proposal, Stop, tried_sources
-from liger_perf.judge import recheck_owed
+from liger_perf.judge import drift_ratios, recheck_owed
 from liger_perf.propose.resources import footprints, launch_problem, limits_for, spilling_shapes
-from liger_perf.record.history import accepted_chain, chain_ratios, geomean
+from liger_perf.record.history import accepted_chain, geomean
 from liger_perf.record.schema import NCU_DURATION, TUNING_SUITES, NcuLaunch, TrialResult
 from liger_perf.kernel.spec import Remedy
 from liger_perf.kernel.variants import (apply_changes, bucket_columns, bucket_order, carries_dispatch,
@@ -519,14 +519,15 @@ def peer_leads(trials: list[TrialResult], baseline_source: str,
                passes: list[str]) -> dict[tuple[str, str], PeerLead]:
     """Per (pass, dispatch bucket): the peer furthest ahead of the current best there (``TARGET_PEERS``; ties
     broken by name). The baseline trial timed the peers beside the baseline; the accepted chain's ratios since
-    take that to the current best (``chain_ratios``: the loop's own estimate of the best against the baseline,
-    on the cases every step timed). Empty without a baseline trial that timed a peer."""
+    take that to the current best (``judge.drift_ratios``: the estimate of the best against the baseline that the
+    cumulative guardrail uses, on the cases every step timed, a step's noise at a case it left as it was not
+    counted). Empty without a baseline trial that timed a peer."""
     if not baseline_source:
         return {}
     baseline, chain = accepted_chain(trials, source_hash(baseline_source))
     if baseline is None:
         return {}
-    to_best = chain_ratios(chain) if chain else {}
+    to_best = drift_ratios(chain, trials) if chain else {}
     ours = {r.key: r.median_ms for r in baseline.timing_rows("candidate")
             if r.median_ms and r.pass_name in passes and (not chain or r.key in to_best)}
     timed: dict[tuple[str, str], int] = {}
