@@ -508,6 +508,25 @@ def test_the_cumulative_guardrail_counts_no_noise_from_steps_that_left_a_case_s_
     assert drift_ratios(garbled, history)[backward] == pytest.approx(drift[backward])
 
 
+def test_the_drift_falls_back_to_the_measured_ratios_with_a_warning_where_a_best_s_source_is_lost(capsys):
+    """Without the source of the best a step ran against (no trial, record or file holds it), nothing is known
+    to have run that best's code: the step's every ratio counts, and the user is told once."""
+    from liger_perf.judge import drift_ratios
+    from liger_perf.kernel.registry import baseline_path
+    from liger_perf.kernel.variants import source_hash
+    from liger_perf.record.history import accepted_chain, measured_ratios
+
+    history, _ = _recorded(44)
+    chain = copy.deepcopy(accepted_chain(history, source_hash(baseline_path("fused_add_rms_norm").read_text()))[1])
+    lost = copy.deepcopy(chain[1])  # 0039, against 0036
+    lost.against.source, lost.against.path = "", None
+    earlier = [t for t in history if t.variant.sha256 != lost.against.sha256]
+    forward = ("forward", "2047x5120", "bfloat16")
+    assert drift_ratios([chain[0], lost], earlier)[forward] == pytest.approx(
+        measured_ratios(chain[0])[0][forward][0] * measured_ratios(lost)[0][forward][0])
+    assert "trial 0039: no record holds the source of the best" in capsys.readouterr().err
+
+
 def test_a_move_that_changes_nothing_its_bucket_runs_is_rejected_whatever_its_timing_says():
     """A chunk size in a bucket that walks whole rows, or backward threads where the warps decide: the kernel
     launches the best's code at every case of the bucket, so a measured 1.03x is the run's noise. The rules

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from liger_perf.judge.guardrails import Guardrails
 from liger_perf.record.history import (accuracy_ratios, accuracy_reductions, geomean, geomean_interval, measured_ratios,
-                                        target_ratio)
+                                        target_ratio, warn)
 from liger_perf.record.schema import NCU_DURATION, JudgedRatio, Key, TrialResult, Verdict, VerdictName
 from liger_perf.core.errors import UserError
 from liger_perf.core.wording import count, speedup, speedup_limit
@@ -269,7 +269,11 @@ def drift_ratios(accepted: list[TrialResult], history: list[TrialResult]) -> dic
     total: dict[Key, float] | None = None
     for step in accepted:
         times, memory = measured_ratios(step)
-        same = same_code_cases(step, [t for t in history if t.trial_id < step.trial_id])
+        earlier = [t for t in history if t.trial_id < step.trial_id]
+        same = same_code_cases(step, earlier)
+        if target_buckets(step.changes) and not _best_source(step, earlier):
+            warn(f"trial {step.trial_id:04d}: no record holds the source of the best it ran against, so the "
+                 "cumulative guardrail counts every ratio it measured, its noise at cases it left as they were too")
         ratios = {**{key: 1.0 if key in same else ratio for key, (ratio, _, _) in times.items()}, **memory}
         total = ratios if total is None else {key: value * ratios[key] for key, value in total.items() if key in ratios}
     return total or {}
