@@ -518,10 +518,10 @@ class OptimizeLoop:
         its full trials, e.g. by ``--max-minutes``): they get their full trials now instead of being proposed and
         screened again, first those in a dispatch bucket where a peer is ahead of the best on the target
         (``rules.peer_leads``, the order the proposer takes buckets in), then the rest, best ratio first in each.
-        A candidate screened against an earlier best of the chain is made
-        again on the current best from its knob changes (as a re-run is); one without knob changes is left to
-        the proposer. A candidate whose own trial ran (whatever its verdict; not a harness error, which never
-        reached it) is done: a rejected one never comes back this way after a later acceptance."""
+        A candidate screened against an earlier best of the chain is made again on the current best from its knob
+        changes (as a re-run is); one without knob changes is left to the proposer. A candidate whose own trial
+        ran (whatever its verdict; not a harness error, which never reached it) is done: a rejected one never
+        comes back this way after a later acceptance."""
         _, chain = accepted_chain(trials, self.baseline_sha)
         chain_shas = {t.variant_sha for t in chain} | {self.baseline_sha, best.variant_sha}
         trialled = {t.variant_sha for t in trials if t.kind == "experiment" and t.status != HARNESS_ERROR}

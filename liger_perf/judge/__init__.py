@@ -271,7 +271,8 @@ def drift_ratios(accepted: list[TrialResult], history: list[TrialResult]) -> dic
         times, memory = measured_ratios(step)
         earlier = [t for t in history if t.trial_id < step.trial_id]
         same = same_code_cases(step, earlier)
-        if target_buckets(step.changes) and not _best_source(step, earlier):
+        # Asked again only where nothing was same: where something was, same_code_cases found the source.
+        if not same and target_buckets(step.changes) and not _best_source(step, earlier):
             warn(f"trial {step.trial_id:04d}: no record holds the source of the best it ran against, so the "
                  "cumulative guardrail counts every ratio it measured, its noise at cases it left as they were too")
         ratios = {**{key: 1.0 if key in same else ratio for key, (ratio, _, _) in times.items()}, **memory}
