@@ -209,6 +209,21 @@ class KernelSpec(ABC):
         the passes' settings differ. None (the default): unknown, nothing is skipped."""
         return None
 
+    def runs_the_same(self, knobs: Mapping[str, Any], other: Mapping[str, Any], shape: Shape, dtype: torch.dtype,
+                      pass_name: str | None = None) -> bool:
+        """Whether ``pass_name`` runs with the same ``effective_settings`` under ``knobs`` and ``other`` at
+        ``shape`` and ``dtype`` (every pass's where it is None or a pass the settings are not keyed by, such as
+        ``full``). False where the model cannot tell."""
+        try:
+            before, after = self.effective_settings(knobs, shape, dtype), self.effective_settings(other, shape, dtype)
+        except Exception:  # noqa: BLE001 - kernel code; a model that cannot answer tells nothing
+            return False
+        if before is None or after is None:
+            return False
+        if pass_name is not None and pass_name in before and pass_name in after:
+            return before[pass_name] == after[pass_name]
+        return before == after
+
     def upstream_forward(self) -> ForwardFn | None:
         """The upstream ``liger-kernel`` implementation, a peer to compare against; None when that package (an
         optional dependency) is not installed or has no such kernel."""

@@ -553,17 +553,9 @@ def _changes_nothing(spec, knobs: dict, changes: dict, cases: list) -> bool:
     False where the spec cannot tell, or there is no case to tell by."""
     import torch
 
-    if not cases:
-        return False
-    for shape, dtype in cases:
-        try:
-            before = spec.effective_settings(knobs, shape, getattr(torch, dtype))
-            after = spec.effective_settings({**knobs, **changes}, shape, getattr(torch, dtype))
-        except Exception:  # noqa: BLE001 - kernel code; a model it cannot answer rules nothing out
-            return False
-        if before is None or before != after:
-            return False
-    return True
+    return bool(cases) and all(
+        isinstance(getattr(torch, dtype, None), torch.dtype)
+        and spec.runs_the_same(knobs, {**knobs, **changes}, shape, getattr(torch, dtype)) for shape, dtype in cases)
 
 
 class _KnobsRan:
