@@ -59,6 +59,12 @@ ALGORITHMS = {
     "row_tiles_dw_before_dx_weight_reloaded": ({"bwd_tile_elements": 512, "bwd_dw_order": "before_dx",
                                                 "bwd_weight_reload": True},
                                                {"bwd_tile_rows": 4, "bwd_dw_before_dx": True, "bwd_reload_w": True}),
+    # dW accumulated as a [tile rows, H] float32 tile, summed over its rows once after the loop, in both orders.
+    "row_tiles_dw_tile_accumulator": ({"bwd_tile_elements": 512, "bwd_dw_accumulator": "tile"},
+                                      {"bwd_tile_rows": 4, "bwd_dw_tile": True, "bwd_dw_before_dx": False}),
+    "row_tiles_dw_tile_accumulator_before_dx": ({"bwd_tile_elements": 512, "bwd_dw_accumulator": "tile",
+                                                 "bwd_dw_order": "before_dx", "bwd_rows_per_program": 16},
+                                                {"bwd_tile_rows": 4, "bwd_dw_tile": True, "bwd_dw_before_dx": True}),
     # Gradients rounded where autograd rounds them (the baseline rounds them once).
     "gradients_rounded_as_autograd": ({"bwd_grad_rounding": "autograd", "bwd_tile_elements": 512},
                                       {"bwd_chunk_mode": 0, "bwd_tile_rows": 4}),
@@ -117,6 +123,45 @@ def test_the_register_order_knobs_change_no_bit_of_any_gradient(tmp_path, interp
     for base, variant in zip(grads["baseline"], grads["variant"]):
         assert torch.equal(base, variant)
     assert grads["variant"][4].abs().sum() > 0
+
+
+@pytest.mark.parametrize("rows", [1, 7, 23])
+def test_the_tile_accumulator_changes_only_the_order_of_dws_float32_sums(tmp_path, interpret_device, rows):
+    """``bwd_dw_accumulator="tile"`` sums a program's dW terms per tile row first, then over the rows: dX, Y and S
+    bitwise the baseline's, dW within float32 rounding of it (and never the one-row walk's business: a tile of
+    one row leaves the accumulator as it was)."""
+    import torch
+
+    spec = get_spec("fused_add_rms_norm")
+    grads, settings = {}, {}
+    for name, changes in {"baseline": {}, "variant": {"bwd_dw_accumulator": "tile"}}.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(with_knobs(baseline_path(spec.name).read_text(), {"bwd_tile_elements": 512, **changes}))
+        module = load_variant(path, spec).module
+        settings[name] = module._launch_settings(100, torch.float32, torch.device("cpu"))
+        generator = torch.Generator().manual_seed(rows)
+        X, R = (torch.randn(rows, 100, generator=generator).requires_grad_() for _ in range(2))
+        W = (1 + 0.1 * torch.randn(100, generator=generator)).requires_grad_()
+        Y, S = module.fused_add_rms_norm(X, R, W, offset=0.5)
+        (Y * torch.randn(rows, 100, generator=generator)).sum().add(S.pow(2).sum()).backward()
+        grads[name] = (Y, S, X.grad, R.grad, W.grad)
+    assert settings["variant"]["bwd_dw_tile"] and not settings["baseline"]["bwd_dw_tile"]
+    for base, variant in zip(grads["baseline"][:4], grads["variant"][:4]):
+        assert torch.equal(base, variant)
+    torch.testing.assert_close(grads["variant"][4], grads["baseline"][4], rtol=1e-5, atol=1e-5)
+    assert grads["variant"][4].abs().sum() > 0
+
+
+def test_the_tile_accumulator_is_off_where_a_step_is_one_row(tmp_path):
+    import torch
+
+    spec = get_spec("fused_add_rms_norm")
+    path = tmp_path / "v.py"
+    path.write_text(with_knobs(baseline_path(spec.name).read_text(), {"bwd_dw_accumulator": "tile",
+                                                                            "bwd_tile_elements": 8192}))
+    module = load_variant(path, spec).module
+    assert module._launch_settings(1536, torch.bfloat16, torch.device("cpu"))["bwd_dw_tile"]  # 4 rows of 2048
+    assert not module._launch_settings(8192, torch.bfloat16, torch.device("cpu"))["bwd_dw_tile"]  # one row
 
 
 def test_the_baseline_takes_the_one_row_unchunked_path():

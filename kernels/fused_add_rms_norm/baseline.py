@@ -42,6 +42,12 @@ autograd context. The knobs reach the algorithms a kernel engineer would try nex
   ``"after_dx"`` (once ``dX`` is stored) or ``"before_dx"`` (right after it is computed, so its registers are
   free while ``dX`` is computed; Liger-Kernel's order). At wide rows the fewer live vectors stop the spills;
   elsewhere the compiler's schedule decides, so it is a per-bucket choice;
+* ``bwd_dw_accumulator``: the float32 ``dW`` accumulator of the tile loop (two or more rows per step). ``"row"``:
+  one row of H, to which each step adds its tile's column sums; where a tile's rows are spread over several
+  warps (16-bit rows up to 2048 columns: a thread loads 8 elements, so fewer threads span a row) that sum
+  crosses warps through shared memory and a barrier at every step. ``"tile"``: as many rows as the tile, added
+  to element by element, summed over its rows once after the loop: no shared memory in the loop, at the cost of
+  a tile's worth of float32 registers. The one-row and chunked walks have no tile and ignore it;
 * ``bwd_weight_reload``: hold ``W + offset`` in registers across a program's rows (False), or load it again
   for every row or tile from L2 (True: a row's worth of registers freed for wide rows, one L2 read per row);
 * ``bwd_grad_rounding``: ``"autograd"`` rounds the gradients to the input dtype where PyTorch's autograd does
@@ -79,6 +85,7 @@ KNOBS = {
     "bwd_grad_rounding": "once",  # "once": gradients rounded once, at the end; "autograd": where autograd rounds
     "bwd_dw_order": "after_dx",  # when a row's dW term is added up: "after_dx" or "before_dx" (fewer live registers)
     "bwd_weight_reload": False,  # True: W + offset loaded per row (or tile) from L2 instead of held in registers
+    "bwd_dw_accumulator": "row",  # the tile loop's dW accumulator: "row" (summed over the tile every step) or "tile"
 }
 KNOB_CHOICES = {
     "BLOCK_SIZE": ["auto", 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
@@ -96,6 +103,7 @@ KNOB_CHOICES = {
     "bwd_grad_rounding": ["autograd", "once"],
     "bwd_dw_order": ["after_dx", "before_dx"],
     "bwd_weight_reload": [False, True],
+    "bwd_dw_accumulator": ["row", "tile"],
 }
 #: Bucket -> knobs that differ from KNOBS at the shapes in it (see the module docstring); tuned one bucket at a time.
 DISPATCH = {}
@@ -233,7 +241,7 @@ def _backward_kernel(
     n_rows, n_cols, offset, rows_per_program, n_programs, group_size,
     CASTING: tl.constexpr, BLOCK_SIZE: tl.constexpr, CHUNK_MODE: tl.constexpr, TILE_ROWS: tl.constexpr,
     NUM_STAGES: tl.constexpr, FUSED_DW: tl.constexpr, REDUCE_COLS: tl.constexpr, ROUND_ONCE: tl.constexpr,
-    DW_BEFORE_DX: tl.constexpr, RELOAD_W: tl.constexpr,
+    DW_BEFORE_DX: tl.constexpr, RELOAD_W: tl.constexpr, DW_TILE: tl.constexpr,
 ):
     pid = tl.program_id(0)
     row_start = pid * rows_per_program
@@ -330,7 +338,10 @@ def _backward_kernel(
         col_mask = cols < n_cols
         if not RELOAD_W:
             held_wo = _weight_factor(tl.load(W + cols, mask=col_mask, other=0.0), offset, CASTING)[None, :]
-        dw_acc = tl.zeros((BLOCK_SIZE,), dtype=tl.float32)
+        if DW_TILE:  # summed over its rows after the loop: the loop's only cross-warp sum is each row's dot
+            dw_tile = tl.zeros((TILE_ROWS, BLOCK_SIZE), dtype=tl.float32)
+        else:
+            dw_acc = tl.zeros((BLOCK_SIZE,), dtype=tl.float32)
         tile = tl.arange(0, TILE_ROWS)
         for first in tl.range(row_start, row_end, TILE_ROWS, num_stages=NUM_STAGES):
             if RELOAD_W:
@@ -346,12 +357,20 @@ def _backward_kernel(
             s = tl.load(S + rows64 * stride_s + cols[None, :], mask=mask, other=0.0)
             m, dw = _row_grads(dy, s, wo, rstd, n_cols, CASTING, ROUND_ONCE)
             if DW_BEFORE_DX:
-                dw_acc += tl.sum(dw, axis=0)
+                if DW_TILE:
+                    dw_tile += dw
+                else:
+                    dw_acc += tl.sum(dw, axis=0)
             dot = tl.sum(m * s.to(tl.float32), axis=1)[:, None]
             ds = tl.load(DS + rows64 * stride_ds + cols[None, :], mask=mask, other=0.0)
             tl.store(DX + rows64 * stride_dx + cols[None, :], _dx(m, s, rstd, dot, ds, n_cols, CASTING, ROUND_ONCE), mask=mask)
             if not DW_BEFORE_DX:
-                dw_acc += tl.sum(dw, axis=0)
+                if DW_TILE:
+                    dw_tile += dw
+                else:
+                    dw_acc += tl.sum(dw, axis=0)
+        if DW_TILE:
+            dw_acc = tl.sum(dw_tile, axis=0)
         tl.store(DW_PARTIAL + pid * stride_dw + cols, dw_acc, mask=col_mask)
     if FUSED_DW:
         _finish_dw(DW, DW_PARTIAL, GROUP_PARTIAL, COUNTERS, pid, n_programs, group_size, n_cols, stride_dw,
@@ -482,6 +501,7 @@ def _launch_settings(n_cols, dtype, device):
         "num_stages": None if stages == "auto" else stages,
         "bwd_dw_before_dx": knobs["bwd_dw_order"] == "before_dx",
         "bwd_reload_w": bool(knobs["bwd_weight_reload"]),
+        "bwd_dw_tile": knobs["bwd_dw_accumulator"] == "tile" and tile_rows > 1,
         "fwd_chunked": fwd_chunked,
         "sm_count": _multiprocessor_count(device),
     }
@@ -554,7 +574,7 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
             TILE_ROWS=settings["bwd_tile_rows"], NUM_STAGES=settings["num_stages"], FUSED_DW=fused_dw,
             REDUCE_COLS=min(1024, triton.next_power_of_2(n_cols)), ROUND_ONCE=knobs["bwd_grad_rounding"] == "once",
             DW_BEFORE_DX=settings["bwd_dw_before_dx"], RELOAD_W=settings["bwd_reload_w"],
-            num_warps=settings["bwd_num_warps"],
+            DW_TILE=settings["bwd_dw_tile"], num_warps=settings["bwd_num_warps"],
         )
         if not fused_dw and knobs["dw_reduction"] == "triton":
             dW = torch.empty_like(W)

@@ -66,6 +66,16 @@ _FEWER_LIVE_BWD = [
     Remedy({"bwd_weight_reload": True}, "load W + offset for every row from L2 instead of holding it in "
            "registers across the program's rows", "backward faster where a wide row spills (H >= 12288)"),
 ]
+# A 16-bit thread loads 8 elements, so 2048 columns span 8 warps and a 16-warp tile puts its rows on different
+# warps: the tile's column sums into dW then cross warps through shared memory, behind a barrier, at every step
+# (H200, trial 0045's NCU profile at 43690x1536 bfloat16: 16 KB of shared memory per block, short-scoreboard,
+# MIO-throttle and barrier stalls ahead of DRAM, 30 % of its peak; float32 at the same shape: 256 bytes, 72 %).
+_SHARED_MEMORY_BWD = [
+    Remedy({"bwd_dw_accumulator": "tile"}, "accumulate dW in a [tile rows, H] float32 tile, element by element, "
+           "and sum its rows once after the loop: the loop's column sums, which cross warps through shared memory "
+           "at every step, are gone", "backward faster where a tile's rows sit on different warps (16-bit rows "
+           "up to 2048 columns, float32 up to 1024); a tile's worth of registers more elsewhere"),
+]
 _FEWER_ROWS_BWD = [
     Remedy({"bwd_rows_per_program": 8}, "more, shorter backward programs (8 rows each) fill every SM and hide "
            "the latency of one program behind others", "backward faster where a program per SM left SMs idle"),
@@ -112,6 +122,7 @@ class FusedAddRMSNormSpec(KernelSpec):
                 "backward: higher theoretical occupancy per SM at wide H")],
             "under_one_wave": [*_TILE_BWD, *_FEWER_ROWS_BWD],
             "low_achieved_occupancy": [*_TILE_BWD, *_FEWER_ROWS_BWD],
+            "shared_memory_stalls": _SHARED_MEMORY_BWD,
             "memory_latency": [
                 Remedy({"num_stages": 2}, "software-pipeline the backward's row loop so the next row's loads are "
                        "in flight while this row computes", "backward 5-20% faster where DRAM is under 60% busy"),
@@ -246,6 +257,8 @@ class FusedAddRMSNormSpec(KernelSpec):
         stages = knobs.get("num_stages", "auto")
         pipelined = 0 if chunking or stages == "auto" else (stages - 1) * elements * 3 * size
         registers = 24 + (3 if chunking else 6) * per_thread
+        if tile_rows > 1 and knobs.get("bwd_dw_accumulator", "row") == "tile":
+            registers += per_thread  # the float32 dW tile beside the loaded one
         if hidden <= knobs.get("bwd_fused_dw_max_cols", 0):
             # The in-launch dW reduction sums [8, min(1024, row)] float32 tiles after the rows are done.
             registers = max(registers, 24 + -(-8 * min(1024, row_block) // threads))
@@ -279,7 +292,9 @@ class FusedAddRMSNormSpec(KernelSpec):
                          knobs.get("bwd_grad_rounding", "once"),
                          # the register order and the weight's reload act on the unchunked loops only
                          None if chunking else knobs.get("bwd_dw_order", "after_dx"),
-                         None if chunking else bool(knobs.get("bwd_weight_reload", False))),
+                         None if chunking else bool(knobs.get("bwd_weight_reload", False)),
+                         # the dW tile exists only where a step is a tile of rows
+                         tile_rows > 1 and knobs.get("bwd_dw_accumulator", "row") == "tile"),
         }
 
     def upstream_forward(self):
