@@ -254,6 +254,11 @@ def _recorded(trial_id):
     return [t for t in trials if t.trial_id < trial_id], next(t for t in trials if t.trial_id == trial_id)
 
 
+def _chain_baseline_sha(history):
+    """The baseline of the recorded chain 0036-0045: trial 0035's (the kernel's baseline has changed since)."""
+    return next(t for t in history if t.trial_id == 35).variant.sha256
+
+
 def test_a_candidate_that_slows_the_current_best_is_suspicious_by_the_best_s_own_history():
     """Trial 0024 (the carry-over, accepted) timed its best, the baseline of 0023, as 0023 had. Its best's times
     made 1.9x, as a candidate patching torch for the whole process made them on the H200: suspicious, by the
@@ -456,7 +461,7 @@ def test_a_pass_the_move_leaves_as_it_was_counts_as_the_best_s_code_inside_the_b
     from liger_perf.record.history import accepted_chain, chain_ratios
 
     history, recorded = _recorded(44)
-    base_sha = source_hash(baseline_path("fused_add_rms_norm").read_text())
+    base_sha = _chain_baseline_sha(history)
     chain = chain_ratios(accepted_chain(history, base_sha)[1])
     same = same_code_cases(recorded, history)
     assert ("forward", "2047x5120", "bfloat16") in same
@@ -487,7 +492,7 @@ def test_the_cumulative_guardrail_counts_no_noise_from_steps_that_left_a_case_s_
     from liger_perf.record.history import accepted_chain, measured_ratios
 
     history, _ = _recorded(44)
-    chain = accepted_chain(history, source_hash(baseline_path("fused_add_rms_norm").read_text()))[1]
+    chain = accepted_chain(history, _chain_baseline_sha(history))[1]
     assert [t.trial_id for t in chain] == [36, 39, 42]
     forward, backward = ("forward", "2047x5120", "bfloat16"), ("backward", "4096x16384", "float32")
     drift, raw = drift_ratios(chain, history), chain_ratios(chain)
@@ -517,7 +522,7 @@ def test_the_drift_falls_back_to_the_measured_ratios_with_a_warning_where_a_best
     from liger_perf.record.history import accepted_chain, measured_ratios
 
     history, _ = _recorded(44)
-    chain = copy.deepcopy(accepted_chain(history, source_hash(baseline_path("fused_add_rms_norm").read_text()))[1])
+    chain = copy.deepcopy(accepted_chain(history, _chain_baseline_sha(history))[1])
     lost = copy.deepcopy(chain[1])  # 0039, against 0036
     lost.against.source, lost.against.path = "", None
     earlier = [t for t in history if t.variant.sha256 != lost.against.sha256]

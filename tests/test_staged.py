@@ -8,6 +8,7 @@ import pytest
 from liger_perf.judge.guardrails import Guardrails
 from liger_perf.judge import Judgement, judge
 from liger_perf.kernel.registry import baseline_path
+from liger_perf.kernel.variants import source_hash
 from liger_perf.run import run_trial
 from liger_perf.record.schema import TrialRequest, TrialResult
 
@@ -468,6 +469,13 @@ def test_a_trial_rejected_only_as_suspicious_is_re_run_once_and_its_move_is_not_
     assert loop._reruns([baseline, first, inconclusive], baseline) == []
 
 
+def _on_the_baseline_of(loop, baseline, tmp_path):
+    """The loop as it stood when ``baseline`` (a recorded baseline trial) was the kernel's baseline."""
+    file = tmp_path / "recorded-baseline.py"
+    file.write_text(baseline.variant.source)
+    loop.baseline_file, loop.baseline_sha = file, source_hash(baseline.variant.source)
+
+
 def test_kept_candidates_in_a_bucket_where_a_peer_is_ahead_go_first(tmp_path):
     """After trial 0045 of the H200 history, screening 0043's two kept ``bwd_weight_reload`` moves are left:
     bucket 8192x2 screened at 1.08x, 16384x4 at 1.06x. liger-kernel is ahead of the best only in 16384x4 (float32
@@ -482,8 +490,11 @@ def test_kept_candidates_in_a_bucket_where_a_peer_is_ahead_go_first(tmp_path):
     loop = loop_module.OptimizeLoop("fused_add_rms_norm", Guardrails(target="backward"), _endless(),
                                     device="interpret", budget=5, root=tmp_path, runner=_ScreeningRunner(keep=set()),
                                     screen=0)
+    _on_the_baseline_of(loop, next(t for t in trials if t.trial_id == 35), tmp_path)
     steps = loop._kept_by_screening(trials, best)
     assert [s.changes for s in steps] == [{"bwd_weight_reload@16384x4": True}, {"bwd_weight_reload@8192x2": True}]
-    without_peers = [t for t in trials if t.trial_id != 35]  # 0035: today's baseline trial, the one with peers
+    without_peers = [t for t in trials if t.trial_id != 35]  # 0035: the chain's baseline trial, the one with peers
     steps = loop._kept_by_screening(without_peers, best)
     assert [s.changes for s in steps] == [{"bwd_weight_reload@8192x2": True}, {"bwd_weight_reload@16384x4": True}]
+    loop.buckets = ("8192x2",)  # optimize --buckets 8192x2: the other bucket's candidate waits
+    assert [s.changes for s in loop._kept_by_screening(trials, best)] == [{"bwd_weight_reload@8192x2": True}]

@@ -187,13 +187,17 @@ def _made_by_uncached(source: str, base: str, changes: dict) -> bool:
         return False
 
 
-def _dispatches_as_the_baseline(kernel: str, best_source: str) -> bool:
+def _dispatches_as_the_baseline(kernel: str, best_source: str, history: list[TrialResult]) -> bool:
     """Whether the best's code is the kernel's baseline but for its knob values and ``DISPATCH`` entries: only
-    then is it known to look its table up by ``dispatch_bucket``'s key (a model's rewrite might not)."""
+    then is it known to look its table up by ``dispatch_bucket``'s key (a model's rewrite might not). Today's
+    baseline, or one a baseline trial of the history ran (a chain built before the baseline last changed)."""
     try:
-        return _knobs_apart(baseline_path(kernel).read_text(), best_source)
+        baselines = [baseline_path(kernel).read_text()]
     except OSError:
-        return False
+        baselines = []
+    baselines += [t.variant.source for t in history
+                  if not t.against and t.kind == "experiment" and t.variant.source]
+    return any(_knobs_apart(baseline, best_source) for baseline in dict.fromkeys(baselines))
 
 
 @functools.lru_cache(maxsize=64)
@@ -218,7 +222,7 @@ def same_code_cases(result: TrialResult, history: list[TrialResult] | None = Non
     the candidate slowing the best's code, never the move itself. Empty for any other trial."""
     buckets = target_buckets(result.changes)
     best_source = _best_source(result, history or []) if buckets else ""
-    if not best_source or not result.variant.source or not _dispatches_as_the_baseline(result.kernel, best_source) \
+    if not best_source or not result.variant.source or not _dispatches_as_the_baseline(result.kernel, best_source, history or []) \
             or not _made_by(result.variant.source, best_source, dict(result.changes or {})):
         return set()
     unchanged = _passes_unchanged(result.kernel, best_source, result.variant.source)
