@@ -373,6 +373,18 @@ def _wrap_name(name: str, width: int) -> str:
     return "\n".join([*lines, line])
 
 
+def _dispatch_buckets(text: str) -> tuple[str, ...]:
+    """``--buckets``: "2048x2,1024x2" -> ("2048x2", "1024x2"), each a power-of-two width and an element size."""
+    found = tuple(b.strip() for b in text.split(",") if b.strip())
+    for bucket in found:
+        width, _, size = bucket.partition("x")
+        if not (width.isdigit() and size in ("1", "2", "4", "8") and int(width) > 0
+                and int(width) & (int(width) - 1) == 0):
+            raise UserError(f"--buckets {bucket!r}: write a bucket as <row width rounded up to a power of two>x"
+                            "<element bytes>, e.g. 2048x2 for 1025-2048 columns of bfloat16")
+    return found
+
+
 @app.command("optimize")
 def optimize_command(
     kernel: str = typer.Argument(..., metavar="KERNEL", help="a registered kernel"),
@@ -406,6 +418,8 @@ def optimize_command(
     suite: str = typer.Option("", help="what the trials time: '' (the device's suite) | models-tune: the tuning "
                                        "split of real models' widths and token counts (GPU only; the held-out "
                                        "split is for bench alone)"),
+    buckets: str = typer.Option("", help="tune only these dispatch buckets, comma-separated, e.g. 2048x2,1024x2 "
+                                         "(row width rounded up to a power of two x element bytes); '' any"),
 ) -> None:
     """The loop: propose a variant, run its trial against the current best, judge it, record the verdict."""
     from liger_perf.kernel.device import select_device
@@ -423,6 +437,7 @@ def optimize_command(
     if target is not None and target not in TARGETS:
         raise UserError(f"--target {target!r}: use one of {', '.join(TARGETS)}")
     check_tuning_suite(suite)
+    focus = _dispatch_buckets(buckets)
     rules = load_guardrails(guardrails or current().guardrails, target=target)
     from liger_perf.isolation.sandbox import require_sandbox, sandbox_required
 
@@ -497,7 +512,7 @@ def optimize_command(
                             repetitions=repetitions,
                             convergence=convergence, confirm=confirm, on_event=show,
                             deadline=None if max_minutes is None else time.time() + 60 * max_minutes, runner=runner,
-                            screen=screen, suite=suite)
+                            screen=screen, suite=suite, buckets=focus)
         if plain is not None:
             with plain:
                 outcome = loop.run()

@@ -114,7 +114,8 @@ class OptimizeLoop:
     def __init__(self, kernel: str, guardrails: Guardrails, proposer: Proposer, device: str = "auto",
                  budget: int = 10, root: Path | None = None, repetitions: int = 0, convergence: bool = True,
                  confirm: Callable[[str], bool] | None = None, on_event: Callable[[LoopEvent], None] | None = None,
-                 deadline: float | None = None, runner: Runner | None = None, screen: int = 0, suite: str = ""):
+                 deadline: float | None = None, runner: Runner | None = None, screen: int = 0, suite: str = "",
+                 buckets: tuple[str, ...] = ()):
         if runner is None:
             from liger_perf.run.papermill import PapermillRunner
 
@@ -128,6 +129,9 @@ class OptimizeLoop:
         #: suite form one chain: each is judged against the best side by side, on the shapes it measured, and the
         #: chain's cumulative ratios hold only where every step timed the shape (``judge.drift_ratios``).
         self.suite = suite
+        #: The dispatch buckets this invocation tunes (``--buckets``): proposals and kept screening candidates
+        #: change only their entries; a carry-over or a re-run of a trial already made is not held back. Empty: all.
+        self.buckets = tuple(buckets)
         # The history of the device the trials run on (a Dask cluster's GPUs, not this machine's).
         self.store = Store(root) if root is not None else Store(device=history_device(runner, device))
         self.root = self.store.notebooks
@@ -278,7 +282,7 @@ class OptimizeLoop:
                                                  pending_notes=[f"{s.name}: {s.hypothesis}"[:300]
                                                                 for s in [*steps, *proposed]],
                                                  baseline_source=self.baseline_file.read_text(),
-                                                 suite=self.suite))
+                                                 suite=self.suite, buckets=self.buckets))
             if isinstance(step, Stop):
                 stop = step
                 break
@@ -541,6 +545,8 @@ class OptimizeLoop:
                 if not row.kept or not row.source or row.sha256 in trialled or source_hash(row.source) in trialled:
                     continue
                 source, changes = row.source, dict(row.changes or {})
+                if self.buckets and not (target_buckets(changes) and target_buckets(changes) <= set(self.buckets)):
+                    continue  # a default's move, or another bucket's: not what this invocation tunes
                 hypothesis = row.hypothesis
                 if screening.against_sha != best.variant_sha:
                     source = (_made_again(best, changes) if changes else None) or ""

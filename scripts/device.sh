@@ -18,9 +18,10 @@
 #   broken:NAME[,NAME]     liger-perf check of broken variants (tests/broken_variants.py), on the GPU
 #   gate-cost-old:DIR      liger-perf check of the baseline with the package in DIR (an older checkout), cold
 #   main-job:MINUTES       a fresh workspace and the README's main job (optimize fused_add_rms_norm), its log
-#   loop:KERNEL,TARGET,MIN[,SUITE[,BUDGET[,REPS]]]  the optimize loop on the committed history
+#   loop:KERNEL,TARGET,MIN[,SUITE[,BUDGET[,REPS[,BUCKETS]]]]  the optimize loop on the committed history
 #                          (notebooks/nvidia-h200/KERNEL), timing SUITE (e.g. models-tune) if given, REPS timed
-#                          repetitions per contender if given (a model-suite trial at the default 100 took 400 s).
+#                          repetitions per contender if given (a model-suite trial at the default 100 took 400 s),
+#                          tuning only BUCKETS if given (--buckets, "+" between them: 2048x2+1024x2).
 #                          MIN "auto": the time this call has left less one trial (TRIAL_S, default 330 s), so that no
 #                          trial starts that the call's limit would kill (the loop starts any trial that begins before
 #                          --max-minutes; at 4.3 a trial began after a 250 s screening and was killed: 0044)
@@ -102,7 +103,7 @@ print(best_variant_file("fused_add_rms_norm", Store(device="nvidia-h200").notebo
         --target backward --max-minutes ${arg:-4}"
       mkdir -p "$dir/notebooks" && cp -r /tmp/fresh-workspace/notebooks/. "$dir/notebooks/" ;;
     loop)
-      IFS=, read -r kernel target minutes suite budget reps <<< "$arg"
+      IFS=, read -r kernel target minutes suite budget reps buckets <<< "$arg"
       if [ "$minutes" = auto ]; then
         minutes=$(python3 -c "import sys; print(max(0.1, (int(sys.argv[1]) - int(sys.argv[2])) / 60))" \
           "$(left)" "${TRIAL_S:-330}")
@@ -110,7 +111,7 @@ print(best_variant_file("fused_add_rms_norm", Store(device="nvidia-h200").notebo
       # A log per call (the loop resumes across calls into one folder; log.txt would overwrite the last one's).
       RUN_LOG="log-$(date +%H%M%S).txt" run "$dir-$kernel" python3 -m liger_perf optimize "$kernel" \
         --target "$target" --device cuda --max-minutes "$minutes" ${suite:+--suite "$suite"} ${budget:+--budget "$budget"} \
-        ${reps:+--repetitions "$reps"} ;;
+        ${reps:+--repetitions "$reps"} ${buckets:+--buckets "${buckets//+/,}"} ;;
     aa) dir=${AA_ROOT:-"$dir-$LIGER_PERF_GIT_COMMIT"}  # one root per commit: calls at the same commit resume it
       run "$dir" python3 scripts/aa_trials.py fused_add_rms_norm --trials "${arg:-20}" --root "$dir" \
           --deadline-s "$(( $(left) > 111 ? $(left) - 110 : 1 ))" ;;  # 0 would mean no deadline

@@ -603,3 +603,52 @@ def test_a_move_screened_out_in_one_bucket_stays_ruled_out_while_that_bucket_run
     assert ran_on({"bwd_dw_order@16384x2": "before_dx"}, move)  # another bucket changed since
     assert not ran_on({"bwd_dw_order@16384x4": "before_dx"}, move)  # this bucket changed since
     assert not ran_on({"bwd_dw_order@16384x2": "before_dx"}, {"bwd_weight_reload@16384x2": True})
+
+
+def _carried_over_0045():
+    """Trial 0045 (the best of the H200 history on the baseline of trial 0035) and its knobs written onto today's
+    baseline, as the loop's carry-over trial would run them; with 0035's source, the baseline the chain is on."""
+    from liger_perf.kernel.variants import changes_between, recorded_dispatch
+
+    trials = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id <= 45]
+    old_baseline, best = (next(t for t in trials if t.trial_id == n) for n in (35, 45))
+    moves = changes_between(old_baseline.variant.knobs, recorded_dispatch(old_baseline.variant.source),
+                            best.variant.knobs, recorded_dispatch(best.variant.source))
+    return trials, best, with_knobs(baseline_path("fused_add_rms_norm").read_text(), moves), old_baseline.variant.source
+
+
+def test_shared_memory_stalls_are_diagnosed_where_a_16_bit_tile_sums_dw_across_warps():
+    """Trial 0045's profile: at 2047x896 and 43690x1536 bfloat16 (buckets 1024x2, 2048x2: a tile's rows on
+    different warps) short-scoreboard and MIO-throttle stalls outweigh the waits on memory; at the same shapes in
+    float32, and at every wider 16-bit row, the waits on memory lead."""
+    _, best, _, _ = _carried_over_0045()
+    found = [d for d in diagnose(best, "backward", per_bucket=True) if d.name == "shared_memory_stalls"]
+    assert {dispatch_bucket(d.shape, d.dtype) for d in found} == {"1024x2", "2048x2"}
+    at_1536 = next(d for d in found if d.shape == "43690x1536")
+    assert "9.6 cycles" in at_1536.evidence and "waits on memory 4.1" in at_1536.evidence
+    assert 0.4 < at_1536.severity < 0.5
+    remedy = get_spec("fused_add_rms_norm").remedies["backward"]["shared_memory_stalls"][0]
+    assert remedy.changes == {"bwd_dw_accumulator": "tile"}
+
+
+def test_told_which_buckets_to_tune_the_proposer_changes_those_alone():
+    """From 0045 carried over: unfocused, a bucket where liger-kernel leads (16384x4) comes first; told to tune
+    2048x2, the shared-memory remedy there, then only 2048x2 moves; a bucket no case falls in: a stop."""
+    trials, best, source, old_baseline = _carried_over_0045()
+    spec = get_spec("fused_add_rms_norm")
+
+    def context(buckets=()):
+        return Context(spec, "backward", trials, best, source, baseline_source=old_baseline, suite="models-tune",
+                       buckets=buckets)
+
+    assert "@16384x4" in next(iter(RulesProposer().propose(context()).changes))
+    focused = context(("2048x2",))
+    first = RulesProposer().propose(focused)
+    assert first.changes == {"bwd_dw_accumulator@2048x2": "tile"} and first.diagnosis == "shared_memory_stalls"
+    assert "short-scoreboard" in first.hypothesis
+    for _ in range(5):
+        focused.pending.append(source_hash(RulesProposer().propose(focused).source))
+        proposal = RulesProposer().propose(focused)
+        assert all(name.endswith("@2048x2") for name in proposal.changes), proposal.changes
+    stop = RulesProposer().propose(context(("65536x2",)))
+    assert isinstance(stop, Stop) and "65536x2" in stop.reason

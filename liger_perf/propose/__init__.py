@@ -32,6 +32,8 @@ class Context:
     baseline_source: str = ""
     #: What the trials time: "" the device's suite, or "models-tune" (the tuning split of real models' shapes)
     suite: str = ""
+    #: The dispatch buckets to tune (``optimize --buckets``): a proposal changes only their entries; empty: any
+    buckets: tuple[str, ...] = ()
 
 
 @dataclass

@@ -172,6 +172,8 @@ def build_prompt(context: Context, settings: LlmSettings) -> str:
              "that differ from KNOBS there. A change to one bucket's entry is judged on that bucket's shapes, and "
              "must slow no other shape. Prefer a change to one bucket where the profile points to one.")
             if carries_dispatch(context.best_source) else "",
+            (f"## Buckets to tune\nChange only the DISPATCH entries of {', '.join(context.buckets)}: nothing else.")
+            if context.buckets else "",
             "## The current best's NCU profile\n" + "\n".join(_ncu_lines(context.best, limit=40)),
             "## What the rules proposer diagnoses\n" + ("\n".join(diagnoses) or "(no NCU diagnosis)"),
             f"## Every earlier trial, oldest first ({len(trials)})\n" + "\n".join(table), note,

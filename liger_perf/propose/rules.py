@@ -2,8 +2,8 @@
 
 Diagnoses are read from the dominant kernel (the longest) of the target pass at each shape and dtype of the
 best trial: register spills (local-memory traffic), occupancy limited by registers, achieved occupancy far
-under theoretical, fewer than one wave of blocks, and memory latency (long-scoreboard stalls while DRAM is far
-from its peak); and from all of the pass's launches: extra launches (kernels beside the dominant one that take
+under theoretical, fewer than one wave of blocks, memory latency (long-scoreboard stalls while DRAM is far
+from its peak) and shared-memory stalls (short-scoreboard and MIO-throttle stalls above the waits on memory); and from all of the pass's launches: extra launches (kernels beside the dominant one that take
 a large share of the pass's time). Which knob changes answer which diagnosis is kernel knowledge, declared by the spec
 (``KernelSpec.remedies``); this module only ranks, filters and writes them.
 
@@ -126,14 +126,17 @@ def diagnose(trial: TrialResult, pass_name: str, per_bucket: bool = False) -> li
         theoretical = m.get("sm__maximum_warps_per_active_cycle_pct")
         achieved = m.get("sm__warps_active.avg.pct_of_peak_sustained_active")
         by_regs, by_warps = m.get("launch__occupancy_limit_registers"), m.get("launch__occupancy_limit_warps")
-        if theoretical is not None and by_regs is not None and by_warps is not None:
+        waves = m.get("launch__waves_per_multiprocessor")
+        # Under one wave every block is resident at once (a grid of one program per SM): a higher register limit
+        # would find no block to add, so the limit is not what keeps warps away.
+        if theoretical is not None and by_regs is not None and by_warps is not None \
+                and (waves is None or waves > 1):
             if by_regs < by_warps and theoretical < 50:
                 note("register_limited_occupancy", (50 - theoretical) / 50,
                      f"{where}: theoretical occupancy {theoretical:.0f}%, limited by registers ({regs:.0f}/thread)")
         if theoretical and achieved is not None and achieved < 0.6 * theoretical:
             note("low_achieved_occupancy", 1 - achieved / theoretical,
                  f"{where}: achieved occupancy {achieved:.0f}% of a theoretical {theoretical:.0f}%")
-        waves = m.get("launch__waves_per_multiprocessor")
         if waves is not None and waves < 1:
             note("under_one_wave", 1 - waves, f"{where}: {waves:.2f} waves of blocks ("
                  f"{m.get('launch__grid_size', 0):.0f} blocks): part of the GPU idles")
@@ -144,6 +147,15 @@ def diagnose(trial: TrialResult, pass_name: str, per_bucket: bool = False) -> li
             if top == "long_scoreboard":
                 note("memory_latency", (60 - dram_pct) / 60, f"{where}: DRAM at {dram_pct:.0f}% of peak and "
                      f"long-scoreboard stalls dominate ({stalls[top]:.1f} cycles per issued instruction)")
+            # Short-scoreboard and MIO-throttle stalls wait on the shared-memory pipe (a reduction or a layout
+            # change across warps); more of them than waits on DRAM: the kernel is bound by that, not by memory.
+            shared = stalls.get("short_scoreboard", 0.0) + stalls.get("mio_throttle", 0.0)
+            if shared > stalls.get("long_scoreboard", 0.0):
+                note("shared_memory_stalls", shared / sum(stalls.values()), f"{where}: short-scoreboard and "
+                     f"MIO-throttle stalls (the shared-memory pipe) take {shared:.1f} cycles per issued instruction, "
+                     f"waits on memory {stalls.get('long_scoreboard', 0.0):.1f}, with DRAM at {dram_pct:.0f}% of "
+                     f"peak and {m.get('launch__shared_mem_per_block_dynamic', 0):.0f} bytes of shared memory per "
+                     "block")
     return sorted(found.values(), key=lambda d: -d.severity)
 
 
@@ -187,6 +199,9 @@ DIAGNOSIS_PREFERENCES = {
     "low_achieved_occupancy": (("rows", -1), ("block", -1), ("warps", 0)),
     # Loads wait on DRAM while it idles: deeper pipelining and larger tiles keep more loads in flight.
     "memory_latency": (("stages", +1), ("block", +1), ("rows", +1), ("warps", +1)),
+    # Waits on shared memory: fewer warps keep a row's sums inside fewer warps, a larger tile pays one cross-warp
+    # sum for more elements.
+    "shared_memory_stalls": (("warps", -1), ("block", +1)),
     # Another kernel beside the main one: more rows per program leave fewer partials for it to reduce.
     "extra_launches": (("rows", +1),),
 }
@@ -280,6 +295,15 @@ class RulesProposer:
         knobs, choices = read_knobs(context.best_source)
         dispatch = read_dispatch(context.best_source)
         buckets, cases = _buckets_to_tune(best, context.target) if carries_dispatch(context.best_source) else ([], {})
+        if context.buckets:
+            # Told which buckets to tune: their diagnoses and moves only, never a default (it moves every bucket).
+            if not carries_dispatch(context.best_source):
+                return Stop(f"only buckets {', '.join(context.buckets)} may change, but the best has no DISPATCH "
+                            "table to change them in")
+            buckets = [b for b in buckets if b in context.buckets]
+            if not buckets:
+                return Stop(f"none of buckets {', '.join(context.buckets)} holds a shape the best's trial timed "
+                            f"(it timed {', '.join(sorted(cases)) or 'none'})")
         tried = tried_sources(context)
         ran = _KnobsRan(context.trials, knobs, context.baseline_source, dispatch)
         rejected_moves = self._rejected_moves(context.trials, choices)
@@ -303,6 +327,9 @@ class RulesProposer:
             lead = lead_in(pass_name, dispatch_bucket(diagnosis.shape, diagnosis.dtype) if diagnosis.shape else None)
             return lead.lead if lead else 1.0
 
+        if context.buckets:
+            diagnoses = [(p, d) for p, d in diagnoses
+                         if d.shape and dispatch_bucket(d.shape, d.dtype) in context.buckets]
         diagnoses.sort(key=lambda pd: (-behind(*pd), -pd[1].severity))
         skipped = []
         unlaunchable = _LaunchModel(context, knobs, dispatch)
@@ -332,7 +359,8 @@ class RulesProposer:
             return bucket, here, {qualified(k, bucket): v for k, v in remedy.changes.items() if here.get(k) != v}
 
         plan = [(p, d, r) for p, d in diagnoses for r in spec.remedies.get(p, {}).get(d.name, ())]
-        plan += [(p, None, r) for p in passes for r in spec.remedies.get(p, {}).get("explore", ())]
+        if not context.buckets:  # an undiagnosed remedy goes to the defaults: every bucket
+            plan += [(p, None, r) for p in passes for r in spec.remedies.get(p, {}).get("explore", ())]
         # A remedy may name a knob the best's source predates (a knob added to the baseline since): it is for a
         # later best that has it.
         plan = [(p, d, r) for p, d, r in plan
@@ -401,7 +429,8 @@ class RulesProposer:
         walks = [(bucket, knobs_in(knobs, dispatch, bucket),
                   [*((p, d) for p, d in diagnoses if bucket_of(d) == bucket), *((p, None) for p in passes)])
                  for bucket in buckets]
-        walks.append((None, knobs, [*diagnoses, *((p, None) for p in passes)]))
+        if not context.buckets:
+            walks.append((None, knobs, [*diagnoses, *((p, None) for p in passes)]))
         def first_untried(bucket: str | None, here: dict, plans: list) -> tuple[int, KnobMove, dict, str] | None:
             """A walk's next move: (how many of its moves the history tried before it, the move, its changes, its
             source); None when it has none left. A move that cannot launch, changes nothing at the bucket's shapes
