@@ -125,14 +125,38 @@ def test_rounds_of_two_trial_two_candidates_against_one_best_and_reconcile_two_a
     assert trials[3].verdict == "accepted" and trials[4].judged.superseded_by == 3
 
 
-def test_the_nightly_replayed_through_the_recorded_h200_night_decides_as_it_did_then(tmp_path):
+class _TheNightsProposals:
+    """The proposals the first H200 night's rules proposer made (trials 0011 and 0013), as recorded. The rules
+    proposer has learned since: it asks for ``dw_reduction="triton"`` first (the extra-launches diagnosis), and it
+    no longer reads the register limit as what caps occupancy where every block is resident at once (0011's
+    ``bwd_num_warps=16``). The night's machinery is what the replay tests."""
+
+    name = "rules"
+
+    def __init__(self, recorded, trial_ids=(11, 13)):
+        from liger_perf.propose import Proposal
+
+        self.left = [Proposal(name=t.name, source=t.variant.source, hypothesis=t.hypothesis or "", prediction="",
+                              changes=dict(t.changes or {}), diagnosis="recorded")
+                     for t in load_trials(KERNEL, recorded) if t.trial_id in trial_ids]
+
+    def propose(self, context):
+        from liger_perf.propose import Stop
+
+        return self.left.pop(0) if self.left else Stop("the night's proposals are replayed")
+
+
+def test_the_nightly_replayed_through_the_recorded_h200_night_decides_as_it_did_then(tmp_path, monkeypatch):
     """The first H200 night (trials 0010-0013, from a history ending at 0009): re-validation of the best on
-    the stack the night recorded, then tuning trials; replayed, the job serves the same trials in the same order
-    (the first two tuning trials: see below), finds no regression and reaches the same verdicts, on a machine
-    without a GPU."""
+    the stack the night recorded, then tuning trials; replayed with the night's own proposals, the job serves the
+    same trials in the same order (the first two tuning trials: see below), finds no regression and reaches the
+    same verdicts, on a machine without a GPU."""
     import json
 
+    from liger_perf import nightly
     from liger_perf.nightly import KernelJob, Nightly, NightlyConfig
+
+    monkeypatch.setattr(nightly, "get_proposer", lambda *args, **kwargs: _TheNightsProposals(RECORDED))
 
     root = tmp_path / "nb"
     (root / KERNEL).mkdir(parents=True)
@@ -140,8 +164,7 @@ def test_the_nightly_replayed_through_the_recorded_h200_night_decides_as_it_did_
         shutil.copy(notebook, root / KERNEL / notebook.name)
     runner = ReplayRunner(RECORDED)
     # That night's loop screened nothing (screening came later): a screening would be a request nothing recorded.
-    # Two tuning trials of its three: the third (0013, bwd_tile_elements 4096) is no longer what the proposer
-    # asks for there; since the extra-launches diagnosis it tries dw_reduction="triton" first.
+    # Two tuning trials of its three: 0011 and its re-measure 0012 spend the budget before 0013.
     config = NightlyConfig(kernels=[KernelJob(name=KERNEL, target="backward", budget=2)], device="cuda",
                            guardrails=str(ROOT / "guardrails.yaml"), screen=0)
     code, path = Nightly(config, root=root, reports=tmp_path / "reports", echo=lambda text: None,

@@ -631,6 +631,17 @@ def test_shared_memory_stalls_are_diagnosed_where_a_16_bit_tile_sums_dw_across_w
     assert remedy.changes == {"bwd_dw_accumulator": "tile"}
 
 
+def test_the_register_limit_caps_occupancy_only_where_a_grid_has_blocks_waiting():
+    """0045's backward runs one program per SM (0.97 waves): every block is resident, so its 25 % theoretical
+    occupancy by registers is not a limit a remedy could lift. Its forward (a program per row, many waves) is."""
+    _, best, _, _ = _carried_over_0045()
+    assert "register_limited_occupancy" not in {d.name for d in diagnose(best, "backward", per_bucket=True)}
+    limited = [d for d in diagnose(best, "forward", per_bucket=True) if d.name == "register_limited_occupancy"]
+    assert limited and all(launch.metric("launch__waves_per_multiprocessor") > 1
+                           for launch in best.launches("forward")
+                           if (launch.shape, launch.dtype) in {(d.shape, d.dtype) for d in limited})
+
+
 def test_told_which_buckets_to_tune_the_proposer_changes_those_alone():
     """From 0045 carried over: unfocused, a bucket where liger-kernel leads (16384x4) comes first; told to tune
     2048x2, the shared-memory remedy there, then only 2048x2 moves; a bucket no case falls in: a stop."""
