@@ -222,7 +222,8 @@ def same_code_cases(result: TrialResult, history: list[TrialResult] | None = Non
     the candidate slowing the best's code, never the move itself. Empty for any other trial."""
     buckets = target_buckets(result.changes)
     best_source = _best_source(result, history or []) if buckets else ""
-    if not best_source or not result.variant.source or not _dispatches_as_the_baseline(result.kernel, best_source, history or []) \
+    if not best_source or not result.variant.source \
+            or not _dispatches_as_the_baseline(result.kernel, best_source, history or []) \
             or not _made_by(result.variant.source, best_source, dict(result.changes or {})):
         return set()
     unchanged = _passes_unchanged(result.kernel, best_source, result.variant.source)

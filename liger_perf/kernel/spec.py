@@ -156,8 +156,8 @@ class KernelSpec(ABC):
     tolerances: Mapping[torch.dtype, Tolerances]
     #: Kernel knowledge for the rules proposer: per pass, per diagnosis (``spills``,
     #: ``register_limited_occupancy``, ``low_achieved_occupancy``, ``under_one_wave``, ``memory_latency``,
-    #: ``shared_memory_stalls``, ``extra_launches``), the knob changes worth trying, best first; ``explore`` lists moves to try when no
-    #: diagnosis is left.
+    #: ``shared_memory_stalls``, ``extra_launches``), the knob changes worth trying, best first; ``explore`` lists
+    #: moves to try when no diagnosis is left.
     remedies: Mapping[str, Mapping[str, Sequence[Remedy]]] = {}
 
     @abstractmethod

@@ -3,8 +3,9 @@
 Diagnoses are read from the dominant kernel (the longest) of the target pass at each shape and dtype of the
 best trial: register spills (local-memory traffic), occupancy limited by registers, achieved occupancy far
 under theoretical, fewer than one wave of blocks, memory latency (long-scoreboard stalls while DRAM is far
-from its peak) and shared-memory stalls (short-scoreboard and MIO-throttle stalls above the waits on memory); and from all of the pass's launches: extra launches (kernels beside the dominant one that take
-a large share of the pass's time). Which knob changes answer which diagnosis is kernel knowledge, declared by the spec
+from its peak) and shared-memory stalls (short-scoreboard and MIO-throttle stalls above the waits on memory);
+and from all of the pass's launches: extra launches (kernels beside the dominant one that take a large share of
+the pass's time). Which knob changes answer which diagnosis is kernel knowledge, declared by the spec
 (``KernelSpec.remedies``); this module only ranks, filters and writes them.
 
 When the spec's remedies are used up (or a spec declares none), it searches the variant's ``KNOB_CHOICES``:
