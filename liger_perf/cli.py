@@ -374,14 +374,16 @@ def _wrap_name(name: str, width: int) -> str:
 
 
 def _dispatch_buckets(text: str) -> tuple[str, ...]:
-    """``--buckets``: "2048x2,1024x2" -> ("2048x2", "1024x2"), each a power-of-two width and an element size."""
-    found = tuple(b.strip() for b in text.split(",") if b.strip())
+    """``--buckets``: "2048x2,1024x2" -> ("2048x2", "1024x2"), each a key as a DISPATCH table writes it."""
+    from liger_perf.kernel.variants import check_bucket
+
+    found = tuple(dict.fromkeys(b.strip() for b in text.split(","))) if text.strip() else ()
     for bucket in found:
-        width, _, size = bucket.partition("x")
-        if not (width.isdigit() and size in ("1", "2", "4", "8") and int(width) > 0
-                and int(width) & (int(width) - 1) == 0):
+        try:
+            check_bucket(bucket, "")
+        except UserError:
             raise UserError(f"--buckets {bucket!r}: write a bucket as <row width rounded up to a power of two>x"
-                            "<element bytes>, e.g. 2048x2 for 1025-2048 columns of bfloat16")
+                            "<element bytes: 2, 4 or 8>, e.g. 2048x2 for 1025-2048 columns of bfloat16") from None
     return found
 
 

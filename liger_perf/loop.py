@@ -17,7 +17,7 @@ from liger_perf.core.errors import UserError
 from liger_perf.judge.guardrails import Guardrails
 from liger_perf.record.history import (accepted_chain, load_trials, trial_pace, trial_variant_file,
                                 warn)
-from liger_perf.judge import drift_ratios, judge, recheck_owed
+from liger_perf.judge import drift_ratios, judge, made_by, recheck_owed
 from liger_perf.propose import Context, Proposal, Proposer, Stop
 from liger_perf.propose.rules import peer_leads
 from liger_perf.record.notebook import record_verdict
@@ -286,6 +286,11 @@ class OptimizeLoop:
             if isinstance(step, Stop):
                 stop = step
                 break
+            if not self._in_scope(step, best):
+                stop = Stop(f"the proposer's {step.name} changes more than buckets {', '.join(self.buckets)} "
+                            f"({', '.join(step.changes) or 'code beyond the knobs'}); --buckets allows their "
+                            "DISPATCH entries alone")
+                break
             proposed.append(step)
         if len(proposed) > free:
             kept = self._screen(proposed, best, best_file)
@@ -545,13 +550,13 @@ class OptimizeLoop:
                 if not row.kept or not row.source or row.sha256 in trialled or source_hash(row.source) in trialled:
                     continue
                 source, changes = row.source, dict(row.changes or {})
-                if self.buckets and not (target_buckets(changes) and target_buckets(changes) <= set(self.buckets)):
-                    continue  # a default's move, or another bucket's: not what this invocation tunes
                 hypothesis = row.hypothesis
                 if screening.against_sha != best.variant_sha:
                     source = (_made_again(best, changes) if changes else None) or ""
                     hypothesis = (f"made again on trial {best.trial_id:04d} from its knob changes (screened against "
                                   f"an earlier best): {row.hypothesis}")
+                if self.buckets and not self._in_scope(Proposal(row.name, source, "", "", changes), best):
+                    continue  # a default's move, another bucket's or code beyond the knobs: not this invocation's
                 sha = source_hash(source) if source else ""
                 if not sha or sha in trialled or sha in taken:
                     continue  # (the best itself is in ``trialled``: a move it made already)
@@ -563,6 +568,15 @@ class OptimizeLoop:
                 ranked.append((not behind_a_peer(changes), row.ratio if row.ratio is not None else float("inf"),
                                screening.trial_id, proposal))
         return [proposal for *_, proposal in sorted(ranked, key=lambda entry: entry[:3])]
+
+    def _in_scope(self, step: Proposal, best: TrialResult) -> bool:
+        """Whether ``step`` keeps to ``--buckets``: changes that each name one of them, and a source that is the
+        best's with exactly those changes (a proposer's word on what it changed is checked, not taken)."""
+        if not self.buckets:
+            return True
+        buckets = target_buckets(step.changes)
+        return bool(buckets) and buckets <= set(self.buckets) and bool(step.source) \
+            and made_by(step.source, best.variant.source, dict(step.changes))
 
     def _repetitions(self, step: Proposal) -> int:
         if step.diagnosis != "remeasure":

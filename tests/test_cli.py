@@ -191,7 +191,7 @@ def test_a_trial_while_a_loop_holds_the_kernel_is_refused_in_one_line(tmp_path):
 
 def test_a_bucket_that_is_no_dispatch_key_is_one_line(tmp_path):
     env = {"LIGER_PERF_NOTEBOOKS": str(tmp_path)}
-    for bad in ("1536x2", "2048", "2048x3", "x2"):
-        line = _one_line_error(run_cli("optimize", "fused_add_rms_norm", "--buckets", bad, env=env))
+    for bad in ("1536x2", "2048", "2048x3", "x2", "\u00b2x2", "02048x2", "2048x1", ""):
+        line = _one_line_error(run_cli("optimize", "fused_add_rms_norm", "--buckets", f"1024x2,{bad}", env=env))
         assert f"--buckets '{bad}'" in line and "e.g. 2048x2" in line
     assert not list(tmp_path.iterdir())  # refused before a trial or a notebook

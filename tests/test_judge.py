@@ -581,3 +581,29 @@ def test_one_slowed_case_of_the_best_is_suspicious_only_where_the_candidate_was_
          "reason": "dX differs"}))
     judged = judge(wrong, RULES, None, history)
     assert judged.verdict == "rejected" and not judged.recheck and not judged.record("backward", "rules").recheck
+
+
+def test_only_the_loop_s_complete_trials_of_the_baseline_file_stand_for_a_baseline():
+    """A best is known to look its table up by ``dispatch_bucket``'s key when it is a baseline's code but for
+    knobs: today's ``baseline.py``, or one the history's baseline trials ran. A hand-run trial of another file (a
+    model's rewrite, say, that applies every entry everywhere) is no baseline, nor is a failed one."""
+    from liger_perf.judge import _dispatches_as_the_baseline
+    from liger_perf.kernel.registry import baseline_path
+    from liger_perf.kernel.variants import with_knobs
+
+    from made_trials import make_trial
+
+    path = baseline_path("fused_add_rms_norm")
+    rewrite = path.read_text().replace("{**KNOBS, **DISPATCH.get(bucket, {})}",
+                                       "{**KNOBS, **{k: v for e in DISPATCH.values() for k, v in e.items()}}")
+    assert rewrite != path.read_text()
+    best = with_knobs(rewrite, {"bwd_dw_order@2048x2": "before_dx"})
+    assert not _dispatches_as_the_baseline("fused_add_rms_norm", best, [])
+
+    def ran(status, file):
+        return make_trial(status=status, kind="experiment", variant={"source": rewrite, "path": str(file)})
+
+    assert not _dispatches_as_the_baseline("fused_add_rms_norm", best, [ran("complete", "/tmp/llm.py")])
+    assert not _dispatches_as_the_baseline("fused_add_rms_norm", best, [ran("failed-correctness", path)])
+    assert _dispatches_as_the_baseline("fused_add_rms_norm", best, [ran("complete", path)])  # an older baseline
+    assert _dispatches_as_the_baseline("fused_add_rms_norm", with_knobs(path.read_text(), {"BLOCK_SIZE": 4096}), [])

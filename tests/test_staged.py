@@ -498,3 +498,30 @@ def test_kept_candidates_in_a_bucket_where_a_peer_is_ahead_go_first(tmp_path):
     assert [s.changes for s in steps] == [{"bwd_weight_reload@8192x2": True}, {"bwd_weight_reload@16384x4": True}]
     loop.buckets = ("8192x2",)  # optimize --buckets 8192x2: the other bucket's candidate waits
     assert [s.changes for s in loop._kept_by_screening(trials, best)] == [{"bwd_weight_reload@8192x2": True}]
+
+
+def test_with_buckets_a_proposal_is_held_to_its_word_and_to_them(tmp_path):
+    """``--buckets 2048x2``: a proposal keeps to the named buckets only if every change names one of them and its
+    source is the best's with exactly those changes; code beyond the knobs, a default or another bucket is out."""
+    from liger_perf import loop as loop_module
+    from liger_perf.kernel.variants import with_knobs
+    from liger_perf.propose import Proposal
+
+    from made_trials import make_trial
+
+    base = baseline_path("fused_add_rms_norm").read_text()
+    best = make_trial(variant={"source": base})
+    loop = loop_module.OptimizeLoop("fused_add_rms_norm", Guardrails(target="backward"), _endless(),
+                                    device="interpret", budget=5, root=tmp_path, runner=_ScreeningRunner(keep=set()),
+                                    screen=0, buckets=("2048x2",))
+
+    def proposal(changes, source=None):
+        return Proposal("p", with_knobs(base, changes) if source is None else source, "", "", changes)
+
+    assert loop._in_scope(proposal({"bwd_dw_accumulator@2048x2": "tile"}), best)
+    assert not loop._in_scope(proposal({"bwd_dw_accumulator@1024x2": "tile"}), best)
+    assert not loop._in_scope(proposal({"bwd_dw_accumulator": "tile"}), best)
+    sneaky = with_knobs(base, {"bwd_dw_accumulator@2048x2": "tile"}) + "\nimport os\n"
+    assert not loop._in_scope(proposal({"bwd_dw_accumulator@2048x2": "tile"}, sneaky), best)
+    loop.buckets = ()
+    assert loop._in_scope(proposal({"bwd_dw_accumulator": "tile"}, sneaky), best)  # unfocused: the judge's business

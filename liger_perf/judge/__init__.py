@@ -165,6 +165,12 @@ def _best_source(result: TrialResult, history: list[TrialResult]) -> str:
     return next((source for source in candidates if source and source_hash(source) == against.sha256), "")
 
 
+def made_by(source: str, base: str, changes: dict) -> bool:
+    """Whether ``source`` is ``base`` with ``changes`` made to its knobs and nothing else (for the loop: a
+    proposal checked against what it says it changed)."""
+    return _made_by(source, base, changes)
+
+
 def _made_by(source: str, base: str, changes: dict) -> bool:
     """Whether ``source`` is ``base`` with ``changes`` made to its knobs and nothing else (tables compared as
     ``canonical_source`` writes them)."""
@@ -190,13 +196,17 @@ def _made_by_uncached(source: str, base: str, changes: dict) -> bool:
 def _dispatches_as_the_baseline(kernel: str, best_source: str, history: list[TrialResult]) -> bool:
     """Whether the best's code is the kernel's baseline but for its knob values and ``DISPATCH`` entries: only
     then is it known to look its table up by ``dispatch_bucket``'s key (a model's rewrite might not). Today's
-    baseline, or one a baseline trial of the history ran (a chain built before the baseline last changed)."""
+    baseline, or one the loop's baseline trial of the history ran (a chain built before the baseline last
+    changed): a complete trial of the kernel's ``baseline.py`` against nothing. A hand-run trial of another file
+    is no baseline, whatever it ran against."""
     try:
-        baselines = [baseline_path(kernel).read_text()]
+        path = baseline_path(kernel)
+        baselines = [path.read_text()]
     except OSError:
-        baselines = []
+        return False
     baselines += [t.variant.source for t in history
-                  if not t.against and t.kind == "experiment" and t.variant.source]
+                  if not t.against and t.kind == "experiment" and t.status == "complete" and t.variant.source
+                  and Path(t.variant.path or "").parts[-3:] == path.parts[-3:]]
     return any(_knobs_apart(baseline, best_source) for baseline in dict.fromkeys(baselines))
 
 

@@ -244,10 +244,10 @@ def recorded_dispatch(source: str) -> dict[str, dict[str, Any]]:
         return {}
 
 
-def _check_bucket(bucket: str, path) -> None:
+def check_bucket(bucket: str, path) -> None:
     """A bucket name as ``dispatch_bucket`` writes it (the kernel looks its entry up by that exact key)."""
     block, _, size = bucket.partition("x")
-    if not (block.isdigit() and size in ("2", "4", "8") and int(block) > 0 and int(block) & (int(block) - 1) == 0
+    if not (block.isascii() and block.isdigit() and size in ("2", "4", "8") and int(block) > 0 and int(block) & (int(block) - 1) == 0
             and bucket == f"{int(block)}x{size}"):
         raise UserError(f"variant {path}: DISPATCH bucket {bucket!r} is not \"<row block>x<element bytes>\": a "
                         "power of two, then 2, 4 or 8 (\"8192x2\": 4097-8192 columns of a 2-byte dtype)")
@@ -263,7 +263,7 @@ def _read_dispatch_node(nodes: dict[str, ast.Assign], knobs: dict, choices: dict
     if not isinstance(table, dict) or not all(isinstance(b, str) and isinstance(e, dict) for b, e in table.items()):
         raise UserError(f"variant {path}: DISPATCH must map a bucket name (\"8192x2\") to a dict of knob values")
     for bucket, entry in table.items():
-        _check_bucket(bucket, path)
+        check_bucket(bucket, path)
         for name, value in entry.items():
             if name not in knobs:
                 raise UserError(f"variant {path}: DISPATCH[{bucket!r}] names the unknown knob {name!r}")
@@ -336,7 +336,7 @@ def with_knobs(source: str, changes: dict[str, Any], path: str | Path = "<varian
         if bucket is None:
             plain[knob] = value
         else:
-            _check_bucket(bucket, path)
+            check_bucket(bucket, path)
             per_bucket.setdefault(bucket, {})[knob] = value
     if per_bucket and "DISPATCH" not in nodes:
         raise UserError(f"variant {path} has no DISPATCH table, so it cannot take a change to one bucket "
