@@ -32,8 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from liger_perf.core.config import load_yaml_model
 from liger_perf.core.errors import EXIT_FAILED, EXIT_JOB_ERROR, UserError
+from liger_perf.judge import drift_ratios
 from liger_perf.judge.guardrails import load_guardrails
-from liger_perf.record.history import (accepted_chain, chain_ratios, geomean, load_trials, measured_ratios, on_target,
+from liger_perf.record.history import (accepted_chain, geomean, load_trials, measured_ratios, on_target,
                                 target_ratio, trial_variant_file)
 from liger_perf.loop import OptimizeLoop
 from liger_perf.propose import get_proposer
@@ -365,7 +366,7 @@ class Nightly:
             before = _advantage(last, job.target)
         else:  # the accepted chain's own side-by-side ratios, multiplied, where tonight's trial timed the case too
             times, memory = measured_ratios(result)
-            ratios = {k: v for k, v in chain_ratios(chain).items() if k in times or k in memory}
+            ratios = {k: v for k, v in drift_ratios(chain, trials).items() if k in times or k in memory}
             compared = {k for k in ratios if on_target(k, job.target)}
             values = [ratios[k] for k in compared]
             before = 1 / geomean(values) if values else math.nan

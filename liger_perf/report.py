@@ -2,7 +2,8 @@
 
 Everything in it is read from the trial notebooks. One convention for people, as in ``bench``: a **speedup** is
 the other's time over this one's (above 1: faster). The best variant's speedup over the baseline is the inverse
-of the product of the accepted chain's side-by-side time ratios (each measured in one run); times for the plots
+of the product of the accepted chain's side-by-side time ratios (each measured in one run), a step counted only
+where it changed the case's code (``judge.drift_ratios``, the judge's own estimate); times for the plots
 are the baseline trial's medians scaled by those ratios, and peers' times are from the baseline trial itself.
 """
 
@@ -14,7 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from liger_perf.record.history import accepted_chain, chain_ratios, geomean, pass_interval
+from liger_perf.judge import drift_ratios
+from liger_perf.record.history import accepted_chain, geomean, pass_interval
 from liger_perf.kernel.registry import baseline_path
 from liger_perf.record.schema import TrialResult
 from liger_perf.kernel.variants import bucket_columns, recorded_dispatch, source_hash
@@ -106,7 +108,9 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
     baseline_sha = source_hash(baseline_path(kernel).read_text())
     baseline, chain = accepted_chain(trials, baseline_sha)
     best = chain[-1] if chain else None
-    ratios = chain_ratios(chain)
+    # The best against the baseline as the judge estimates it: a step's noise where it left a case's code as it
+    # was is not counted (``judge.drift_ratios``).
+    ratios = drift_ratios(chain, trials)
     earlier = None  # no trial ran today's baseline.py: the last one of an earlier baseline stands for it
     if baseline is None:
         earlier = next((t for t in reversed(trials) if not t.against and t.status == "complete"
@@ -148,8 +152,9 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
             rows.append(row)
         lines += ["## Best against the baseline and the peers, per shape", "",
                   "Speedup of the best (the other's time / the best's; above 1: faster). Vs the baseline: the "
-                  "inverse of the product of the accepted chain's side-by-side time ratios (`-`: a shape some "
-                  "accepted step did not time, on another suite); vs a peer: the peer's "
+                  "inverse of the product of the accepted chain's side-by-side time ratios, each step's only where "
+                  "it changed the shape's code (`-`: a shape some accepted step did not time, on another suite); vs "
+                  "a peer: the peer's "
                   f"time ratio to the baseline in trial {baseline.trial_id:04d} over the best's."
                   + (f" No trial of this history ran today's `baseline.py`: trial {baseline.trial_id:04d} ran an "
                      f"earlier one (sha256 `{baseline.variant_sha[:16]}`), and nothing was accepted against it."

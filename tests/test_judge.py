@@ -607,3 +607,25 @@ def test_only_the_loop_s_complete_trials_of_the_baseline_file_stand_for_a_baseli
     assert not _dispatches_as_the_baseline("fused_add_rms_norm", best, [ran("failed-correctness", path)])
     assert _dispatches_as_the_baseline("fused_add_rms_norm", best, [ran("complete", path)])  # an older baseline
     assert _dispatches_as_the_baseline("fused_add_rms_norm", with_knobs(path.read_text(), {"BLOCK_SIZE": 4096}), [])
+
+
+def test_the_report_gives_the_best_against_the_baseline_as_the_judge_estimates_it(tmp_path, monkeypatch):
+    """The recorded chain 0036-0042 on its baseline (0035): at the forward of 2047x5120 bfloat16 only 0036 changed
+    the code, so the report's speedup there is 0036's measurement (0.99x), not the chain's product with two
+    steps' noise (0.96x), as the judge's cumulative guardrail counts it."""
+    from liger_perf import report
+    from liger_perf.judge import drift_ratios
+    from liger_perf.core.wording import speedup
+    from liger_perf.record.history import accepted_chain, chain_ratios
+
+    history, _ = _recorded(44)
+    recorded_baseline = tmp_path / "baseline.py"
+    recorded_baseline.write_text(next(t for t in history if t.trial_id == 35).variant.source)
+    monkeypatch.setattr(report, "baseline_path", lambda kernel: recorded_baseline)
+    path = report.write_report("fused_add_rms_norm", history, tmp_path / "out")
+    chain = accepted_chain(history, _chain_baseline_sha(history))[1]
+    key = ("forward", "2047x5120", "bfloat16")
+    judged, product = speedup(drift_ratios(chain, history)[key]), speedup(chain_ratios(chain)[key])
+    assert judged != product
+    row = next(line for line in path.read_text().splitlines() if "| forward | 2047x5120 | bfloat16 |" in line)
+    assert judged in row and product not in row
