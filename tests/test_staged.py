@@ -525,3 +525,38 @@ def test_with_buckets_a_proposal_is_held_to_its_word_and_to_them(tmp_path):
     assert not loop._in_scope(proposal({"bwd_dw_accumulator@2048x2": "tile"}, sneaky), best)
     loop.buckets = ()
     assert loop._in_scope(proposal({"bwd_dw_accumulator": "tile"}, sneaky), best)  # unfocused: the judge's business
+
+
+def test_with_buckets_a_round_stops_at_a_proposal_beyond_them_and_runs_nothing(tmp_path):
+    """A proposer that ignores ``--buckets`` (an LLM told in its prompt alone, say): the round ends in a stop that
+    names the proposal, before anything is screened or trialled; one that keeps to them is taken."""
+    from liger_perf import loop as loop_module
+    from liger_perf.kernel.variants import with_knobs
+    from liger_perf.propose import Proposal, Stop
+
+    source = baseline_path("fused_add_rms_norm").read_text()
+    base = TrialResult.model_validate({"kernel": "fused_add_rms_norm", "status": "complete", "device": "interpret",
+                                       "variant": {"sha256": source_hash(source), "source": source}, "trial_id": 0})
+
+    class Told:
+        name = "test"
+
+        def __init__(self, changes, extra=""):
+            self.changes, self.extra = changes, extra
+
+        def propose(self, context):
+            return Proposal("move", with_knobs(context.best_source, self.changes) + self.extra, "", "", self.changes)
+
+    assert "DISPATCH" in source
+    for proposer in (Told({"BLOCK_SIZE": 2048}), Told({"BLOCK_SIZE@2048x2": 2048}, "\n# and more\n"),
+                     Told({"BLOCK_SIZE@1024x2": 2048})):
+        runner = _ScreeningRunner(keep=set())
+        loop = loop_module.OptimizeLoop("fused_add_rms_norm", Guardrails(), proposer, device="interpret", budget=5,
+                                        root=tmp_path, runner=runner, screen=3, buckets=("2048x2",))
+        stop = loop._round([base], base, room=1, best_file=baseline_path("fused_add_rms_norm"), budget_left=5)
+        assert isinstance(stop, Stop) and "--buckets allows" in stop.reason and not runner.requests
+    loop = loop_module.OptimizeLoop("fused_add_rms_norm", Guardrails(), Told({"BLOCK_SIZE@2048x2": 2048}),
+                                    device="interpret", budget=5, root=tmp_path, runner=_ScreeningRunner(keep=set()),
+                                    screen=0, buckets=("2048x2",))
+    (step,) = loop._round([base], base, room=1, best_file=baseline_path("fused_add_rms_norm"), budget_left=5)
+    assert step.changes == {"BLOCK_SIZE@2048x2": 2048}
