@@ -286,7 +286,7 @@ class OptimizeLoop:
             if isinstance(step, Stop):
                 stop = step
                 break
-            if not self._in_scope(step, best):
+            if not self._in_scope(step.changes, step.source, best):
                 stop = Stop(f"the proposer's {step.name} changes more than buckets {', '.join(self.buckets)} "
                             f"({', '.join(step.changes) or 'code beyond the knobs'}); --buckets allows their "
                             "DISPATCH entries alone")
@@ -555,7 +555,7 @@ class OptimizeLoop:
                     source = (_made_again(best, changes) if changes else None) or ""
                     hypothesis = (f"made again on trial {best.trial_id:04d} from its knob changes (screened against "
                                   f"an earlier best): {row.hypothesis}")
-                if self.buckets and not self._in_scope(Proposal(row.name, source, "", "", changes), best):
+                if not self._in_scope(changes, source, best):
                     continue  # a default's move, another bucket's or code beyond the knobs: not this invocation's
                 sha = source_hash(source) if source else ""
                 if not sha or sha in trialled or sha in taken:
@@ -569,14 +569,14 @@ class OptimizeLoop:
                                screening.trial_id, proposal))
         return [proposal for *_, proposal in sorted(ranked, key=lambda entry: entry[:3])]
 
-    def _in_scope(self, step: Proposal, best: TrialResult) -> bool:
-        """Whether ``step`` keeps to ``--buckets``: changes that each name one of them, and a source that is the
+    def _in_scope(self, changes: dict | None, source: str, best: TrialResult) -> bool:
+        """Whether a candidate keeps to ``--buckets``: changes that each name one of them, and a source that is the
         best's with exactly those changes (a proposer's word on what it changed is checked, not taken)."""
         if not self.buckets:
             return True
-        buckets = target_buckets(step.changes)
-        return bool(buckets) and buckets <= set(self.buckets) and bool(step.source) \
-            and made_by(step.source, best.variant.source, dict(step.changes))
+        buckets = target_buckets(changes)
+        return bool(buckets) and buckets <= set(self.buckets) and bool(source) \
+            and made_by(source, best.variant.source, dict(changes or {}))
 
     def _repetitions(self, step: Proposal) -> int:
         if step.diagnosis != "remeasure":
