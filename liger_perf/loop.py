@@ -15,8 +15,8 @@ from typing import Callable
 
 from liger_perf.core.errors import UserError
 from liger_perf.judge.guardrails import Guardrails
-from liger_perf.record.history import (accepted_chain, load_trials, trial_pace, trial_variant_file,
-                                warn)
+from liger_perf.record.history import (accepted_chain, baseline_trials, load_trials, trial_pace,
+                                trial_variant_file, warn)
 from liger_perf.judge import drift_ratios, judge, made_by, recheck_owed
 from liger_perf.propose import Context, Proposal, Proposer, Stop
 from liger_perf.propose.rules import peer_leads
@@ -429,8 +429,7 @@ class OptimizeLoop:
         if best.variant_sha != self.baseline_sha or best.against:
             return []
         current = best.trial_id
-        earlier = [t for t in trials if not t.against and t.status == "complete" and t.trial_id < current
-                   and t.variant_sha != self.baseline_sha and t.kind == "experiment"]
+        earlier = [t for t in baseline_trials(trials) if t.trial_id < current and t.variant_sha != self.baseline_sha]
         for old_baseline in reversed(earlier):
             _, chain = accepted_chain(trials, old_baseline.variant_sha)
             if not chain:

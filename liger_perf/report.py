@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from liger_perf.judge import drift_ratios
-from liger_perf.record.history import accepted_chain, geomean, pass_interval
+from liger_perf.record.history import accepted_chain, baseline_trials, geomean, pass_interval
 from liger_perf.kernel.registry import baseline_path
 from liger_perf.record.schema import TrialResult
 from liger_perf.kernel.variants import bucket_columns, recorded_dispatch, source_hash
@@ -113,8 +113,7 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
     ratios = drift_ratios(chain, trials)
     earlier = None  # no trial ran today's baseline.py: the last one of an earlier baseline stands for it
     if baseline is None:
-        earlier = next((t for t in reversed(trials) if not t.against and t.status == "complete"
-                        and t.kind == "experiment" and t.timing_rows("candidate")), None)
+        earlier = next((t for t in reversed(baseline_trials(trials)) if t.timing_rows("candidate")), None)
         baseline = earlier
     lines = [f"# {kernel}: optimization report", ""]
     if not trials:

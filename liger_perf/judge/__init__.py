@@ -28,8 +28,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from liger_perf.judge.guardrails import Guardrails
-from liger_perf.record.history import (accuracy_ratios, accuracy_reductions, geomean, geomean_interval, measured_ratios,
-                                        target_ratio, warn)
+from liger_perf.record.history import (accuracy_ratios, accuracy_reductions, baseline_trials, geomean,
+                                        geomean_interval, measured_ratios, target_ratio, warn)
 from liger_perf.record.schema import NCU_DURATION, JudgedRatio, Key, TrialResult, Verdict, VerdictName
 from liger_perf.core.errors import UserError
 from liger_perf.core.wording import count, speedup, speedup_limit
@@ -166,12 +166,6 @@ def _best_source(result: TrialResult, history: list[TrialResult]) -> str:
 
 
 def made_by(source: str, base: str, changes: dict) -> bool:
-    """Whether ``source`` is ``base`` with ``changes`` made to its knobs and nothing else (for the loop: a
-    proposal checked against what it says it changed)."""
-    return _made_by(source, base, changes)
-
-
-def _made_by(source: str, base: str, changes: dict) -> bool:
     """Whether ``source`` is ``base`` with ``changes`` made to its knobs and nothing else (tables compared as
     ``canonical_source`` writes them)."""
     try:
@@ -204,9 +198,8 @@ def _dispatches_as_the_baseline(kernel: str, best_source: str, history: list[Tri
         baselines = [path.read_text()]
     except OSError:
         return False
-    baselines += [t.variant.source for t in history
-                  if not t.against and t.kind == "experiment" and t.status == "complete" and t.variant.source
-                  and Path(t.variant.path or "").parts[-3:] == path.parts[-3:]]
+    baselines += [t.variant.source for t in baseline_trials(history)
+                  if t.variant.source and Path(t.variant.path or "").parts[-3:] == path.parts[-3:]]
     return any(_knobs_apart(baseline, best_source) for baseline in dict.fromkeys(baselines))
 
 
@@ -218,7 +211,7 @@ def _knobs_apart(baseline: str, source: str) -> bool:
                                   read_dispatch(source))
     except UserError:
         return False
-    return _made_by(source, baseline, changes)
+    return made_by(source, baseline, changes)
 
 
 def same_code_cases(result: TrialResult, history: list[TrialResult] | None = None) -> set[Key]:
@@ -234,7 +227,7 @@ def same_code_cases(result: TrialResult, history: list[TrialResult] | None = Non
     best_source = _best_source(result, history or []) if buckets else ""
     if not best_source or not result.variant.source \
             or not _dispatches_as_the_baseline(result.kernel, best_source, history or []) \
-            or not _made_by(result.variant.source, best_source, dict(result.changes or {})):
+            or not made_by(result.variant.source, best_source, dict(result.changes or {})):
         return set()
     unchanged = _passes_unchanged(result.kernel, best_source, result.variant.source)
     same = set()

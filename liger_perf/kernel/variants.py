@@ -247,7 +247,8 @@ def recorded_dispatch(source: str) -> dict[str, dict[str, Any]]:
 def check_bucket(bucket: str, path) -> None:
     """A bucket name as ``dispatch_bucket`` writes it (the kernel looks its entry up by that exact key)."""
     block, _, size = bucket.partition("x")
-    if not (block.isascii() and block.isdigit() and size in ("2", "4", "8") and int(block) > 0 and int(block) & (int(block) - 1) == 0
+    if not (block.isascii() and block.isdigit() and size in ("2", "4", "8") and int(block) > 0
+            and int(block) & (int(block) - 1) == 0
             and bucket == f"{int(block)}x{size}"):
         raise UserError(f"variant {path}: DISPATCH bucket {bucket!r} is not \"<row block>x<element bytes>\": a "
                         "power of two, then 2, 4 or 8 (\"8192x2\": 4097-8192 columns of a 2-byte dtype)")

@@ -320,6 +320,12 @@ def best_trial(kernel: str, root: Path, mode: str | None = None,
     return baseline, (chain[-1] if chain else None)
 
 
+def baseline_trials(trials: list[TrialResult]) -> list[TrialResult]:
+    """The loop's baseline trials of a history, oldest first: complete experiments run against nothing (each
+    baseline a history's chains start from, today's and the earlier ones)."""
+    return [t for t in trials if not t.against and t.status == "complete" and t.kind == "experiment"]
+
+
 def latest_best(kernel: str, root: Path) -> TrialResult | None:
     """The history's best: the tip of today's baseline's accepted chain, else (the baseline changed since, and
     no trial on it was accepted yet) the tip of the latest earlier baseline's chain, or None."""
@@ -327,8 +333,7 @@ def latest_best(kernel: str, root: Path) -> TrialResult | None:
     if best is not None:
         return best
     trials = load_trials(kernel, root)
-    for baseline in reversed([t for t in trials if not t.against and t.status == "complete"
-                              and t.kind == "experiment"]):
+    for baseline in reversed(baseline_trials(trials)):
         _, chain = accepted_chain(trials, baseline.variant_sha)
         if chain:
             return chain[-1]
