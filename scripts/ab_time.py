@@ -2,7 +2,7 @@
 never a verdict (a variant is accepted only through a trial). Run on a GPU:
 
     python3 scripts/ab_time.py KERNEL OUT.json --variant NAME=FILE ... [--suite models-tune] [--passes backward]
-                               [--repetitions 10] [--max-columns H]
+                               [--repetitions 10] [--max-columns H] [--min-columns H]
 
 The first variant is the reference of every ratio (time / its time, with the timing's simultaneous intervals).
 """
@@ -24,6 +24,7 @@ def main() -> None:
     parser.add_argument("--passes", default="backward")
     parser.add_argument("--repetitions", type=int, default=10)
     parser.add_argument("--max-columns", type=int, default=0, help="only the cases at most this wide (0: all)")
+    parser.add_argument("--min-columns", type=int, default=0, help="only the cases at least this wide (0: all)")
     parser.add_argument("--device", default="cuda", help="cuda, or interpret to try the script on a CPU")
     args = parser.parse_args()
 
@@ -50,7 +51,8 @@ def main() -> None:
         contenders["liger-kernel"] = peers["liger-kernel"]
     started = time.time()
     plan = TimingPlan.default(device, args.repetitions)
-    cases = [c for c in spec.cases(args.suite, "bench") if not args.max_columns or c.shape[-1] <= args.max_columns]
+    cases = [c for c in spec.cases(args.suite, "bench")
+             if (not args.max_columns or c.shape[-1] <= args.max_columns) and c.shape[-1] >= args.min_columns]
     bandwidth = copy_bandwidth(device)
     samples = time_suite(spec, contenders, cases, args.passes.split(","), device, plan,
                          judged=tuple(n for n in contenders if n != "liger-kernel"))

@@ -40,7 +40,7 @@
 #                          no NCU, R repetitions), in a scratch history under reports/evidence/<date>-ab-models-K/
 #   ab-time:K,R,NAME=FILE[,NAME=FILE...]  scripts/ab_time.py: the variants (the first the reference) and
 #                          liger-kernel on the tuning split, backward, R repetitions, no gate -> <date>-ab-time-K/ab.json
-#                          (AB_MAX_COLUMNS=H: only the cases at most H columns wide; AB_NAME=X: the folder <date>-X)
+#                          (AB_MAX_COLUMNS=H / AB_MIN_COLUMNS=H: only the cases at most / at least H columns wide; AB_NAME=X: the folder <date>-X)
 #   bench-models:K,R[,no-compile[,S]]  liger-perf bench K --suite models, R repetitions (torch.compile left out
 #                          with no-compile; "compile" keeps it), stopped after S seconds -> reports/nvidia-h200/K/bench-models.*
 # After a call: unpack device.tgz, rename each step's folder to reports/evidence/<date>-<topic>/ if it needs a
@@ -145,7 +145,7 @@ bwd_fused_dw_max_cols@1024x2=1024,num_warps@8192x2=8" > "$dir/dispatched.py"
       out="reports/evidence/$DAY-${AB_NAME:-ab-time-$kernel}"
       mkdir -p "$out"
       run "$out" python3 scripts/ab_time.py "$kernel" "$out/ab.json" --repetitions "${reps:-10}" \
-        --max-columns "${AB_MAX_COLUMNS:-0}" $(tr ',' '\n' <<< "$variants" | sed 's/^/--variant /') ;;
+        --max-columns "${AB_MAX_COLUMNS:-0}" --min-columns "${AB_MIN_COLUMNS:-0}" $(tr ',' '\n' <<< "$variants" | sed 's/^/--variant /') ;;
     bench-models)
       IFS=, read -r kernel reps compiled seconds <<< "$arg"
       limit=$(( $(left) > 60 ? $(left) - 30 : 30 )); [ -n "$seconds" ] && [ "$seconds" -lt "$limit" ] && limit=$seconds
