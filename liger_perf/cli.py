@@ -502,7 +502,7 @@ def optimize_command(
                 plain.flush(event.trial.trial_id)
             running.pop(event.trial.trial_id, None)
             console.print(f"  {event.trial.notebook or ''}: {event.message}", markup=False)
-        elif event.kind == "carry-over":
+        elif event.kind in ("carry-over", "waits"):
             console.print(event.message, markup=False)
         elif event.kind == "stop":
             best = event.trial

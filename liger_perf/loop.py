@@ -55,7 +55,8 @@ def trials_before(seconds_left: float, pace: float | None, workers: int, count: 
 class LoopEvent:
     """What the loop tells whoever watches it (the CLI's progress display, a test)."""
 
-    kind: str  # "trial-start" | "trial-end" | "judged-pending" | "carry-over" | "screen-start" | "screen-end" | "stop"
+    #: "trial-start" | "trial-end" | "judged-pending" | "carry-over" | "waits" | "screen-start" | "screen-end" | "stop"
+    kind: str
     message: str
     trial: TrialResult | None = None
     index: int = 0
@@ -130,8 +131,10 @@ class OptimizeLoop:
         #: chain's cumulative ratios hold only where every step timed the shape (``judge.drift_ratios``).
         self.suite = suite
         #: The dispatch buckets this invocation tunes (``--buckets``): proposals and kept screening candidates
-        #: change only their entries; a carry-over or a re-run of a trial already made is not held back. Empty: all.
+        #: change only their entries, and a re-run of a move in another bucket waits for a run that tunes it (a
+        #: carry-over, or a re-run of a move of a default or of code, is not held back). Empty: all.
         self.buckets = tuple(buckets)
+        self._said_waits: set[str] = set()  # the re-runs already named as waiting, one line each per run
         # The history of the device the trials run on (a Dask cluster's GPUs, not this machine's).
         self.store = Store(root) if root is not None else Store(device=history_device(runner, device))
         self.root = self.store.notebooks
@@ -263,7 +266,7 @@ class OptimizeLoop:
         for, the batch is screened and every candidate that may be faster gets a full trial, best first, within
         the budget (an empty list: the whole batch was dropped). A ``TrialResult``: the screening's harness
         failed."""
-        steps = [*self._carry_over(trials, best), *self._reruns(trials, best),
+        steps = [*self._carry_over(trials, best), *self._waiting_outside_buckets(self._reruns(trials, best)),
                  *self._kept_by_screening(trials, best)]
         # A superseded kept candidate is both a re-run (on the round's winner) and a kept one: one trial of it.
         unique: dict[str, Proposal] = {}
@@ -567,6 +570,24 @@ class OptimizeLoop:
                 ranked.append((not behind_a_peer(changes), row.ratio if row.ratio is not None else float("inf"),
                                screening.trial_id, proposal))
         return [proposal for *_, proposal in sorted(ranked, key=lambda entry: entry[:3])]
+
+    def _waiting_outside_buckets(self, reruns: list[Proposal]) -> list[Proposal]:
+        """The re-runs this invocation takes: under ``--buckets``, a re-run of a move that names another bucket
+        (0052's re-measure in 1024x2, say, while the run tunes 16384x4) waits, with one line that says so, for a
+        run without ``--buckets`` or with that bucket; the device time goes to the buckets asked for. A re-run of a
+        default's move or of code touches every bucket, the named ones too: it runs."""
+        if not self.buckets:
+            return reruns
+        taken = []
+        for step in reruns:
+            moved = target_buckets(step.changes)
+            if moved <= set(self.buckets):  # an empty set (a default's or code's move): in every scope
+                taken.append(step)
+            elif step.name not in self._said_waits:
+                self._said_waits.add(step.name)
+                self._emit("waits", f"{step.name} waits: it moves {', '.join(sorted(moved))}, outside --buckets "
+                           f"{', '.join(self.buckets)} (run without --buckets, or name that bucket, to take it)")
+        return taken
 
     def _in_scope(self, changes: dict | None, source: str, best: TrialResult) -> bool:
         """Whether a candidate keeps to ``--buckets``: changes that each name one of them, and a source that is the

@@ -559,3 +559,51 @@ def test_with_buckets_a_round_stops_at_a_proposal_beyond_them_and_runs_nothing(t
                                     screen=0, buckets=("2048x2",))
     (step,) = loop._round([base], base, room=1, best_file=baseline_path("fused_add_rms_norm"), budget_left=5)
     assert step.changes == {"BLOCK_SIZE@2048x2": 2048}
+
+
+def test_with_buckets_a_re_measure_of_another_buckets_move_waits_and_says_so(tmp_path):
+    """``--buckets 2048x2`` with an inconclusive move in 1024x2 in the history: the round takes the proposer's
+    2048x2 move, not the re-measure, and says once that the re-measure waits; naming 1024x2, or no bucket at all,
+    takes the re-measure first. A re-measure of a default's move touches every bucket: it is not held back."""
+    from liger_perf import loop as loop_module
+    from liger_perf.kernel.variants import with_knobs
+    from liger_perf.propose import Proposal
+
+    from made_trials import make_trial
+
+    source = baseline_path("fused_add_rms_norm").read_text()
+    base = TrialResult.model_validate({"kernel": "fused_add_rms_norm", "status": "complete", "device": "interpret",
+                                       "variant": {"sha256": source_hash(source), "source": source}, "trial_id": 0})
+
+    def inconclusive(changes):
+        moved = with_knobs(source, changes)
+        return make_trial(verdict="inconclusive", trial_id=1, name="narrow", kind="experiment", changes=changes,
+                          variant={"sha256": source_hash(moved), "source": moved},
+                          against={"sha256": source_hash(source)})
+
+    class Told:
+        name = "test"
+
+        def propose(self, context):
+            changes = {"BLOCK_SIZE@2048x2": 2048}
+            return Proposal("move", with_knobs(context.best_source, changes), "", "", changes)
+
+    def first_step(history, buckets):
+        loop = loop_module.OptimizeLoop("fused_add_rms_norm", Guardrails(), Told(), device="interpret", budget=5,
+                                        root=tmp_path, runner=_ScreeningRunner(keep=set()), screen=0,
+                                        buckets=buckets)
+        (step,) = loop._round([base, history], base, room=1, best_file=baseline_path("fused_add_rms_norm"),
+                              budget_left=5)
+        loop._round([base, history], base, room=1, best_file=baseline_path("fused_add_rms_norm"), budget_left=5)
+        return step, [e.message for e in loop.events if e.kind == "waits"]
+
+    narrow = inconclusive({"BLOCK_SIZE@1024x2": 2048})
+    step, said = first_step(narrow, ("2048x2",))
+    assert step.changes == {"BLOCK_SIZE@2048x2": 2048}
+    assert said == ["narrow-remeasure waits: it moves 1024x2, outside --buckets 2048x2 (run without --buckets, "
+                    "or name that bucket, to take it)"]  # once, though two rounds held it back
+    for buckets in (("1024x2", "2048x2"), ()):
+        step, said = first_step(narrow, buckets)
+        assert step.name == "narrow-remeasure" and not said
+    step, said = first_step(inconclusive({"BLOCK_SIZE": 2048}), ("2048x2",))
+    assert step.name == "narrow-remeasure" and not said
