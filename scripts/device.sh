@@ -68,6 +68,8 @@ log "install done; $(nvidia-smi --query-gpu=name,driver_version,memory.used,memo
 run() {  # run STEP_DIR CMD...: the command under the time left, its output in STEP_DIR/$RUN_LOG (log.txt)
   local dir=$1 output=${RUN_LOG:-log.txt}; shift
   mkdir -p "$dir"
+  # An earlier call's log of the same step and day (committed evidence) is kept: this one gets the time in its name.
+  [ -e "$dir/$output" ] && output="${output%.txt}-$(date +%H%M%S).txt"
   local budget; budget=$(left)
   if [ "$budget" -lt 20 ]; then log "skipped (no time left): $*"; return 0; fi
   log "start ($budget s left): $*"
