@@ -134,7 +134,7 @@ class OptimizeLoop:
         #: change only their entries, and a re-run of a move in another bucket waits for a run that tunes it (a
         #: carry-over, or a re-run of a move of a default or of code, is not held back). Empty: all.
         self.buckets = tuple(buckets)
-        self._said_waits: set[str] = set()  # the re-runs already named as waiting, one line each per run
+        self._said_waits: set[int] = set()  # the trials whose re-runs were named as waiting: a line each per run
         # The history of the device the trials run on (a Dask cluster's GPUs, not this machine's).
         self.store = Store(root) if root is not None else Store(device=history_device(runner, device))
         self.root = self.store.notebooks
@@ -266,7 +266,7 @@ class OptimizeLoop:
         for, the batch is screened and every candidate that may be faster gets a full trial, best first, within
         the budget (an empty list: the whole batch was dropped). A ``TrialResult``: the screening's harness
         failed."""
-        steps = [*self._carry_over(trials, best), *self._waiting_outside_buckets(self._reruns(trials, best)),
+        steps = [*self._carry_over(trials, best), *self._reruns(trials, best),
                  *self._kept_by_screening(trials, best)]
         # A superseded kept candidate is both a re-run (on the round's winner) and a kept one: one trial of it.
         unique: dict[str, Proposal] = {}
@@ -505,6 +505,8 @@ class OptimizeLoop:
                                         f"{superseded_by:04d}", "retrial")
             else:
                 continue
+            if self._waits_outside_buckets(t, name[:60]):
+                continue
             # Its knob changes were made from the best it was first measured against; against another best they
             # are not this trial's changes (and would rule out the wrong move when it is rejected). A move made of
             # knob changes alone is made again on the new best instead: a move in another dispatch bucket than the
@@ -571,23 +573,22 @@ class OptimizeLoop:
                                screening.trial_id, proposal))
         return [proposal for *_, proposal in sorted(ranked, key=lambda entry: entry[:3])]
 
-    def _waiting_outside_buckets(self, reruns: list[Proposal]) -> list[Proposal]:
-        """The re-runs this invocation takes: under ``--buckets``, a re-run of a move that names another bucket
+    def _waits_outside_buckets(self, trial: TrialResult, name: str) -> bool:
+        """Whether a re-run of ``trial`` waits: under ``--buckets``, a move that names a bucket they leave out
         (0052's re-measure in 1024x2, say, while the run tunes 16384x4) waits, with one line that says so, for a
-        run without ``--buckets`` or with that bucket; the device time goes to the buckets asked for. A re-run of a
-        default's move or of code touches every bucket, the named ones too: it runs."""
-        if not self.buckets:
-            return reruns
-        taken = []
-        for step in reruns:
-            moved = target_buckets(step.changes)
-            if moved <= set(self.buckets):  # an empty set (a default's or code's move): in every scope
-                taken.append(step)
-            elif step.name not in self._said_waits:
-                self._said_waits.add(step.name)
-                self._emit("waits", f"{step.name} waits: it moves {', '.join(sorted(moved))}, outside --buckets "
-                           f"{', '.join(self.buckets)} (run without --buckets, or name that bucket, to take it)")
-        return taken
+        run without ``--buckets`` or with every bucket it moves; the device time goes to the buckets asked for.
+        Read from the trial's own changes, whatever best the re-run is made on. A default's move or code touches
+        every bucket, the named ones too: it runs."""
+        moved = target_buckets(trial.changes)
+        outside = sorted(moved - set(self.buckets))
+        if not self.buckets or not outside:  # an empty ``moved`` (a default's or code's move): in every scope
+            return False
+        if trial.trial_id not in self._said_waits:
+            self._said_waits.add(trial.trial_id)
+            self._emit("waits", f"{name} waits: it moves {', '.join(outside)}, which --buckets "
+                       f"{', '.join(self.buckets)} leaves out (run without --buckets, or name every bucket it "
+                       f"moves: {', '.join(sorted(moved))}, to take it)")
+        return True
 
     def _in_scope(self, changes: dict | None, source: str, best: TrialResult) -> bool:
         """Whether a candidate keeps to ``--buckets``: changes that each name one of them, and a source that is the

@@ -53,13 +53,17 @@ def main() -> None:
     plan = TimingPlan.default(device, args.repetitions)
     cases = [c for c in spec.cases(args.suite, "bench")
              if (not args.max_columns or c.shape[-1] <= args.max_columns) and c.shape[-1] >= args.min_columns]
+    if not cases:
+        parser.error(f"no case of the {args.suite} suite is {args.min_columns} to {args.max_columns or 'any'} "
+                     "columns wide: widen --min-columns / --max-columns")
     bandwidth = copy_bandwidth(device)
     samples = time_suite(spec, contenders, cases, args.passes.split(","), device, plan,
                          judged=tuple(n for n in contenders if n != "liger-kernel"))
     summary = summarize(samples, reference, spec, bandwidth, plan)
     with open(args.out, "w") as f:
         json.dump({"kernel": args.kernel, "suite": args.suite, "reference": reference, "variants": files,
-                   "repetitions": plan.repetitions, "seconds": round(time.time() - started, 1),
+                   "repetitions": plan.repetitions, "min_columns": args.min_columns,
+                   "max_columns": args.max_columns, "seconds": round(time.time() - started, 1),
                    "copy_bandwidth_bytes_per_s": bandwidth, "fingerprint": fingerprint(device, current().root),
                    "rows": summary.to_dict("records")}, f, indent=1, default=str)
 

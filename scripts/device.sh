@@ -72,7 +72,7 @@ run() {  # run STEP_DIR CMD...: the command under the time left, its output in S
   [ -e "$dir/$output" ] && output="${output%.txt}-$(date +%H%M%S).txt"
   local budget; budget=$(left)
   if [ "$budget" -lt 20 ]; then log "skipped (no time left): $*"; return 0; fi
-  log "start ($budget s left): $*"
+  log "start ($budget s left, output $dir/$output): $*"
   timeout "$budget" "$@" > "$dir/$output" 2>&1
   local rc=$?
   log "end rc=$rc: $*"
