@@ -134,7 +134,6 @@ class OptimizeLoop:
         #: change only their entries, and a re-run of a move in another bucket waits for a run that tunes it (a
         #: carry-over, or a re-run of a move of a default or of code, is not held back). Empty: all.
         self.buckets = tuple(buckets)
-        self._said_waits: set[int] = set()  # the trials whose re-runs were named as waiting: a line each per run
         # The history of the device the trials run on (a Dask cluster's GPUs, not this machine's).
         self.store = Store(root) if root is not None else Store(device=history_device(runner, device))
         self.root = self.store.notebooks
@@ -583,11 +582,11 @@ class OptimizeLoop:
         outside = sorted(moved - set(self.buckets))
         if not self.buckets or not outside:  # an empty ``moved`` (a default's or code's move): in every scope
             return False
-        if trial.trial_id not in self._said_waits:
-            self._said_waits.add(trial.trial_id)
+        if not any(e.kind == "waits" and e.trial is not None and e.trial.trial_id == trial.trial_id
+                   for e in self.events):  # one line per trial and run, as the carry-over's
             self._emit("waits", f"{name} waits: it moves {', '.join(outside)}, which --buckets "
                        f"{', '.join(self.buckets)} leaves out (run without --buckets, or name every bucket it "
-                       f"moves: {', '.join(sorted(moved))}, to take it)")
+                       f"moves: {', '.join(sorted(moved))}, to take it)", trial)
         return True
 
     def _in_scope(self, changes: dict | None, source: str, best: TrialResult) -> bool:
