@@ -37,18 +37,15 @@ def _made_again(best: TrialResult, changes: dict) -> str | None:
         return None
 
 
-def trials_before(seconds_left: float, pace: float | None, workers: int, count: int) -> int:
-    """How many of ``count`` trials, run ``workers`` at a time at ``pace`` seconds each, start within
-    ``seconds_left``: none once it is past (a screening may have run over), all of them when there is no pace to
-    go by, else those whose turn comes before it."""
+def trials_within(seconds_left: float, pace: float | None, workers: int, count: int) -> int:
+    """How many of ``count`` trials, run ``workers`` at a time at ``pace`` seconds each, end within
+    ``seconds_left``: none once it is past, all of them when there is no pace to go by (none of the kind has
+    finished here yet), else those whose turn ends before it."""
     if count <= 0 or seconds_left <= 0:
         return 0
     if pace is None or pace <= 0:
         return count
-    fits = 1
-    while fits < count and (fits // max(workers, 1)) * pace < seconds_left:
-        fits += 1
-    return fits
+    return min(count, int(seconds_left // pace) * max(workers, 1))
 
 
 @dataclass
@@ -139,7 +136,9 @@ class OptimizeLoop:
         self.root = self.store.notebooks
         self.repetitions, self.convergence = repetitions, convergence
         self.confirm, self.on_event = confirm, on_event
-        self.deadline = deadline  # time.time() after which no new trial starts (a nightly job's wall clock)
+        # time.time() by which the loop is done (--max-minutes, a nightly job's wall clock): no trial or screening
+        # starts that the recent ones' pace says would end after it.
+        self.deadline = deadline
         self.baseline_file = baseline_path(kernel)
         self.baseline_sha = source_hash(self.baseline_file.read_text())
         self.events: list[LoopEvent] = []
@@ -277,6 +276,10 @@ class OptimizeLoop:
         stop: Stop | None = None
         # Screening times the candidates: a memory target is not screened (each proposal gets a full trial).
         batch = (max(free, self.screen) if self.guardrails.target != "memory" else free) if free > 0 else 0
+        if batch > free and not self._ends_in_time(trial_pace(trials, self.suite, kind="screening")):
+            # A screening the deadline would cut off is not begun: its notebook would be half-written, its device
+            # time lost (0056 on the H200: a trial begun 280 s before a call's end, killed in its NCU profile).
+            batch, stop = 0, self._out_of_time("a screening", trial_pace(trials, self.suite, kind="screening"))
         while len(proposed) < batch:
             step = self.proposer.propose(Context(self.spec, self.guardrails.target, trials, best,
                                                  best.variant.source,
@@ -304,15 +307,26 @@ class OptimizeLoop:
         if not steps and not proposed and stop is not None:
             return stop
         if self.deadline is not None:
-            # Every candidate a screening kept joins the round, one after another per worker: only those
-            # that start before the deadline by the recent trials' pace (0025-0028 on the H200: rounds of
-            # three started at the deadline, and the job's time limit killed all three).
-            fits = trials_before(self.deadline - time.time(), trial_pace(trials, self.suite), self.runner.workers,
+            # Every candidate a screening kept joins the round, one after another per worker: only those that
+            # end before the deadline by the recent trials' pace (0025-0028 on the H200: rounds of three started
+            # at the deadline, and the job's time limit killed all three). Those left out come first next time.
+            pace = trial_pace(trials, self.suite)
+            fits = trials_within(self.deadline - time.time(), pace, self.runner.workers,
                                  len(steps) + len(proposed))
+            if (steps or proposed) and not fits:
+                return self._out_of_time("a trial", pace)
             steps, proposed = steps[:fits], proposed[:max(0, fits - len(steps))]
-            if not steps and not proposed:
-                return Stop("the wall-clock budget is spent: no trial would start before the deadline")
         return [*steps, *proposed]
+
+    def _out_of_time(self, what: str, pace: float | None) -> Stop:
+        left = max(0.0, self.deadline - time.time())
+        return Stop(f"the wall-clock budget is spent: {what} takes about {pace:.0f} s here, {left:.0f} s are left"
+                    if pace else "the wall-clock budget is spent")
+
+    def _ends_in_time(self, pace: float | None) -> bool:
+        """Whether a step of ``pace`` seconds begun now ends before the deadline (always without one, or without
+        a pace to go by)."""
+        return trials_within(self.deadline - time.time(), pace, 1, 1) == 1 if self.deadline is not None else True
 
     def _screen(self, batch: list[Proposal], best: TrialResult, best_file: Path) -> list[Proposal] | TrialResult:
         """Screen ``batch`` against ``best`` in one notebook (numbered in the history, kind ``screening``): the

@@ -288,25 +288,27 @@ def test_a_carry_over_takes_the_old_best_s_dispatch_entries_and_the_old_baseline
     assert carried.changes == {"num_warps": 8} and read_dispatch(carried.source) == {}
 
 
-def test_a_round_packs_only_the_trials_that_start_before_the_deadline():
-    """Kept candidates run one after another per worker: at 100 s a trial and 250 s left, three start (at 0,
-    100 and 200 s), the fourth would start at 300 s; two workers start two at a time; without a pace (no trial
-    finished yet) all of them; with time left, the first always; past the deadline none."""
+def test_a_round_packs_only_the_trials_that_end_before_the_deadline():
+    """Kept candidates run one after another per worker: at 100 s a trial and 250 s left, two end in time (at 100
+    and 200 s), the third would end at 300 s; two workers run two at a time; without a pace (no trial finished
+    yet) all of them; a trial longer than the time left, or past the deadline, none."""
     from liger_perf.record.history import trial_pace
-    from liger_perf.loop import trials_before
+    from liger_perf.loop import trials_within
 
-    assert trials_before(250, 100, 1, 5) == 3
-    assert trials_before(250, 100, 2, 8) == 6
-    assert trials_before(250, None, 1, 5) == 5
-    assert trials_before(5, 100, 1, 5) == 1
-    assert trials_before(-3, 100, 1, 5) == trials_before(0, None, 1, 5) == 0  # a screening ran past the deadline
-    assert trials_before(250, 100, 1, 0) == 0
+    assert trials_within(250, 100, 1, 5) == 2
+    assert trials_within(300, 100, 1, 5) == 3  # the third ends on the deadline
+    assert trials_within(250, 100, 2, 8) == 4
+    assert trials_within(250, None, 1, 5) == 5
+    assert trials_within(99, 100, 1, 5) == 0
+    assert trials_within(-3, 100, 1, 5) == trials_within(0, None, 1, 5) == 0  # a screening ran past the deadline
+    assert trials_within(250, 100, 1, 0) == 0
     trials = [make_trial(kind="experiment", elapsed_s=s) for s in (50, 400, 90, 110, 100, 95)]
     trials.append(make_trial(kind="screening", elapsed_s=5))
     trials.append(make_trial(kind="experiment", status="crashed", elapsed_s=1))
     assert trial_pace(trials) == 100  # the last five complete experiments: 400, 90, 110, 100, 95
     assert trial_pace(trials[:4]) == 110  # 50, 400, 90, 110: the upper of the middle two
     assert trial_pace([]) is None
+    assert trial_pace(trials, kind="screening") == 5
 
 
 def test_bucket_moves_of_one_round_compare_by_the_suite_and_the_superseded_one_is_made_again_on_the_winner(

@@ -330,6 +330,47 @@ def test_a_candidate_an_earlier_screening_kept_gets_its_full_trial_without_anoth
     assert [r.kind for r in runner.requests] == ["screening"]
 
 
+def test_no_screening_or_trial_begins_that_the_recent_pace_says_would_end_after_the_deadline(tmp_path):
+    """--max-minutes is the time by which the loop is done: on the H200 a trial begun 280 s before a call's end
+    (0056, after a 199 s screening) was killed in its NCU profile and its device time lost. A screening that would
+    not end in time is not begun, and a kept candidate whose trial would not is left for the next run."""
+    import time
+
+    from liger_perf import loop as loop_module
+    from liger_perf.kernel.variants import source_hash
+
+    def history(screening_s: float, trial_s: float, kept: bool):
+        done = TrialResult.model_validate({"kernel": "relu_squared", "status": "complete", "device": "interpret",
+                                           "kind": "experiment", "trial_id": 1, "elapsed_s": trial_s,
+                                           "variant": {"sha256": "t", "source": "t"}})
+        rows = [{"name": "0-kept", "sha256": source_hash("x\n# kept\n"), "source": "x\n# kept\n", "kept": kept,
+                 "ratio": 0.9, "hypothesis": "try kept", "reason": "may be faster"}]
+        screening = _screening(2, {"sha256": "b", "source": "x"}, rows).model_copy(
+            update={"elapsed_s": screening_s, "device": "interpret"})
+        return [_baseline(), done, screening]
+
+    def round_with(seconds_left: float, screening_s: float, trial_s: float, kept: bool):
+        runner = _ScreeningRunner(keep=set())
+        loop = loop_module.OptimizeLoop("relu_squared", Guardrails(), _endless(), device="interpret", budget=5,
+                                        root=tmp_path, runner=runner, screen=3, deadline=time.time() + seconds_left)
+        steps = loop._round(history(screening_s, trial_s, kept), _baseline(), room=1,
+                            best_file=baseline_path("relu_squared"), budget_left=5)
+        return steps, runner.requests
+
+    # No candidate kept: a screening of 100 s with 50 s left is not begun, and the reason says why.
+    stop, requests = round_with(50, 100, 300, kept=False)
+    assert isinstance(stop, loop_module.Stop) and not requests
+    assert "a screening takes about 100 s here" in stop.reason and "s are left" in stop.reason
+    # With 150 s left it is (the candidates it keeps are then cut to those whose trials end in time).
+    _, requests = round_with(150, 100, 300, kept=False)
+    assert [r.kind for r in requests] == ["screening"]
+    # A kept candidate's trial of 300 s with 200 s left waits for the next run; with 400 s left it runs.
+    stop, requests = round_with(200, 100, 300, kept=True)
+    assert isinstance(stop, loop_module.Stop) and "a trial takes about 300 s here" in stop.reason and not requests
+    steps, _ = round_with(400, 100, 300, kept=True)
+    assert [s.name for s in steps] == ["kept"]
+
+
 def test_a_kept_candidate_screened_against_an_earlier_best_is_made_again_on_the_current_best(tmp_path):
     from liger_perf import loop as loop_module
     from liger_perf.kernel.variants import read_knobs, source_hash, with_knobs

@@ -340,10 +340,11 @@ def latest_best(kernel: str, root: Path) -> TrialResult | None:
     return None
 
 
-def trial_pace(trials: list[TrialResult], suite: str = "") -> float | None:
-    """How long a trial of ``suite`` takes here: the median wall time of the last five complete experiment trials
-    that timed it (the upper of the two middle ones for an even count), or None before there are any."""
-    recent = [t.elapsed_s for t in trials if t.kind == "experiment" and t.status == "complete" and t.elapsed_s
+def trial_pace(trials: list[TrialResult], suite: str = "", kind: str = "experiment") -> float | None:
+    """How long a trial of ``suite`` takes here: the median wall time of the last five complete trials of ``kind``
+    (``"screening"``: the screenings) that timed it (the upper of the two middle ones for an even count), or None
+    before there are any."""
+    recent = [t.elapsed_s for t in trials if t.kind == kind and t.status == "complete" and t.elapsed_s
               and measures_suite(t.suite, suite)][-5:]
     return sorted(recent)[len(recent) // 2] if recent else None
 
