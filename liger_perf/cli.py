@@ -405,9 +405,9 @@ def optimize_command(
     repetitions: int = typer.Option(0, min=0, help="timed repetitions per contender; 0: 100 on a GPU, 5 "
                                                    "interpreted"),
     convergence: bool = typer.Option(True, help="run the convergence part of the gate in every trial"),
-    max_minutes: Optional[float] = typer.Option(None, min=0, help="be done within this many minutes: no trial or "
-                                                                  "screening starts that the recent ones' pace says would "
-                                                                  "end after it (before any has finished here, one starts)"),
+    max_minutes: Optional[float] = typer.Option(None, min=0, help=(
+        "be done within this many minutes: no trial or screening starts that the recent ones' pace says would end "
+        "after it (with none of them finished here to go by, they start while time is left)")),
     screen: Optional[int] = typer.Option(None, min=0, help="candidates asked of the proposer per round and "
                                          "screened in one notebook (quick gate, a short side-by-side timing); only "
                                          "those that may be faster get a full trial. Default: 4 on a GPU, 0 "

@@ -80,7 +80,8 @@ class NightlyConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kernels: list[KernelJob] = Field(min_length=1)
-    wall_clock_s: float = Field(6 * 3600, gt=0)  # the whole job: no trial starts that would end after it
+    # The whole job: no tuning trial or screening starts that the recent ones' pace says would end after it.
+    wall_clock_s: float = Field(6 * 3600, gt=0)
     device: Literal["auto", "cuda", "interpret"] = "auto"
     proposer: Literal["rules", "llm", "auto"] = "rules"
     model: str | None = None

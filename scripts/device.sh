@@ -22,10 +22,12 @@
 #                          (notebooks/nvidia-h200/KERNEL), timing SUITE (e.g. models-tune) if given, REPS timed
 #                          repetitions per contender if given (a model-suite trial at the default 100 took 400 s),
 #                          tuning only BUCKETS if given (--buckets, "+" between them: 2048x2+1024x2).
-#                          MIN "auto": the time this call has left less MARGIN_S (default 45 s: the loop's pace is a
-#                          median, a trial may run over it). The loop begins no screening or trial that its recent
-#                          pace says would end after --max-minutes (a fixed MIN let trials begin that the call's limit
-#                          killed: 0044, and 0056 after a screening of three)
+#                          MIN "auto": the time this call has left less MARGIN_S (default 90 s: the loop's pace is a
+#                          median of the notebooks' own times, which leave out Papermill's start and the judge, and an
+#                          accepted trial runs longer than a rejected one: 0054 took 306 s in its notebook against a
+#                          pace of 261 s). The loop begins no screening or trial that its recent pace says would end
+#                          after --max-minutes (a fixed MIN let trials begin that the call's limit killed: 0044, and
+#                          0056 after a screening of three)
 #   aa:N                   N A/A trials of the fused best against a comment-only copy of itself (no NCU), in
 #                          reports/evidence/<date>-aa-COMMIT/ (a later call at the same commit resumes them;
 #                          AA_ROOT=DIR resumes DIR instead, e.g. across midnight or a commit that no gated file differs in)
@@ -109,7 +111,7 @@ print(best_variant_file("fused_add_rms_norm", Store(device="nvidia-h200").notebo
       IFS=, read -r kernel target minutes suite budget reps buckets <<< "$arg"
       if [ "$minutes" = auto ]; then
         minutes=$(python3 -c "import sys; print(max(0.1, (int(sys.argv[1]) - int(sys.argv[2])) / 60))" \
-          "$(left)" "${MARGIN_S:-45}")
+          "$(left)" "${MARGIN_S:-90}")
       fi
       # A log per call (the loop resumes across calls into one folder; log.txt would overwrite the last one's).
       RUN_LOG="log-$(date +%H%M%S).txt" run "$dir-$kernel" python3 -m liger_perf optimize "$kernel" \

@@ -369,6 +369,9 @@ def test_no_screening_or_trial_begins_that_the_recent_pace_says_would_end_after_
     assert isinstance(stop, loop_module.Stop) and "a trial takes about 300 s here" in stop.reason and not requests
     steps, _ = round_with(400, 100, 300, kept=True)
     assert [s.name for s in steps] == ["kept"]
+    # With no screening finished here to go by, one starts while any time is left.
+    _, requests = round_with(5, None, 300, kept=False)
+    assert [r.kind for r in requests] == ["screening"]
 
 
 def test_a_kept_candidate_screened_against_an_earlier_best_is_made_again_on_the_current_best(tmp_path):
