@@ -276,10 +276,11 @@ class OptimizeLoop:
         stop: Stop | None = None
         # Screening times the candidates: a memory target is not screened (each proposal gets a full trial).
         batch = (max(free, self.screen) if self.guardrails.target != "memory" else free) if free > 0 else 0
-        if batch > free and not self._ends_in_time(trial_pace(trials, self.suite, kind="screening")):
-            # A screening the deadline would cut off is not begun: its notebook would be half-written, its device
-            # time lost (0056 on the H200: a trial begun 280 s before a call's end, killed in its NCU profile).
-            batch, stop = 0, self._out_of_time("a screening", trial_pace(trials, self.suite, kind="screening"))
+        screening_pace = trial_pace(trials, self.suite, kind="screening")
+        if batch > free and not self._ends_in_time(screening_pace):
+            # A step the deadline would cut off is not begun: its notebook would be half-written and its device
+            # time lost (0056 on the H200, a trial begun 280 s before a call's end, was killed in its NCU profile).
+            batch, stop = 0, self._out_of_time("a screening", screening_pace)
         while len(proposed) < batch:
             step = self.proposer.propose(Context(self.spec, self.guardrails.target, trials, best,
                                                  best.variant.source,
