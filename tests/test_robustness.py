@@ -194,3 +194,23 @@ def test_a_link_or_a_huge_file_in_the_history_is_one_warning_never_read(tmp_path
     lines = [line for line in err.splitlines() if line.startswith("liger-perf: warning")]
     assert len(lines) == 2 and "the secret line" not in err
     assert "symbolic link" in lines[0] and "larger than any trial notebook" in lines[1]
+
+
+def test_two_notebooks_with_one_number_are_both_read_and_named_in_one_warning(tmp_path, capsys):
+    """Histories merged from two runs that never saw each other (a GPU call begun before the last one's results
+    were unpacked: 0056 twice on the H200) leave two trials with one number, which the loop cannot order."""
+    folder = tmp_path / "nb" / "interpret" / KERNEL
+    folder.mkdir(parents=True)
+    result = {"format": record.FORMAT, "kernel": KERNEL, "status": "complete", "variant": {"sha256": "a"}}
+    for name in ("0003-first.ipynb", "0004-a-trial.ipynb", "0004-a-screening.ipynb", "0005-last.ipynb"):
+        (folder / name).write_text(_notebook(result, None))
+    capsys.readouterr()
+    for _ in range(2):  # once per command, however often it reads the history
+        trials = load_trials(KERNEL, tmp_path / "nb" / "interpret")
+    assert [t.trial_id for t in trials] == [3, 4, 4, 5]
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("liger-perf: warning")]
+    assert len(lines) == 1 and "number 0004" in lines[0]
+    assert "0004-a-trial.ipynb" in lines[0] and "0004-a-screening.ipynb" in lines[0] and "next free number" in lines[0]
+    (folder / "0004-a-screening.ipynb").rename(folder / "0006-a-screening.ipynb")
+    load_trials(KERNEL, tmp_path / "nb" / "interpret")
+    assert "liger-perf: warning" not in capsys.readouterr().err

@@ -128,7 +128,22 @@ def _first_line(error: BaseException) -> str:
 def load_trials(kernel: str, root: Path) -> list[TrialResult]:
     """Every readable trial of ``kernel`` in the history folder ``root`` (``notebooks/<device>``), in order."""
     trials = [t for p in Store(root).trial_notebooks(kernel) if (t := read_trial(p, kernel)) is not None]
+    _warn_shared_numbers(trials)
     return trials
+
+
+def _warn_shared_numbers(trials: list[TrialResult]) -> None:
+    """One line per number that two notebooks carry: histories merged from two runs that never saw each other's
+    trials (on the H200, a call begun before the last one's results were unpacked). The loop orders trials and
+    judges each against those numbered before it, so such a pair has no order; both are still read."""
+    names: dict[int, list[str]] = {}
+    for trial in trials:
+        names.setdefault(trial.trial_id, []).append(Path(trial.notebook).name)
+    for number, files in names.items():
+        if len(files) > 1:
+            warn(f"{count(len(files), 'notebook')} carry the number {number:04d} ({', '.join(files)}): two runs "
+                 "wrote this history without seeing each other; give the later one the next free number (its "
+                 "notebook's and its variants' names) so the loop can order them")
 
 
 def _trial_columns(trial: TrialResult) -> dict[str, Any]:
