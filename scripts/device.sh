@@ -3,6 +3,11 @@
 # and returns every file the steps wrote under reports/ and notebooks/ as $OUT/device.tgz (unpack it at the
 # checkout's root and commit what belongs to the evidence).
 #
+# Unpack a call's device.tgz before the next call: the machine gets this tree, and a loop on a tree without the last
+# call's trials numbers its own from the same place (2026-12-03: a screening written as a second 0056, committed
+# as 0057; `liger-perf` warns of two notebooks with one number). The tree and the carried wheels travel together
+# and may be 64 MiB at most: the history's notebooks are most of the tree (about 0.55 MB a trial), .whlt 19 MB.
+#
 # Usage (carry .whl and .deb; for e2e, .whlm and .whle, the wheels without Nsight Compute's, instead of .whl):
 #   a trimmed set must keep pydantic (+ pydantic_core, annotated_types, typing_inspection: the package imports
 #   it), ncu_report for any step that profiles (a loop's trial) and liger_kernel for a bench or a baseline trial
