@@ -142,8 +142,8 @@ def _warn_shared_numbers(trials: list[TrialResult]) -> None:
     for number, files in names.items():
         if len(files) > 1:
             warn(f"{count(len(files), 'notebook')} carry the number {number:04d} ({', '.join(files)}): two runs "
-                 "wrote this history without seeing each other; give the later one the next free number (its "
-                 "notebook's and its variants' names) so the loop can order them")
+                 "wrote this history without seeing each other; give the one that ran later the next free number "
+                 "(its notebook's and its variants' names) so the loop can order them")
 
 
 def _trial_columns(trial: TrialResult) -> dict[str, Any]:

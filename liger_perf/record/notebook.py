@@ -114,7 +114,7 @@ def write_atomic(nb, path: str | Path) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             # Without nbformat's indentation: the same JSON in three quarters of the bytes. A history's notebooks
             # travel with every GPU call, whose copy of the tree may be 64 MiB at most (58 trials were 27 MB).
-            f.write(json.dumps(json.loads(nbformat.writes(nb)), ensure_ascii=False, separators=(",", ":")))
+            f.write(json.dumps(json.loads(nbformat.writes(nb)), ensure_ascii=False, separators=(",", ":")) + "\n")
             f.flush()
             os.fsync(f.fileno())
         umask = os.umask(0)
