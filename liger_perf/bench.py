@@ -8,7 +8,8 @@ may be proposer-written code.
 
 Results: ``reports/<device>/<kernel>/bench.json`` (every figure), ``bench.md`` (tables) and ``bench-*.png`` (plots).
 With ``suite="models"`` the shapes are real models' (``liger_perf.kernel.model_shapes``), the tuning split and the
-held-out split side by side: ``bench-models.json``, ``bench-models.md``, ``bench-models-*.png``.
+held-out split side by side: ``bench-models.json``, ``bench-models.md``, ``bench-models-*.png``. With ``shapes``, a subset of the suite's shape
+labels: the same files with ``-shapes`` after the stem (``bench-models-shapes.json``, ...), the whole suite's left alone.
 """
 
 from __future__ import annotations
@@ -38,10 +39,37 @@ PLOT_MAX_WIDTH = 48  # inches
 SUITES = ("", "models")
 
 
+def bench_cases(spec, suite: str, device_suite: str, shapes: tuple[str, ...] = ()) -> tuple[list, dict[str, str]]:
+    """The cases a bench times: the device's suite, or both model splits (``suite="models"``), limited to the
+    shape labels ``shapes`` (every dtype of each) when given; and, for the model suite, shape label -> split.
+    A label the suite does not hold is a ``UserError`` that lists the suite's labels."""
+    from liger_perf.kernel.spec import MODEL_SUITES, shape_label
+
+    split_of: dict[str, str] = {}
+    if suite == "models":
+        cases = []
+        for name, split in MODEL_SUITES.items():
+            these = spec.cases(name, "bench")
+            split_of.update({shape_label(c.shape): split for c in these})
+            cases += these
+    else:
+        cases = spec.cases(device_suite, "bench")
+    if shapes:
+        labels = list(dict.fromkeys(shape_label(c.shape) for c in cases))
+        unknown = [s for s in shapes if s not in labels]
+        if unknown:
+            raise UserError(f"--shapes {','.join(unknown)}: not in the {suite or device_suite} suite; its shapes "
+                            f"are {','.join(labels)}")
+        cases = [c for c in cases if shape_label(c.shape) in shapes]
+        split_of = {label: split for label, split in split_of.items() if label in shapes}
+    return cases, split_of
+
+
 def measure(kernel: str, variant: str, device_arg: str, repetitions: int, suite: str = "",
-            compiled: bool = True) -> dict:
+            compiled: bool = True, shapes: tuple[str, ...] = ()) -> dict:
     """The worker: time and measure peak memory of every contender (runs in the child process). ``compiled``:
-    time ``torch.compile`` too (it compiles every case's shape anew, minutes over the model suite)."""
+    time ``torch.compile`` too (it compiles every case's shape anew, minutes over the model suite). ``shapes``:
+    only these shape labels (``bench_cases``), e.g. to time ``torch.compile`` at some of the model suite's."""
     from liger_perf.kernel.device import select_device
 
     device = select_device(device_arg)  # before any variant is imported
@@ -62,17 +90,7 @@ def measure(kernel: str, variant: str, device_arg: str, repetitions: int, suite:
         unavailable["torch.compile"] = "left out of this run (--no-compile)"
     contenders.update(peers)
     plan = TimingPlan.default(device, repetitions)
-    split_of: dict[str, str] = {}  # the models suite: shape label -> split
-    if suite == "models":
-        from liger_perf.kernel.spec import MODEL_SUITES, shape_label
-
-        cases = []
-        for name, split in MODEL_SUITES.items():
-            these = spec.cases(name, "bench")
-            split_of.update({shape_label(c.shape): split for c in these})
-            cases += these
-    else:
-        cases = spec.cases(device.suite, "bench")
+    cases, split_of = bench_cases(spec, suite, device.suite, shapes)
     bandwidth = copy_bandwidth(device)
     samples = time_suite(spec, contenders, cases, list(spec.passes), device, plan)
     summary = summarize(samples, BEST, spec, bandwidth, plan)
@@ -88,19 +106,19 @@ def measure(kernel: str, variant: str, device_arg: str, repetitions: int, suite:
             "device": device.mode, "suite": suite or device.suite, "measured_at": time.time(),
             "fingerprint": fingerprint(device, current().root),
             "repetitions": plan.repetitions, "copy_bandwidth_bytes_per_s": bandwidth,
-            "contenders": list(contenders), "unavailable": unavailable,
+            "contenders": list(contenders), "unavailable": unavailable, "shapes": list(shapes),
             "rows": summary.to_dict("records"), "memory": memory.to_dict("records"), "accuracy": accuracy}
 
 
 def run_bench(kernel: str, variant: Path, device: str = "auto", repetitions: int = 0,
-              timeout_s: float = 1800, suite: str = "", compiled: bool = True) -> dict:
+              timeout_s: float = 1800, suite: str = "", compiled: bool = True, shapes: tuple[str, ...] = ()) -> dict:
     """Run ``measure`` in a child process under ``timeout_s``; its JSON result."""
     # The child imports the variant: in the sandbox where there is one, with the allow-listed environment (no
     # secret of this process), in a scratch folder, where it also writes its result.
     with tempfile.TemporaryDirectory(prefix="liger-perf-bench-") as scratch:
         out = Path(scratch) / "bench.json"
         argv = [sys.executable, "-m", "liger_perf.bench", kernel, str(Path(variant).resolve()), device,
-                str(repetitions), str(out), suite, "compiled" if compiled else "eager-only"]
+                str(repetitions), str(out), suite, "compiled" if compiled else "eager-only", ",".join(shapes)]
         try:
             done = run_contained(argv, Path(scratch), readable=[Path(variant).resolve()], timeout=timeout_s,
                                  capture_output=True, text=True)
@@ -178,6 +196,8 @@ def write_bench_report(kernel: str, data: dict, out: Path) -> Path:
     # Committed and read on other machines: the variant named inside the workspace, not by this machine's path.
     data = {**data, "variant": {**data["variant"], "path": current().relative(data["variant"]["path"])}}
     stem = "bench-models" if data.get("suite") == "models" else "bench"
+    if data.get("shapes"):  # a subset (--shapes) leaves the whole suite's report alone
+        stem += "-shapes"
     (out / f"{stem}.json").write_text(json.dumps(data, indent=1, default=float))
     fp = data["fingerprint"]
     when = datetime.fromtimestamp(data["measured_at"], timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -193,7 +213,9 @@ def write_bench_report(kernel: str, data: dict, out: Path) -> Path:
              *[f"- Not measured: {name} ({why})." for name, why in data.get("unavailable", {}).items()],
              *(["- Shapes from real models (`liger_perf/kernel/model_shapes.py`): the `tune` split, which the loop "
                 "may tune on, and the `held-out` split, which only this command reads, side by side."]
-               if stem == "bench-models" else []), "",
+               if stem.startswith("bench-models") else []),
+             *([f"- Only the shapes {', '.join(data['shapes'])} (`--shapes`, every dtype of each): a subset of the "
+                "suite, so its geomeans are not the suite's."] if data.get("shapes") else []), "",
              "## Summary", "", markdown_table(summary_table(data)), "",
              "## Per shape", "", markdown_table(speedups(data)), ""]
     accuracy = accuracy_table(data)
@@ -239,8 +261,9 @@ def _plot(data: dict, out: Path, plt, stem: str = "bench") -> list[Path]:
 
 
 def _main(argv: list[str]) -> None:
-    kernel, variant, device, repetitions, out, suite, compiled = argv
-    data = measure(kernel, variant, device, int(repetitions), suite, compiled == "compiled")
+    kernel, variant, device, repetitions, out, suite, compiled, shapes = argv
+    data = measure(kernel, variant, device, int(repetitions), suite, compiled == "compiled",
+                   tuple(filter(None, shapes.split(","))))
     Path(out).write_text(json.dumps(data, default=float))
 
 

@@ -550,6 +550,9 @@ def bench_command(
                                        "the tuning and the held-out split side by side (GPU only)"),
     compile: bool = typer.Option(True, help="time torch.compile too; --no-compile leaves it out (it compiles every "
                                             "shape anew: minutes over the model suite)"),
+    shapes: str = typer.Option("", help="only these shapes of the suite, comma-separated ROWSxCOLUMNS labels (every "
+                                        "dtype of each), e.g. torch.compile at a few model shapes; its report is "
+                                        "bench[-models]-shapes.*, the whole suite's is left alone"),
 ) -> None:
     """Best variant, baseline, liger-kernel, eager and torch.compile side by side in one run -> reports/<device>/<kernel>/."""
     from liger_perf.bench import run_bench, summary_table, write_bench_report
@@ -559,9 +562,9 @@ def bench_command(
     from liger_perf.record.store import Store
     from liger_perf.kernel.variants import read_source
 
-    from liger_perf.bench import SUITES
+    from liger_perf.bench import SUITES, bench_cases
 
-    get_spec(kernel)
+    spec = get_spec(kernel)
     if suite not in SUITES:
         raise UserError(f"--suite {suite}: leave it out for the device's suite, or --suite models")
     here = select_device(device)
@@ -569,6 +572,8 @@ def bench_command(
     if suite == "models" and mode == "interpret":
         raise UserError("--suite models needs a GPU: its shapes (up to 64 Mi elements per tensor) would take hours "
                         "under the Triton interpreter; on the CPU, leave --suite out")
+    chosen_shapes = tuple(dict.fromkeys(s.strip() for s in shapes.split(",") if s.strip()))
+    bench_cases(spec, suite, here.suite, chosen_shapes)  # an unknown label: one line here, before the child starts
     if variant is not None:
         read_source(variant)  # a missing file is a one-line error here, not in the child process
     chosen = variant or best_variant_file(kernel, store.notebooks)
@@ -577,7 +582,7 @@ def bench_command(
                       "torch.compile, liger-kernel or peak memory).")
     with console.status(f"bench of {kernel}: {chosen} beside the baseline and the peers..."):
         data = run_bench(kernel, chosen, device=device, repetitions=repetitions, timeout_s=timeout, suite=suite,
-                         compiled=compile)
+                         compiled=compile, shapes=chosen_shapes)
     path = write_bench_report(kernel, data, store.kernel_reports(kernel))
     table = summary_table(data)
     rich_table = Table(*table.columns)

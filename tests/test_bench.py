@@ -42,6 +42,23 @@ def test_bench_measures_best_beside_baseline_and_eager_and_writes_the_report(tmp
     assert not (out / ".bench.partial.json").exists()
 
 
+def test_bench_of_some_shapes_times_only_those_and_leaves_the_whole_suites_report_alone(tmp_path):
+    """``--shapes``: torch.compile at a few model shapes fits a call where the whole suite would not."""
+    out = tmp_path / "reports" / "interpret" / "relu_squared"
+    out.mkdir(parents=True)
+    (out / "bench.md").write_text("the whole suite's report")
+    done = _bench(tmp_path, "--shapes", "64x64")
+    assert done.returncode == 0, done.stderr
+    data = json.loads((out / "bench-shapes.json").read_text())
+    assert data["shapes"] == ["64x64"]
+    assert {(r["shape"], r["dtype"]) for r in data["rows"]} == {("64x64", "float32"), ("64x64", "float16")}
+    assert "Only the shapes 64x64" in (out / "bench-shapes.md").read_text()
+    assert (out / "bench.md").read_text() == "the whole suite's report" and not (out / "bench.json").exists()
+    unknown = _bench(tmp_path, "--shapes", "64x64,7x7")
+    assert unknown.returncode != 0 and "--shapes 7x7: not in the interpret suite" in unknown.stderr
+    assert "8x300" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
 def test_bench_rejects_a_missing_variant_file_in_one_line(tmp_path):
     missing = _bench(tmp_path, "--variant", str(tmp_path / "nope.py"))
     assert missing.returncode != 0 and "does not exist" in missing.stderr
