@@ -8,8 +8,9 @@ may be proposer-written code.
 
 Results: ``reports/<device>/<kernel>/bench.json`` (every figure), ``bench.md`` (tables) and ``bench-*.png`` (plots).
 With ``suite="models"`` the shapes are real models' (``liger_perf.kernel.model_shapes``), the tuning split and the
-held-out split side by side: ``bench-models.json``, ``bench-models.md``, ``bench-models-*.png``. With ``shapes``, a subset of the suite's shape
-labels: the same files with ``-shapes`` after the stem (``bench-models-shapes.json``, ...), the whole suite's left alone.
+held-out split side by side: ``bench-models.json``, ``bench-models.md``, ``bench-models-*.png``. With ``shapes``
+(a subset of the suite's shape labels), the same files with ``-shapes`` after the stem (``bench-models-shapes.json``,
+...): the whole suite's report is left alone.
 """
 
 from __future__ import annotations
@@ -61,7 +62,6 @@ def bench_cases(spec, suite: str, device_suite: str, shapes: tuple[str, ...] = (
             raise UserError(f"--shapes {','.join(unknown)}: not in the {suite or device_suite} suite; its shapes "
                             f"are {','.join(labels)}")
         cases = [c for c in cases if shape_label(c.shape) in shapes]
-        split_of = {label: split for label, split in split_of.items() if label in shapes}
     return cases, split_of
 
 
