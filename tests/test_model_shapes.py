@@ -33,6 +33,13 @@ def test_the_suite_spans_a_dozen_families_the_widths_that_lost_and_1k_to_64k_tok
             assert min(t for t, _ in split) <= 2047 and max(t for t, _ in split) >= 8192
             assert max(t * w for t, w in split) >= MAX_ELEMENTS // 2  # large, DRAM-bound cases in both
         assert len(held_out) >= len(widths(kind)) // 3
+        # Every width meets a short step and a long one (or the most tokens that fit): no bucket is tuned on its
+        # noise-bound small cases alone (896 columns met 1024 and 2047 tokens only, until 2026-12-03).
+        half = len(TOKENS) // 2
+        for width in widths(kind):
+            counts = [t for t, w in tune + held_out if w == width]
+            assert min(counts) <= TOKENS[half - 1], (width, counts)
+            assert max(counts) >= min(TOKENS[half], MAX_ELEMENTS // width), (width, counts)
     with pytest.raises(ValueError, match="no hidden width"):
         split_of(1000, "hidden")
     with pytest.raises(ValueError, match="split"):
