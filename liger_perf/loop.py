@@ -285,6 +285,7 @@ class OptimizeLoop:
             step = self.proposer.propose(Context(self.spec, self.guardrails.target, trials, best,
                                                  best.variant.source,
                                                  pending=[source_hash(s.source) for s in [*steps, *proposed]],
+                                                 pending_sources=[s.source for s in [*steps, *proposed]],
                                                  pending_notes=[f"{s.name}: {s.hypothesis}"[:300]
                                                                 for s in [*steps, *proposed]],
                                                  baseline_source=self.baseline_file.read_text(),

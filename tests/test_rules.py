@@ -9,7 +9,8 @@ from liger_perf.propose.rules import RulesProposer, _direction, diagnose, knob_p
 from liger_perf.kernel.registry import baseline_path, get_spec
 from liger_perf.record.schema import Ncu, Verdict
 from liger_perf.kernel.spec import Remedy
-from liger_perf.kernel.variants import dispatch_bucket, read_dispatch, read_knobs, source_hash, with_knobs
+from liger_perf.kernel.variants import (dispatch_bucket, knobs_in, read_dispatch, read_knobs, source_hash,
+                                       with_knobs)
 
 from broken_variants import ROOT
 from made_trials import make_trial
@@ -663,3 +664,36 @@ def test_told_which_buckets_to_tune_the_proposer_changes_those_alone():
         assert all(name.endswith("@2048x2") for name in proposal.changes), proposal.changes
     stop = RulesProposer().propose(context(("65536x2",)))
     assert isinstance(stop, Stop) and "65536x2" in stop.reason
+
+
+def test_a_batch_holds_no_two_candidates_that_run_the_same_at_every_timed_shape():
+    """Screening 0060 on the H200 (best 0059, `--buckets 1024x2`) spent three of its four slots on
+    bwd_fused_dw_max_cols@1024x2 = 8192, 4096 and 2048: at 896 columns, the bucket's only timed width, each sums dW
+    inside the backward, so the three measured one variant three times. From the same history a batch now holds
+    one of them, and no two of its candidates run the same settings at every case the best was timed at."""
+    import torch
+
+    history = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id <= 59]
+    best = next(t for t in history if t.trial_id == 59)
+    spec = get_spec("fused_add_rms_norm")
+    context = Context(spec, "backward", history, best, best.variant.source,
+                      baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
+                      buckets=("1024x2",))
+    batch = []
+    for _ in range(4):
+        proposal = RulesProposer().propose(context)
+        assert isinstance(proposal, Proposal), proposal
+        batch.append(proposal)
+        context.pending.append(source_hash(proposal.source))
+        context.pending_sources.append(proposal.source)
+    fused = [p.changes for p in batch if "bwd_fused_dw_max_cols@1024x2" in p.changes]
+    assert len(fused) == 1, [p.changes for p in batch]
+    cases = {(r.shape, r.dtype) for r in best.timing_rows("candidate")}
+
+    def runs(source):  # what a candidate runs at every timed case
+        knobs, table = read_knobs(source)[0], read_dispatch(source)
+        return tuple(repr(spec.effective_settings(knobs_in(knobs, table, dispatch_bucket(shape, dtype)),
+                                                  tuple(map(int, shape.split("x"))), getattr(torch, dtype)))
+                     for shape, dtype in sorted(cases))
+
+    assert len({runs(p.source) for p in batch}) == len(batch)

@@ -27,6 +27,10 @@ class Context:
     pending: list[str] = field(default_factory=list)
     #: Those candidates' names and hypotheses (a batch's earlier proposals), for a proposer that writes code
     pending_notes: list[str] = field(default_factory=list)
+    #: Those candidates' sources: a proposal that runs what one of them runs at every timed shape would only
+    #: measure it twice (screening 0060 on the H200: bwd_fused_dw_max_cols@1024x2 = 8192, 4096 and 2048, all
+    #: "fused" at 896 columns, three slots of four)
+    pending_sources: list[str] = field(default_factory=list)
     #: Today's baseline source: its knob values are what an older variant, written before a knob existed, ran
     #: at ("" where unknown: the latest baseline trial's knobs stand in)
     baseline_source: str = ""

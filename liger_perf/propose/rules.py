@@ -335,12 +335,26 @@ class RulesProposer:
         skipped = []
         unlaunchable = _LaunchModel(context, knobs, dispatch)
 
+        pending = [(read_knobs(source)[0], read_dispatch(source)) for source in context.pending_sources]
+
+        def runs_as_pending(changes: dict) -> bool:
+            """Whether a pending candidate runs what ``changes`` would at every case the best was timed at."""
+            mine = apply_changes(knobs, dispatch, changes)
+            every = [(bucket, case) for bucket, bucket_cases in cases.items() for case in bucket_cases]
+            return bool(every) and any(
+                all(_runs_the_same(spec, knobs_in(*mine, bucket), knobs_in(theirs, table, bucket), *case)
+                    for bucket, case in every)
+                for theirs, table in pending)
+
         def fresh_source(changes: dict) -> tuple[str | None, bool]:
             """``(the best's source with changes, False)``; ``(None, True)`` where the history holds it or ran
-            those settings; ``(None, False)`` where it cannot launch (noted in ``skipped``)."""
+            those settings; ``(None, False)`` where it cannot launch (noted in ``skipped``) or a pending candidate
+            runs the same at every timed case."""
             source = with_knobs(context.best_source, changes)
             if source_hash(source) in tried or ran(changes):
                 return None, True
+            if runs_as_pending(changes):
+                return None, False
             problem = unlaunchable(changes)
             if problem:
                 skipped.append(f"{changes} (cannot launch: {problem})")
@@ -578,14 +592,17 @@ def peer_leads(trials: list[TrialResult], baseline_source: str,
     return leads
 
 
+def _runs_the_same(spec, knobs: dict, other: dict, shape: tuple, dtype: str) -> bool:
+    import torch
+
+    return isinstance(getattr(torch, dtype, None), torch.dtype) and spec.runs_the_same(knobs, other, shape,
+                                                                                          getattr(torch, dtype))
+
+
 def _changes_nothing(spec, knobs: dict, changes: dict, cases: list) -> bool:
     """Whether ``changes`` leave what every one of ``cases`` runs as it was (``KernelSpec.effective_settings``);
     False where the spec cannot tell, or there is no case to tell by."""
-    import torch
-
-    return bool(cases) and all(
-        isinstance(getattr(torch, dtype, None), torch.dtype)
-        and spec.runs_the_same(knobs, {**knobs, **changes}, shape, getattr(torch, dtype)) for shape, dtype in cases)
+    return bool(cases) and all(_runs_the_same(spec, knobs, {**knobs, **changes}, shape, dtype) for shape, dtype in cases)
 
 
 class _KnobsRan:
