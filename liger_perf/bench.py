@@ -11,12 +11,18 @@ With ``suite="models"`` the shapes are real models' (``liger_perf.kernel.model_s
 held-out split side by side: ``bench-models.json``, ``bench-models.md``, ``bench-models-*.png``. With ``shapes``
 (a subset of the suite's shape labels), the same files with ``-shapes`` after the stem (``bench-models-shapes.json``,
 ...): the whole suite's report is left alone.
+
+A bench stopped by its time limit still reports the cases it finished: the child rewrites its samples after each
+case (``PARTIAL_FILE``), and the report of those goes to the stem with ``-partial`` after it (``bench-partial.md``,
+...), without peak memory or accuracy, which the child measures last.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -34,6 +40,10 @@ from liger_perf.core.workspace import current
 
 BEST = "best"
 PLOT_MAX_WIDTH = 48  # inches
+#: The child's samples so far, in its scratch folder, rewritten after each case: a bench past its --timeout keeps
+#: the cases it finished (2026-12-03 on the H200: a bench of torch.compile at two shapes ran past its limit and
+#: returned nothing, ``reports/evidence/2026-12-03-bench-compile-best-0061/stopped-log.txt``).
+PARTIAL_FILE = "bench-partial.json"
 
 
 #: ``--suite``: the device's own suite (empty), or both model suites, each case marked with its split.
@@ -66,17 +76,17 @@ def bench_cases(spec, suite: str, device_suite: str, shapes: tuple[str, ...] = (
 
 
 def measure(kernel: str, variant: str, device_arg: str, repetitions: int, suite: str = "",
-            compiled: bool = True, shapes: tuple[str, ...] = ()) -> dict:
+            compiled: bool = True, shapes: tuple[str, ...] = (), partial: Path | None = None) -> dict:
     """The worker: time and measure peak memory of every contender (runs in the child process). ``compiled``:
     time ``torch.compile`` too (it compiles every case's shape anew, minutes over the model suite). ``shapes``:
-    only these shape labels (``bench_cases``), e.g. to time ``torch.compile`` at some of the model suite's."""
+    only these shape labels (``bench_cases``), e.g. to time ``torch.compile`` at some of the model suite's.
+    ``partial``: where to rewrite the samples so far after each case (``partial_result`` reads it)."""
     from liger_perf.kernel.device import select_device
 
     device = select_device(device_arg)  # before any variant is imported
     from liger_perf.measure.fingerprint import fingerprint
     from liger_perf.kernel.registry import baseline_path, get_spec
-    from liger_perf.measure.timing import (TimingPlan, copy_bandwidth, peak_memory, peer_contenders, summarize,
-                                   time_suite)
+    from liger_perf.measure.timing import TimingPlan, copy_bandwidth, peak_memory, peer_contenders, time_suite
     from liger_perf.kernel.variants import load_variant
 
     spec = get_spec(kernel)
@@ -92,27 +102,74 @@ def measure(kernel: str, variant: str, device_arg: str, repetitions: int, suite:
     plan = TimingPlan.default(device, repetitions)
     cases, split_of = bench_cases(spec, suite, device.suite, shapes)
     bandwidth = copy_bandwidth(device)
-    samples = time_suite(spec, contenders, cases, list(spec.passes), device, plan)
-    summary = summarize(samples, BEST, spec, bandwidth, plan)
-    if split_of:
-        summary["split"] = summary["shape"].map(split_of)
+    head = {"kernel": kernel, "variant": {"path": str(variant), "sha256": best.sha256},
+            "device": device.mode, "suite": suite or device.suite,
+            "fingerprint": fingerprint(device, current().root),
+            "repetitions": plan.repetitions, "copy_bandwidth_bytes_per_s": bandwidth,
+            "contenders": list(contenders), "unavailable": unavailable, "shapes": list(shapes)}
+    parts = []
+    for index, case in enumerate(cases):
+        # One case at a time, each with a seed of its own (the contenders' order and input slots stay random).
+        parts.append(time_suite(spec, contenders, [case], list(spec.passes), device,
+                                dataclasses.replace(plan, seed=plan.seed + index)))
+        if partial is not None:
+            _write_replacing(partial, {"head": head, "plan": dataclasses.asdict(plan), "split_of": split_of,
+                                       "cases_done": index + 1, "cases": len(cases),
+                                       "samples": pd.concat(parts).to_dict("records")})
+    samples = _in_pass_order(pd.concat(parts), list(spec.passes))
+    summary = _summary(samples, spec, bandwidth, plan, split_of)
     memory = peak_memory(spec, contenders, cases, device)
     from liger_perf.measure.accuracy import accuracy_cases
     from liger_perf.measure.accuracy import measure as measure_accuracy
 
     accurate = {k: v for k, v in contenders.items() if k != "torch.compile"}  # it would compile every case again
     accuracy = measure_accuracy(spec, accurate, device, accuracy_cases(spec, device.suite))
-    return {"kernel": kernel, "variant": {"path": str(variant), "sha256": best.sha256},
-            "device": device.mode, "suite": suite or device.suite, "measured_at": time.time(),
-            "fingerprint": fingerprint(device, current().root),
-            "repetitions": plan.repetitions, "copy_bandwidth_bytes_per_s": bandwidth,
-            "contenders": list(contenders), "unavailable": unavailable, "shapes": list(shapes),
-            "rows": summary.to_dict("records"), "memory": memory.to_dict("records"), "accuracy": accuracy}
+    return {**head, "measured_at": time.time(), "rows": summary.to_dict("records"),
+            "memory": memory.to_dict("records"), "accuracy": accuracy}
+
+
+def _in_pass_order(samples: pd.DataFrame, passes: list[str]) -> pd.DataFrame:
+    order = {p: i for i, p in enumerate(passes)}  # tables and readers group by pass first
+    return samples.sort_values("pass", key=lambda col: col.map(order), kind="stable").reset_index(drop=True)
+
+
+def _summary(samples: pd.DataFrame, spec, bandwidth: float, plan, split_of: dict) -> pd.DataFrame:
+    from liger_perf.measure.timing import summarize
+
+    summary = summarize(samples, BEST, spec, bandwidth, plan)
+    if split_of:
+        summary["split"] = summary["shape"].map(split_of)
+    return summary
+
+
+def _write_replacing(path: Path, data: dict) -> None:
+    # Written aside and renamed: a child stopped mid-write leaves the last whole file.
+    aside = path.with_name(path.name + ".tmp")
+    aside.write_text(json.dumps(data, default=float))
+    os.replace(aside, path)
+
+
+def partial_result(path: Path) -> dict | None:
+    """The bench of the cases a stopped child finished (``measure``'s ``partial`` file), as ``measure`` returns
+    it with ``partial`` = {cases_done, cases} added and no peak memory or accuracy; None without a finished case."""
+    if not path.is_file():
+        return None
+    from liger_perf.kernel.registry import get_spec
+    from liger_perf.measure.timing import TimingPlan
+
+    saved = json.loads(path.read_text())
+    head = saved["head"]
+    samples = _in_pass_order(pd.DataFrame(saved["samples"]), list(get_spec(head["kernel"]).passes))
+    summary = _summary(samples, get_spec(head["kernel"]), head["copy_bandwidth_bytes_per_s"],
+                       TimingPlan(**saved["plan"]), saved["split_of"])
+    return {**head, "measured_at": time.time(), "rows": summary.to_dict("records"), "memory": [], "accuracy": [],
+            "partial": {"cases_done": saved["cases_done"], "cases": saved["cases"]}}
 
 
 def run_bench(kernel: str, variant: Path, device: str = "auto", repetitions: int = 0,
               timeout_s: float = 1800, suite: str = "", compiled: bool = True, shapes: tuple[str, ...] = ()) -> dict:
-    """Run ``measure`` in a child process under ``timeout_s``; its JSON result."""
+    """Run ``measure`` in a child process under ``timeout_s``; its JSON result (``partial_result``'s where the
+    time ran out after a case was done: ``data["partial"]`` says how many)."""
     # The child imports the variant: in the sandbox where there is one, with the allow-listed environment (no
     # secret of this process), in a scratch folder, where it also writes its result.
     with tempfile.TemporaryDirectory(prefix="liger-perf-bench-") as scratch:
@@ -123,7 +180,11 @@ def run_bench(kernel: str, variant: Path, device: str = "auto", repetitions: int
             done = run_contained(argv, Path(scratch), readable=[Path(variant).resolve()], timeout=timeout_s,
                                  capture_output=True, text=True)
         except subprocess.TimeoutExpired:
-            raise UserError(f"bench of {kernel} ran past {timeout_s:.0f} s and was stopped; pass a larger --timeout")
+            data = partial_result(Path(scratch) / PARTIAL_FILE)
+            if data is None:
+                raise UserError(f"bench of {kernel} ran past {timeout_s:.0f} s and was stopped before its first "
+                                "case was done; pass a larger --timeout") from None
+            return data
         if done.returncode != 0 or not out.is_file():
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
             raise UserError(f"bench of {kernel} failed in its child process: {tail[0]}")
@@ -198,6 +259,8 @@ def write_bench_report(kernel: str, data: dict, out: Path) -> Path:
     stem = "bench-models" if data.get("suite") == "models" else "bench"
     if data.get("shapes"):  # a subset (--shapes) leaves the whole suite's report alone
         stem += "-shapes"
+    if data.get("partial"):  # and so does a run stopped by its time limit
+        stem += "-partial"
     (out / f"{stem}.json").write_text(json.dumps(data, indent=1, default=float))
     fp = data["fingerprint"]
     when = datetime.fromtimestamp(data["measured_at"], timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -215,7 +278,10 @@ def write_bench_report(kernel: str, data: dict, out: Path) -> Path:
                 "may tune on, and the `held-out` split, which only this command reads, side by side."]
                if stem.startswith("bench-models") else []),
              *([f"- Only the shapes {', '.join(data['shapes'])} (`--shapes`, every dtype of each): a subset of the "
-                "suite, so its geomeans are not the suite's."] if data.get("shapes") else []), "",
+                "suite, so its geomeans are not the suite's."] if data.get("shapes") else []),
+             *([f"- **Stopped by its time limit after {data['partial']['cases_done']} of "
+                f"{data['partial']['cases']} cases**: these are the cases it finished (no peak memory or accuracy, "
+                "which come last), so its geomeans are not the suite's."] if data.get("partial") else []), "",
              "## Summary", "", markdown_table(summary_table(data)), "",
              "## Per shape", "", markdown_table(speedups(data)), ""]
     accuracy = accuracy_table(data)
@@ -263,7 +329,7 @@ def _plot(data: dict, out: Path, plt, stem: str = "bench") -> list[Path]:
 def _main(argv: list[str]) -> None:
     kernel, variant, device, repetitions, out, suite, compiled, shapes = argv
     data = measure(kernel, variant, device, int(repetitions), suite, compiled == "compiled",
-                   tuple(filter(None, shapes.split(","))))
+                   tuple(filter(None, shapes.split(","))), partial=Path(out).with_name(PARTIAL_FILE))
     Path(out).write_text(json.dumps(data, default=float))
 
 

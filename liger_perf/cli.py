@@ -545,7 +545,8 @@ def bench_command(
     device: str = typer.Option("auto", help="auto | cuda | interpret"),
     repetitions: int = typer.Option(0, min=0, help="timed repetitions per contender; 0: 100 on a GPU, 5 "
                                                    "interpreted"),
-    timeout: float = typer.Option(1800, help="seconds the measurement may run before it is stopped"),
+    timeout: float = typer.Option(1800, help="seconds the measurement may run before it is stopped (the cases it "
+                                             "finished are reported, in bench[-models]-partial.*)"),
     suite: str = typer.Option("", help="'' (the device's suite) | models: real models' widths and token counts, "
                                        "the tuning and the held-out split side by side (GPU only)"),
     compile: bool = typer.Option(True, help="time torch.compile too; --no-compile leaves it out (it compiles every "
@@ -590,6 +591,10 @@ def bench_command(
         rich_table.add_row(*map(str, row))
     console.print(rich_table)
     console.print(f"bench report: {path}")
+    if data.get("partial"):
+        done = data["partial"]
+        raise UserError(f"bench of {kernel} ran past {timeout:.0f} s and was stopped after {done['cases_done']} of "
+                        f"{done['cases']} cases: {path.name} holds those; pass a larger --timeout for all")
 
 
 @app.command("patch")

@@ -97,3 +97,69 @@ def test_no_compile_leaves_torch_compile_out_and_says_why(monkeypatch, interpret
     assert left_out["unavailable"]["torch.compile"] == "left out of this run (--no-compile)"
     kept = bench.measure("relu_squared", path, "interpret", 2, "", compiled=True)
     assert "torch.compile" in kept["contenders"]
+
+
+class _Killed(Exception):
+    """Stands for the time limit's kill of the bench's child process."""
+
+
+def test_a_bench_stopped_by_its_time_limit_reports_the_cases_it_finished(tmp_path, monkeypatch, interpret_device):
+    """The child rewrites its samples after each case. Stopped during its third case, the bench reports the two it
+    finished, under bench-partial.* (the whole suite's report is left alone), says so in the report and on the
+    command line, and a stop before any case is done is still one clear line."""
+    import shutil
+
+    import pytest
+    from typer.testing import CliRunner
+
+    from liger_perf import bench, cli
+    from liger_perf.core.errors import UserError
+    from liger_perf.kernel.registry import get_spec
+    from liger_perf.kernel.spec import shape_label
+    from liger_perf.measure import timing
+
+    real, begun = timing.time_suite, []
+
+    def killed_in_the_third_case(spec, contenders, cases, *args, **kwargs):
+        begun.extend(cases)
+        if len(begun) == 3:
+            raise _Killed
+        return real(spec, contenders, cases, *args, **kwargs)
+
+    monkeypatch.setattr(timing, "time_suite", killed_in_the_third_case)
+    partial = tmp_path / "scratch" / bench.PARTIAL_FILE
+    partial.parent.mkdir()
+    with pytest.raises(_Killed):
+        bench.measure("relu_squared", str(baseline_path("relu_squared")), "interpret", 2, partial=partial)
+    data = bench.partial_result(partial)
+    all_cases = get_spec("relu_squared").cases("interpret", "bench")
+    assert data["partial"] == {"cases_done": 2, "cases": len(all_cases)} and len(all_cases) > 3
+    finished = {(shape_label(c.shape), str(c.dtype).removeprefix("torch.")) for c in begun[:2]}
+    assert {(r["shape"], r["dtype"]) for r in data["rows"]} == finished
+    assert {r["pass"] for r in data["rows"]} == {"forward", "backward", "full"}
+    assert data["memory"] == [] and data["accuracy"] == []
+    out = tmp_path / "reports"
+    path = bench.write_bench_report("relu_squared", data, out)
+    assert path.name == "bench-partial.md" and not (out / "bench.md").exists()
+    assert f"Stopped by its time limit after 2 of {len(all_cases)} cases" in path.read_text()
+    assert bench.partial_result(tmp_path / "none.json") is None
+
+    # The parent's side: the child's time ran out. With a finished case, the bench of it; without, one line.
+    def ran_out(argv, scratch, **kwargs):
+        if leave_partial:
+            shutil.copy(partial, scratch / bench.PARTIAL_FILE)
+        raise bench.subprocess.TimeoutExpired(argv, kwargs["timeout"])
+
+    monkeypatch.setattr(bench, "run_contained", ran_out)
+    leave_partial = True
+    assert bench.run_bench("relu_squared", baseline_path("relu_squared"), "interpret", timeout_s=5)["partial"] == \
+        data["partial"]
+    monkeypatch.setenv("LIGER_PERF_REPORTS", str(tmp_path / "cli-reports"))
+    monkeypatch.setenv("LIGER_PERF_NOTEBOOKS", str(tmp_path / "notebooks"))
+    result = CliRunner().invoke(cli.app, ["bench", "relu_squared", "--device", "interpret", "--timeout", "5"])
+    assert isinstance(result.exception, UserError)
+    assert f"stopped after 2 of {len(all_cases)} cases: bench-partial.md holds those" in str(result.exception)
+    assert (tmp_path / "cli-reports" / "interpret" / "relu_squared" / "bench-partial.json").is_file()
+    leave_partial = False
+    with pytest.raises(UserError, match="stopped before its first case was done"):
+        bench.run_bench("relu_squared", baseline_path("relu_squared"), "interpret", timeout_s=5)
