@@ -679,6 +679,15 @@ def test_a_batch_holds_no_two_candidates_that_run_the_same_at_every_timed_shape(
     context = Context(spec, "backward", history, best, best.variant.source,
                       baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
                       buckets=("1024x2",))
+    # A pending candidate that changes code beside the knobs runs other code (no twin of a knob move), and one
+    # whose table a proposer wrote out of bounds is no reason to fail: neither holds a move back.
+    coded = with_knobs(best.variant.source, {"bwd_fused_dw_max_cols@1024x2": 8192}) + "\nCODE_CHANGED = True\n"
+    out_of_bounds = best.variant.source.replace('"1024x2": {"bwd_dw_accumulator": "tile"}',
+                                                '"1024x2": {"bwd_dw_accumulator": "tile", "num_stages": 7}')
+    assert out_of_bounds != best.variant.source
+    context.pending_sources += [coded, out_of_bounds]
+    assert RulesProposer().propose(context).changes == {"bwd_fused_dw_max_cols@1024x2": 8192}
+    context.pending_sources.clear()
     batch = []
     for _ in range(4):
         proposal = RulesProposer().propose(context)

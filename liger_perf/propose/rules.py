@@ -49,7 +49,7 @@ from liger_perf.record.history import accepted_chain, geomean
 from liger_perf.record.schema import NCU_DURATION, TUNING_SUITES, NcuLaunch, TrialResult
 from liger_perf.kernel.spec import Remedy
 from liger_perf.kernel.variants import (apply_changes, bucket_columns, bucket_order, carries_dispatch,
-                                       dispatch_bucket, knobs_in, qualified, read_dispatch, read_knobs,
+                                       changes_between, dispatch_bucket, knobs_in, qualified, read_dispatch, read_knobs,
                                        recorded_dispatch, source_hash, split_qualified, target_buckets,
                                        with_knobs)
 
@@ -335,10 +335,19 @@ class RulesProposer:
         skipped = []
         unlaunchable = _LaunchModel(context, knobs, dispatch)
 
-        pending = [(read_knobs(source)[0], read_dispatch(source)) for source in context.pending_sources]
+        pending = []
+        for source in context.pending_sources:
+            try:
+                theirs = read_knobs(source)[0], recorded_dispatch(source)
+            except Exception:  # noqa: BLE001 - a proposer-written candidate whose knobs cannot be read
+                continue
+            # Only a move of the best's knobs: a candidate that also changes code runs other code, whatever its knobs.
+            if with_knobs(context.best_source, changes_between(knobs, dispatch, *theirs)) == source:
+                pending.append(theirs)
 
         def runs_as_pending(changes: dict) -> bool:
-            """Whether a pending candidate runs what ``changes`` would at every case the best was timed at."""
+            """Whether a pending candidate (of the batch being filled; the history's are ``ran``'s) runs what
+            ``changes`` would at every case the best was timed at."""
             mine = apply_changes(knobs, dispatch, changes)
             every = [(bucket, case) for bucket, bucket_cases in cases.items() for case in bucket_cases]
             return bool(every) and any(
