@@ -12,8 +12,8 @@ held-out split side by side: ``bench-models.json``, ``bench-models.md``, ``bench
 (a subset of the suite's shape labels), the same files with ``-shapes`` after the stem (``bench-models-shapes.json``,
 ...): the whole suite's report is left alone.
 
-A bench stopped by its time limit still reports the cases it finished: the child rewrites its samples after each
-case (``PARTIAL_FILE``), and the report of those goes to the stem with ``-partial`` after it (``bench-partial.md``,
+A bench stopped by its time limit still reports the cases it finished: the child appends each case's samples to
+``PARTIAL_FILE``, and the report of those goes to the stem with ``-partial`` after it (``bench-partial.md``,
 ...), without peak memory or accuracy, which the child measures last.
 """
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from liger_perf.core.errors import UserError
@@ -40,7 +40,8 @@ from liger_perf.core.workspace import current
 
 BEST = "best"
 PLOT_MAX_WIDTH = 48  # inches
-#: The child's samples so far, in its scratch folder, rewritten after each case: a bench past its --timeout keeps
+#: The child's samples so far, in its scratch folder, a line of JSON per finished case (the first line: what the
+#: summary needs besides the samples): a bench past its --timeout keeps
 #: the cases it finished (2026-12-03 on the H200: a bench of torch.compile at two shapes ran past its limit and
 #: returned nothing, ``reports/evidence/2026-12-03-bench-compile-best-0061/stopped-log.txt``).
 PARTIAL_FILE = "bench-partial.json"
@@ -80,7 +81,7 @@ def measure(kernel: str, variant: str, device_arg: str, repetitions: int, suite:
     """The worker: time and measure peak memory of every contender (runs in the child process). ``compiled``:
     time ``torch.compile`` too (it compiles every case's shape anew, minutes over the model suite). ``shapes``:
     only these shape labels (``bench_cases``), e.g. to time ``torch.compile`` at some of the model suite's.
-    ``partial``: where to rewrite the samples so far after each case (``partial_result`` reads it)."""
+    ``partial``: where to append each finished case's samples (``partial_result`` reads it)."""
     from liger_perf.kernel.device import select_device
 
     device = select_device(device_arg)  # before any variant is imported
@@ -107,15 +108,18 @@ def measure(kernel: str, variant: str, device_arg: str, repetitions: int, suite:
             "fingerprint": fingerprint(device, current().root),
             "repetitions": plan.repetitions, "copy_bandwidth_bytes_per_s": bandwidth,
             "contenders": list(contenders), "unavailable": unavailable, "shapes": list(shapes)}
+    if partial is not None:
+        _append_line(partial, {"head": head, "plan": dataclasses.asdict(plan), "split_of": split_of,
+                               "cases": len(cases)})
     parts = []
     for index, case in enumerate(cases):
-        # One case at a time, each with a seed of its own (the contenders' order and input slots stay random).
+        # One case at a time, each with a random stream of its own (the contenders' order and the input slots),
+        # apart from the one the summary's bootstrap draws from.
+        seed = int(np.random.SeedSequence([plan.seed, index]).generate_state(1)[0])
         parts.append(time_suite(spec, contenders, [case], list(spec.passes), device,
-                                dataclasses.replace(plan, seed=plan.seed + index)))
+                                dataclasses.replace(plan, seed=seed)))
         if partial is not None:
-            _write_replacing(partial, {"head": head, "plan": dataclasses.asdict(plan), "split_of": split_of,
-                                       "cases_done": index + 1, "cases": len(cases),
-                                       "samples": pd.concat(parts).to_dict("records")})
+            _append_line(partial, {"samples": parts[-1].to_dict("records")})
     samples = _in_pass_order(pd.concat(parts), list(spec.passes))
     summary = _summary(samples, spec, bandwidth, plan, split_of)
     memory = peak_memory(spec, contenders, cases, device)
@@ -142,11 +146,11 @@ def _summary(samples: pd.DataFrame, spec, bandwidth: float, plan, split_of: dict
     return summary
 
 
-def _write_replacing(path: Path, data: dict) -> None:
-    # Written aside and renamed: a child stopped mid-write leaves the last whole file.
-    aside = path.with_name(path.name + ".tmp")
-    aside.write_text(json.dumps(data, default=float))
-    os.replace(aside, path)
+def _append_line(path: Path, data: dict) -> None:
+    # One write per line: a child stopped mid-write leaves the lines before it whole (``partial_result`` drops
+    # a cut last line).
+    with path.open("a") as file:
+        file.write(json.dumps(data, default=float) + "\n")
 
 
 def partial_result(path: Path) -> dict | None:
@@ -157,13 +161,21 @@ def partial_result(path: Path) -> dict | None:
     from liger_perf.kernel.registry import get_spec
     from liger_perf.measure.timing import TimingPlan
 
-    saved = json.loads(path.read_text())
-    head = saved["head"]
-    samples = _in_pass_order(pd.DataFrame(saved["samples"]), list(get_spec(head["kernel"]).passes))
-    summary = _summary(samples, get_spec(head["kernel"]), head["copy_bandwidth_bytes_per_s"],
-                       TimingPlan(**saved["plan"]), saved["split_of"])
+    lines = []
+    for text in path.read_text().splitlines():
+        try:
+            lines.append(json.loads(text))
+        except json.JSONDecodeError:  # the line a stopped child was writing
+            break
+    if len(lines) < 2:
+        return None
+    first, cases = lines[0], lines[1:]
+    head, spec = first["head"], get_spec(first["head"]["kernel"])
+    samples = _in_pass_order(pd.DataFrame([row for case in cases for row in case["samples"]]), list(spec.passes))
+    summary = _summary(samples, spec, head["copy_bandwidth_bytes_per_s"], TimingPlan(**first["plan"]),
+                       first["split_of"])
     return {**head, "measured_at": time.time(), "rows": summary.to_dict("records"), "memory": [], "accuracy": [],
-            "partial": {"cases_done": saved["cases_done"], "cases": saved["cases"]}}
+            "partial": {"cases_done": len(cases), "cases": first["cases"]}}
 
 
 def run_bench(kernel: str, variant: Path, device: str = "auto", repetitions: int = 0,
@@ -279,9 +291,7 @@ def write_bench_report(kernel: str, data: dict, out: Path) -> Path:
                if stem.startswith("bench-models") else []),
              *([f"- Only the shapes {', '.join(data['shapes'])} (`--shapes`, every dtype of each): a subset of the "
                 "suite, so its geomeans are not the suite's."] if data.get("shapes") else []),
-             *([f"- **Stopped by its time limit after {data['partial']['cases_done']} of "
-                f"{data['partial']['cases']} cases**: these are the cases it finished (no peak memory or accuracy, "
-                "which come last), so its geomeans are not the suite's."] if data.get("partial") else []), "",
+             *([_stopped_line(data["partial"])] if data.get("partial") else []), "",
              "## Summary", "", markdown_table(summary_table(data)), "",
              "## Per shape", "", markdown_table(speedups(data)), ""]
     accuracy = accuracy_table(data)
@@ -296,6 +306,15 @@ def write_bench_report(kernel: str, data: dict, out: Path) -> Path:
         lines.append(f"![{path.stem}]({path.name})")
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     return out / f"{stem}.md"
+
+
+def _stopped_line(partial: dict) -> str:
+    if partial["cases_done"] == partial["cases"]:
+        return (f"- **Stopped by its time limit after timing all {partial['cases']} cases**, before peak memory and "
+                "accuracy, which come last.")
+    return (f"- **Stopped by its time limit after {partial['cases_done']} of {partial['cases']} cases**: these are "
+            "the cases it finished (no peak memory or accuracy, which come last), so its geomeans are not the "
+            "suite's.")
 
 
 def _plot(data: dict, out: Path, plt, stem: str = "bench") -> list[Path]:

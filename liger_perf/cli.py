@@ -546,7 +546,7 @@ def bench_command(
     repetitions: int = typer.Option(0, min=0, help="timed repetitions per contender; 0: 100 on a GPU, 5 "
                                                    "interpreted"),
     timeout: float = typer.Option(1800, help="seconds the measurement may run before it is stopped (the cases it "
-                                             "finished are reported, in bench[-models]-partial.*)"),
+                                             "finished are reported, in bench[-models][-shapes]-partial.*)"),
     suite: str = typer.Option("", help="'' (the device's suite) | models: real models' widths and token counts, "
                                        "the tuning and the held-out split side by side (GPU only)"),
     compile: bool = typer.Option(True, help="time torch.compile too; --no-compile leaves it out (it compiles every "
@@ -593,8 +593,10 @@ def bench_command(
     console.print(f"bench report: {path}")
     if data.get("partial"):
         done = data["partial"]
-        raise UserError(f"bench of {kernel} ran past {timeout:.0f} s and was stopped after {done['cases_done']} of "
-                        f"{done['cases']} cases: {path.name} holds those; pass a larger --timeout for all")
+        what = (f"after timing all {done['cases']} cases, before peak memory and accuracy"
+                if done["cases_done"] == done["cases"] else f"after {done['cases_done']} of {done['cases']} cases")
+        raise UserError(f"bench of {kernel} ran past {timeout:.0f} s and was stopped {what}: {path.name} holds what "
+                        "it measured; pass a larger --timeout for all")
 
 
 @app.command("patch")

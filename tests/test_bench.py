@@ -143,6 +143,13 @@ def test_a_bench_stopped_by_its_time_limit_reports_the_cases_it_finished(tmp_pat
     assert path.name == "bench-partial.md" and not (out / "bench.md").exists()
     assert f"Stopped by its time limit after 2 of {len(all_cases)} cases" in path.read_text()
     assert bench.partial_result(tmp_path / "none.json") is None
+    # A line cut by the kill is dropped; every case timed, the report says the stop came after them.
+    cut = tmp_path / "cut.json"
+    cut.write_text(partial.read_text() + '{"samples": [{"pass": "forw')
+    assert bench.partial_result(cut)["partial"] == data["partial"]
+    timed_all = {**data, "partial": {"cases_done": 2, "cases": 2}}
+    assert "after timing all 2 cases**, before peak memory" in \
+        bench.write_bench_report("relu_squared", timed_all, tmp_path / "all").read_text()
 
     # The parent's side: the child's time ran out. With a finished case, the bench of it; without, one line.
     def ran_out(argv, scratch, **kwargs):
@@ -158,7 +165,8 @@ def test_a_bench_stopped_by_its_time_limit_reports_the_cases_it_finished(tmp_pat
     monkeypatch.setenv("LIGER_PERF_NOTEBOOKS", str(tmp_path / "notebooks"))
     result = CliRunner().invoke(cli.app, ["bench", "relu_squared", "--device", "interpret", "--timeout", "5"])
     assert isinstance(result.exception, UserError)
-    assert f"stopped after 2 of {len(all_cases)} cases: bench-partial.md holds those" in str(result.exception)
+    assert f"stopped after 2 of {len(all_cases)} cases: bench-partial.md holds what it measured" in \
+        str(result.exception)
     assert (tmp_path / "cli-reports" / "interpret" / "relu_squared" / "bench-partial.json").is_file()
     leave_partial = False
     with pytest.raises(UserError, match="stopped before its first case was done"):
