@@ -6,7 +6,9 @@
 # Unpack a call's device.tgz before the next call: the machine gets this tree, and a loop on a tree without the last
 # call's trials numbers its own from the same place (2026-12-03: a screening written as a second 0056, committed
 # as 0057; `liger-perf` warns of two notebooks with one number). The tree and the carried wheels travel together
-# and may be 64 MiB at most: the history's notebooks are most of the tree (about 0.55 MB a trial), .whlt 19 MB.
+# and may be 64 MiB at most: the history's notebooks are most of the tree (about 0.6 MB a trial), .whlt 19.7 MB.
+# At 23e4215 (trial 0061) the tracked tree is 45.8 MB: with .whlt and .deb, 65.5 of the 67.1 MB, room for two or
+# three more trials. reports/evidence (14.3 MB) is not needed there, but a tracked file travels while it exists.
 #
 # Usage (carry .whl and .deb; for e2e, .whlm and .whle, the wheels without Nsight Compute's, instead of .whl):
 #   a trimmed set must keep pydantic (+ pydantic_core, annotated_types, typing_inspection: the package imports

@@ -69,7 +69,7 @@ MODELS: tuple[ModelWidths, ...] = (
 TOKENS: tuple[int, ...] = (1024, 2047, 4096, 8192, 12289, 16384, 32768, 65536)
 #: Each width meets one count of each half of TOKENS, a short step and a long one (``model_shapes``). Taken two at
 #: a time from the whole of TOKENS instead (until 2026-12-03), the narrowest widths met only the shortest steps, and
-#: the loop tuned the 513-1024-column bucket (16-bit) on 896 columns at 1024 and 2047 tokens alone: 16-23 us a
+#: the loop tuned the 513-1024-column bucket (16-bit) on 896 columns at 1024 and 2047 tokens alone: 20-28 us a
 #: backward, where the timer's resolution leaves no margin (``reports/evidence/2026-12-03-loop-fused_add_rms_norm/``).
 #: No case above this many elements per tensor: a width whose turn falls on more tokens takes the most that fit.
 #: 64 Mi elements (128 MiB in bfloat16, 2.5 times the H200's L2) keeps every large case a DRAM-bound one, as a
@@ -100,13 +100,13 @@ def models_of(width: int, kind: WidthKind) -> list[str]:
 def model_shapes(kind: WidthKind, split: Split) -> list[tuple[int, int]]:
     """(tokens, width) of every case of ``split``: the n-th width (ascending) at the n-th count, cyclically, of
     the lower half of TOKENS and of its upper half (so that every width, and both splits, meet a short step and a
-    long one), capped at MAX_ELEMENTS."""
+    long one), capped at MAX_ELEMENTS (one case where the cap makes the two the same)."""
     if split not in SPLITS:
         raise ValueError(f"split {split!r}: one of {', '.join(SPLITS)}")
     half = len(TOKENS) // 2
     shapes = []
     for n, width in enumerate(widths(kind)):
-        for counts in (TOKENS[:half], TOKENS[half:]):
+        for counts in (TOKENS[:half] or TOKENS, TOKENS[half:]):
             tokens = min(counts[n % len(counts)], MAX_ELEMENTS // width)
             if split_of(width, kind) == split and (tokens, width) not in shapes:
                 shapes.append((tokens, width))
