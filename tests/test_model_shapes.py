@@ -139,3 +139,12 @@ def test_each_kernel_takes_the_widths_its_rows_span_in_a_model():
     widths = {case.shape[-1] for case in get_spec("relu_squared").cases("models-tune", "bench")}
     assert widths <= {m.intermediate for m in model_shapes.MODELS}
     assert widths - {m.hidden for m in model_shapes.MODELS}
+
+
+def test_one_token_count_gives_each_width_one_case(monkeypatch):
+    """With a single count there is no lower and upper half to take from: each width meets that count once."""
+    monkeypatch.setattr(model_shapes, "TOKENS", (1024,))
+    for split in ("tune", "held-out"):
+        shapes = shapes_of("hidden", split)
+        assert {t for t, _ in shapes} == {1024}
+        assert sorted(w for _, w in shapes) == [w for w in widths("hidden") if split_of(w, "hidden") == split]
