@@ -40,10 +40,10 @@ from liger_perf.core.workspace import current
 
 BEST = "best"
 PLOT_MAX_WIDTH = 48  # inches
-#: The child's samples so far, in its scratch folder, a line of JSON per finished case (the first line: what the
-#: summary needs besides the samples): a bench past its --timeout keeps
-#: the cases it finished (2026-12-03 on the H200: a bench of torch.compile at two shapes ran past its limit and
-#: returned nothing, ``reports/evidence/2026-12-03-bench-compile-best-0061/stopped-log.txt``).
+#: The child's samples so far, in its scratch folder: a line of JSON per finished case, after a first line with
+#: what the summary needs besides them. A bench past its --timeout keeps the cases it finished (2026-12-03 on the
+#: H200: a bench of torch.compile at two shapes ran past its limit and returned nothing,
+#: ``reports/evidence/2026-12-03-bench-compile-best-0061/stopped-log.txt``).
 PARTIAL_FILE = "bench-partial.json"
 
 
