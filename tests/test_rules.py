@@ -706,3 +706,26 @@ def test_a_batch_holds_no_two_candidates_that_run_the_same_at_every_timed_shape(
                      for shape, dtype in sorted(cases))
 
     assert len({runs(p.source) for p in batch}) == len(batch)
+
+
+def test_a_move_that_runs_as_a_screened_out_one_at_every_timed_case_is_not_proposed():
+    """Had screening 0060 dropped only bwd_fused_dw_max_cols@1024x2=8192, the next batch would have held 4096 and
+    2048: other values, but at 896 columns, the bucket's only timed width, each sums dW inside the backward as 8192
+    did. They count as measured; the batch moves on to other knobs."""
+    history = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id <= 60]
+    screening = next(t for t in history if t.trial_id == 60).model_copy(deep=True)
+    screening.screening.rows = [row for row in screening.screening.rows
+                                if row.changes in ({"bwd_fused_dw_max_cols@1024x2": 8192},
+                                                   {"dw_reduction@1024x2": "triton"})]
+    assert len(screening.screening.rows) == 2
+    history = [screening if t.trial_id == 60 else t for t in history]
+    best = next(t for t in history if t.trial_id == 59)
+    context = Context(get_spec("fused_add_rms_norm"), "backward", history, best, best.variant.source,
+                      baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
+                      buckets=("1024x2",))
+    for _ in range(3):
+        proposal = RulesProposer().propose(context)
+        assert isinstance(proposal, Proposal), proposal
+        assert "bwd_fused_dw_max_cols@1024x2" not in proposal.changes, proposal.changes
+        context.pending.append(source_hash(proposal.source))
+        context.pending_sources.append(proposal.source)

@@ -306,7 +306,7 @@ class RulesProposer:
                 return Stop(f"none of buckets {', '.join(context.buckets)} holds a shape the best's trial timed "
                             f"(it timed {', '.join(sorted(cases)) or 'none'})")
         tried = tried_sources(context)
-        ran = _KnobsRan(context.trials, knobs, context.baseline_source, dispatch)
+        ran = _KnobsRan(context.trials, knobs, context.baseline_source, dispatch, spec, cases)
         rejected_moves = self._rejected_moves(context.trials, choices)
         passes = ["forward", "backward"] if context.target == "full" else [context.target]
         diagnoses = [(p, d) for p in passes for d in diagnose(best, p, per_bucket=bool(buckets))] \
@@ -624,20 +624,27 @@ class _KnobsRan:
     fixed baseline may make those settings work. A knob an older variant lacks counts at the value today's
     baseline gives it, so a new knob should default to the behaviour before it; where it does not (the fused
     kernel's ``bwd_grad_rounding`` defaults to ``"once"``; trials before 0022 rounded as autograd), settings
-    measured before are taken as measured with the new default."""
+    measured before are taken as measured with the new default.
+
+    With the spec and the best's timed cases per bucket, a move confined to one bucket also counts as measured
+    where another value ran there alike (``KernelSpec.effective_settings`` at every timed case of the bucket):
+    after screening 0060 dropped ``bwd_fused_dw_max_cols@1024x2=8192``, 4096 sums dW inside the backward at 896
+    columns just as 8192 did."""
 
     def __init__(self, trials: list[TrialResult], knobs: dict, baseline_source: str = "",
-                 dispatch: dict | None = None):
+                 dispatch: dict | None = None, spec=None, cases: dict | None = None):
         baselines = [t for t in trials if t.name == "baseline" and t.variant.knobs]
         self.defaults = dict(baselines[-1].variant.knobs) if baselines else {}
         if baseline_source:
             self.defaults.update(read_knobs(baseline_source)[0])
         self.knobs, self.dispatch = knobs, dispatch or {}
+        self.spec, self.cases = spec, cases or {}
         self.ran = set()
         # A move confined to one bucket was measured on that bucket's shapes alone, which run its settings and
         # nothing else: those settings count as measured there whatever the other buckets run now (after 0039
         # changed 16384x2, screening 0037's drop of a 16384x4 move still held).
         self.ran_in_bucket = set()
+        self.ran_alike = set()  # what each bucket's timed cases ran (``_runs_key``)
         for t in trials:
             if t.kind == "screening" and t.screening is not None:
                 for row in t.screening.rows:
@@ -653,10 +660,31 @@ class _KnobsRan:
         self.ran.add(self._key(knobs, table))
         if len(buckets := target_buckets(changes)) == 1:
             self.ran_in_bucket.add(self._bucket_key(knobs, table, *buckets))
+            if (alike := self._runs_key(knobs, table, *buckets)) is not None:
+                self.ran_alike.add(alike)
 
     def _bucket_key(self, knobs: dict, table: dict, bucket: str) -> str:
         return repr((bucket, sorted((k, repr(v)) for k, v in knobs_in({**self.defaults, **knobs}, table,
                                                                        bucket).items())))
+
+    def _runs_key(self, knobs: dict, table: dict, bucket: str) -> str | None:
+        """What the bucket's timed cases run under these settings; None where the spec cannot tell."""
+        cases = self.cases.get(bucket)
+        if self.spec is None or not cases:
+            return None
+        import torch
+
+        here = knobs_in({**self.defaults, **knobs}, table, bucket)
+        runs = []
+        for shape, dtype in cases:
+            try:
+                settings = self.spec.effective_settings(here, shape, getattr(torch, dtype))
+            except Exception:  # noqa: BLE001 - kernel code; a model that cannot answer tells nothing
+                return None
+            if settings is None:
+                return None
+            runs.append(repr(settings))
+        return repr((bucket, runs))
 
     def _key(self, knobs: dict, table: dict) -> str:
         # The settings every bucket runs: the defaults, and each entry as far as it differs from them.
@@ -669,7 +697,12 @@ class _KnobsRan:
         if self._key(knobs, table) in self.ran:
             return True
         buckets = target_buckets(changes)
-        return len(buckets) == 1 and self._bucket_key(knobs, table, *buckets) in self.ran_in_bucket
+        if len(buckets) != 1:
+            return False
+        if self._bucket_key(knobs, table, *buckets) in self.ran_in_bucket:
+            return True
+        alike = self._runs_key(knobs, table, *buckets)
+        return alike is not None and alike in self.ran_alike
 
 
 class _LaunchModel:
