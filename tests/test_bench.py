@@ -143,6 +143,13 @@ def test_a_bench_stopped_by_its_time_limit_reports_the_cases_it_finished(tmp_pat
     assert path.name == "bench-partial.md" and not (out / "bench.md").exists()
     assert f"Stopped by its time limit after 2 of {len(all_cases)} cases" in path.read_text()
     assert bench.partial_result(tmp_path / "none.json") is None
+    # The child's entry point writes the partial file where the parent looks: beside its result, in its scratch.
+    monkeypatch.setattr(timing, "time_suite", real)
+    child = tmp_path / "child"
+    child.mkdir()
+    bench._main(["relu_squared", str(baseline_path("relu_squared")), "interpret", "2", str(child / "bench.json"), "",
+                 "eager-only", "64x64"])
+    assert bench.partial_result(child / bench.PARTIAL_FILE)["partial"] == {"cases_done": 2, "cases": 2}
     # A line cut by the kill is dropped; every case timed, the report says the stop came after them.
     cut = tmp_path / "cut.json"
     cut.write_text(partial.read_text() + '{"samples": [{"pass": "forw')
