@@ -49,8 +49,8 @@ from liger_perf.record.history import accepted_chain, geomean
 from liger_perf.record.schema import NCU_DURATION, TUNING_SUITES, NcuLaunch, TrialResult
 from liger_perf.kernel.spec import Remedy
 from liger_perf.kernel.variants import (apply_changes, bucket_columns, bucket_order, carries_dispatch,
-                                       changes_between, dispatch_bucket, knobs_in, qualified, read_dispatch, read_knobs,
-                                       recorded_dispatch, source_hash, split_qualified, target_buckets,
+                                       changes_between, dispatch_bucket, knobs_in, qualified, read_dispatch,
+                                       read_knobs, recorded_dispatch, source_hash, split_qualified, target_buckets,
                                        with_knobs)
 
 
@@ -611,7 +611,8 @@ def _runs_the_same(spec, knobs: dict, other: dict, shape: tuple, dtype: str) -> 
 def _changes_nothing(spec, knobs: dict, changes: dict, cases: list) -> bool:
     """Whether ``changes`` leave what every one of ``cases`` runs as it was (``KernelSpec.effective_settings``);
     False where the spec cannot tell, or there is no case to tell by."""
-    return bool(cases) and all(_runs_the_same(spec, knobs, {**knobs, **changes}, shape, dtype) for shape, dtype in cases)
+    return bool(cases) and all(_runs_the_same(spec, knobs, {**knobs, **changes}, shape, dtype)
+                               for shape, dtype in cases)
 
 
 class _KnobsRan:
