@@ -8,7 +8,7 @@
 # as 0057; `liger-perf` warns of two notebooks with one number). The tree and the carried wheels travel together
 # and may be 64 MiB at most: the history's notebooks are most of the tree (about 0.6 MB a trial), .whlt 19.7 MB.
 # At 23e4215 (trial 0061) the tracked tree is 45.8 MB: with .whlt and .deb, 65.5 of the 67.1 MB. No step needs
-# reports/evidence (14.3 MB), and a tracked file deleted from the working tree neither travels nor counts (2026-12-03,
+# reports/evidence (14 MB), and a tracked file deleted from the working tree neither travels nor counts (2026-12-03,
 # eleventh session: a call with a 3 MB .pad/ carried besides went through). So move reports/evidence out of the
 # checkout before a call and back after it; then unpack device.tgz elsewhere and append its
 # reports/evidence/<date>-device.log (that call's lines alone) to the committed one.
