@@ -80,7 +80,7 @@ KNOBS = {
     "bwd_tile_elements": "row",  # elements per backward step: "row" (one row), or rows = max(1, this // row)
     "fwd_column_chunked": False,  # walk each row in BLOCK_SIZE chunks in the forward (if BLOCK_SIZE < H)
     "bwd_column_chunked": False,  # False, "per_row" or "rows_outer" (if BLOCK_SIZE < H; see the docstring)
-    "dw_reduction": "torch",  # how the per-program float32 dW partials are summed: "torch" or "triton"
+    "dw_reduction": "triton",  # how the per-program float32 dW partials are summed: "torch" or "triton"
     "bwd_fused_dw_max_cols": 0,  # up to this H the backward sums the dW partials itself (no extra launch)
     "bwd_elements_per_thread": "auto",  # elements a thread holds when warps are "auto"; "auto": by tile size
     "bwd_grad_rounding": "once",  # "once": gradients rounded once, at the end; "autograd": where autograd rounds
