@@ -30,7 +30,8 @@ autograd context. The knobs reach the algorithms a kernel engineer would try nex
   the program's float32 ``dW`` partial updated in place per row; ``"rows_outer"``: first every row's
   ``sum(m * S)``, then columns outermost with a chunk of ``dW`` in registers (re-reads whole rows from DRAM);
 * ``fwd_column_chunked``: the forward's two passes over a chunked row (the second re-reads ``S`` from L2);
-* ``dw_reduction``: the partials summed by ``torch.sum`` plus a cast, or by one Triton kernel;
+* ``dw_reduction``: the partials summed by ``torch.sum`` plus a cast, or by one Triton kernel whose programs each
+  hold every partial of their columns in one tile (up to 256 partials);
 * ``bwd_fused_dw_max_cols``: up to this H the reduction costs no launch of its own. Each program takes a ticket
   from a counter in its group of about sqrt(programs) after storing its partial; the group's last program sums
   the group's partials into a group partial, and the last group to finish sums the group partials into ``dW``
@@ -278,7 +279,7 @@ def _backward_kernel(
                 m, dw = _row_grads(dy, s, wo, rstd, n_cols, CASTING, ROUND_ONCE)
                 ds = tl.load(DS + row64 * stride_ds + c, mask=mask, other=0.0, eviction_policy="evict_first")
                 tl.store(DX + row64 * stride_dx + c, _dx(m, s, rstd, dot, ds, n_cols, CASTING, ROUND_ONCE), mask=mask)
-                partial = DW_PARTIAL + pid * stride_dw + c
+                partial = DW_PARTIAL + tl.cast(pid, tl.int64) * stride_dw + c
                 # The first row starts the partial: no zero-fill launch, no read of uninitialised memory.
                 dw += tl.load(partial, mask=mask & (c * 0 + row > row_start), other=0.0)
                 tl.store(partial, dw, mask=mask)
@@ -313,7 +314,7 @@ def _backward_kernel(
                 tl.store(DX + row64 * stride_dx + c, _dx(m, s, rstd, tl.load(DOT + row64), ds, n_cols, CASTING, ROUND_ONCE),
                          mask=mask)
                 dw_acc += dw
-            tl.store(DW_PARTIAL + pid * stride_dw + c, dw_acc, mask=mask)
+            tl.store(DW_PARTIAL + tl.cast(pid, tl.int64) * stride_dw + c, dw_acc, mask=mask)
     elif TILE_ROWS == 1:
         mask = cols < n_cols
         if not RELOAD_W:
@@ -336,7 +337,7 @@ def _backward_kernel(
             tl.store(DX + row64 * stride_dx + cols, _dx(m, s, rstd, dot, ds, n_cols, CASTING, ROUND_ONCE), mask=mask)
             if not DW_BEFORE_DX:
                 dw_acc += dw
-        tl.store(DW_PARTIAL + pid * stride_dw + cols, dw_acc, mask=mask)
+        tl.store(DW_PARTIAL + tl.cast(pid, tl.int64) * stride_dw + cols, dw_acc, mask=mask)
     else:
         # TILE_ROWS rows per step as one [TILE_ROWS, BLOCK_SIZE] tile: more independent loads in flight per
         # program where a row is narrow. Rows past this program's share are masked (their dY loads as 0, so
@@ -377,7 +378,7 @@ def _backward_kernel(
                     dw_acc += tl.sum(dw, axis=0)
         if DW_TILE:
             dw_acc = tl.sum(dw_tile, axis=0)
-        tl.store(DW_PARTIAL + pid * stride_dw + cols, dw_acc, mask=col_mask)
+        tl.store(DW_PARTIAL + tl.cast(pid, tl.int64) * stride_dw + cols, dw_acc, mask=col_mask)
     if FUSED_DW:
         _finish_dw(DW, DW_PARTIAL, GROUP_PARTIAL, COUNTERS, pid, n_programs, group_size, n_cols, stride_dw,
                    stride_gp, REDUCE_COLS, 8)
@@ -395,7 +396,9 @@ def _sum_partial_rows(PARTIAL, n_partials, stride_p, cols, col_mask, BLOCK_COLS:
     for first in range(0, n_partials, BLOCK_PARTIALS):
         p = first + parts
         mask = (p < n_partials)[:, None] & col_mask[None, :]
-        tile = tl.load(PARTIAL + p[:, None] * stride_p + cols[None, :], mask=mask, other=0.0, cache_modifier=".cg")
+        # 64-bit offsets: partials times columns may pass 2**31 (one row per program on a large input).
+        tile = tl.load(PARTIAL + p.to(tl.int64)[:, None] * stride_p + cols[None, :], mask=mask, other=0.0,
+                       cache_modifier=".cg")
         acc += tl.sum(tile, axis=0)
     return acc
 
@@ -523,8 +526,9 @@ def _reduction_tile(n_partials):
     narrowed to match, which also spreads a row over more programs. A serial walk over [32, 128] tiles made the
     reduction latency-bound: 8.3 us for 131 partials of 896 columns in 7 programs (H200, trial 0061's NCU
     profile at 12289x896 bfloat16), against 34.8 us for the backward kernel itself."""
-    block_partials = min(256, triton.next_power_of_2(max(n_partials, 1)))
-    return block_partials, max(16, min(128, REDUCTION_TILE_ELEMENTS // block_partials))
+    # At least 32 partials a tile: fewer distinct tiles (and compilations) where the grid is small.
+    block_partials = min(256, max(32, triton.next_power_of_2(n_partials)))
+    return block_partials, REDUCTION_TILE_ELEMENTS // block_partials
 
 
 def _rows(t):
