@@ -71,10 +71,9 @@ BROKEN = (
         "fused_add_rms_norm", "backward_offsets_in_32_bits",
         "the backward computes row offsets in 32 bits: past 2**31 elements its addresses leave the tensors (on a "
         "GPU an illegal memory access, a device fault)", "*|dX|dR|dW",
-        (("            row64 = tl.cast(row, tl.int64)\n            rstd = tl.load(RSTD + row64)\n"
-          "            dy = tl.load(DY + row64 * stride_dy + cols, mask=mask, other=0.0)",
-          "            row64 = row\n            rstd = tl.load(RSTD + row64)\n"
-          "            dy = tl.load(DY + row64 * stride_dy + cols, mask=mask, other=0.0)"),), gpu_only="large"),
+        # the one-row loop's offsets (the knob bwd_weight_reload put its "if RELOAD_W:" under them)
+        (("            row64 = tl.cast(row, tl.int64)\n            if RELOAD_W:\n",
+          "            row64 = row\n            if RELOAD_W:\n"),), gpu_only="large"),
     BrokenVariant(
         "fused_add_rms_norm", "dw_accumulated_in_input_dtype",
         "the backward accumulates the partial dW in the input dtype instead of float32", "dW",

@@ -14,7 +14,7 @@ from liger_perf.kernel.registry import baseline_path, get_spec
 from liger_perf.kernel.spec import Tolerance
 from liger_perf.kernel.variants import load_variant
 
-from broken_variants import BROKEN, write_broken_variant
+from broken_variants import BROKEN, broken_source, write_broken_variant
 from gate_cover import pairwise_cases
 
 
@@ -43,6 +43,15 @@ def test_baseline_passes_gate_and_convergence(kernel, interpret_device):
 
 
 CAUGHT_ON_THE_CPU = [b for b in BROKEN if not b.gpu_only]
+
+
+@pytest.mark.parametrize("broken", BROKEN, ids=[b.name for b in BROKEN])
+def test_every_broken_variant_still_edits_its_baseline(broken):
+    """Each mistake's edits find their text exactly once in today's baseline, those that only a GPU catches too:
+    run nowhere on the CPU, a stale edit would only show on the H200 (``backward_offsets_in_32_bits`` did, after
+    ``bwd_weight_reload`` moved the line it edited)."""
+    source = broken_source(broken)
+    assert source != baseline_path(broken.kernel).read_text()
 SEED_BLOCKS = (range(0, 10), range(10, 20))  # twenty seeds, in two tests each (they spread over the workers)
 
 
