@@ -42,9 +42,6 @@ def test_baseline_passes_gate_and_convergence(kernel, interpret_device):
                                                  for c in spec.check_configs}
 
 
-CAUGHT_ON_THE_CPU = [b for b in BROKEN if not b.gpu_only]
-
-
 @pytest.mark.parametrize("broken", BROKEN, ids=[b.name for b in BROKEN])
 def test_every_broken_variant_still_edits_its_baseline(broken):
     """Each mistake's edits find their text exactly once in today's baseline, those that only a GPU catches too:
@@ -52,6 +49,9 @@ def test_every_broken_variant_still_edits_its_baseline(broken):
     ``bwd_weight_reload`` moved the line it edited)."""
     source = broken_source(broken)
     assert source != baseline_path(broken.kernel).read_text()
+
+
+CAUGHT_ON_THE_CPU = [b for b in BROKEN if not b.gpu_only]
 SEED_BLOCKS = (range(0, 10), range(10, 20))  # twenty seeds, in two tests each (they spread over the workers)
 
 
