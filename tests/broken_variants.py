@@ -79,9 +79,10 @@ BROKEN = (
         "the backward accumulates the partial dW in the input dtype instead of float32", "dW",
         (("        dw_acc = tl.zeros((BLOCK_SIZE,), dtype=tl.float32)\n        for row in tl.range",
           "        dw_acc = tl.zeros((BLOCK_SIZE,), dtype=DY.dtype.element_ty)\n        for row in tl.range"),
-         ("            dw_acc += dw\n        tl.store(DW_PARTIAL + pid * stride_dw + cols, dw_acc, mask=mask)",
+         ("            dw_acc += dw\n        tl.store(DW_PARTIAL + tl.cast(pid, tl.int64) * stride_dw + cols, dw_acc, "
+          "mask=mask)",
           "            dw_acc = (dw_acc.to(tl.float32) + dw).to(DY.dtype.element_ty)\n"
-          "        tl.store(DW_PARTIAL + pid * stride_dw + cols, dw_acc.to(tl.float32), mask=mask)"))),
+          "        tl.store(DW_PARTIAL + tl.cast(pid, tl.int64) * stride_dw + cols, dw_acc.to(tl.float32), mask=mask)"))),
     # -- incoming gradients: their layout, and who may write into them ---------------------------------------
     BrokenVariant(
         "fused_add_rms_norm", "dy_read_with_the_stride_of_s",
@@ -150,9 +151,11 @@ BROKEN = (
         "fused_add_rms_norm", "dw_row_shared_without_atomics",
         "every backward program adds its dW into one shared row with a plain load and store: right when programs "
         "run one after another (the interpreter), lost updates when they run at once", "dW",
-        (("        tl.store(DW_PARTIAL + pid * stride_dw + cols, dw_acc, mask=mask)\n    else:",
+        (("        tl.store(DW_PARTIAL + tl.cast(pid, tl.int64) * stride_dw + cols, dw_acc, mask=mask)\n    else:",
           "        prev = tl.load(DW_PARTIAL + cols, mask=mask & (pid > 0), other=0.0)\n"
           "        tl.store(DW_PARTIAL + cols, prev + dw_acc, mask=mask)\n    else:"),
+         # torch's sum, whose edit below reads the shared row alone (the Triton one would sum unwritten rows too)
+         ('    "dw_reduction": "triton",', '    "dw_reduction": "torch",'),
          ("            dW = dW_partial.sum(dim=0).to(W.dtype)", "            dW = dW_partial[0].to(W.dtype)")),
         gpu_only="race"),
     BrokenVariant(

@@ -205,6 +205,34 @@ def test_the_fused_dw_reduction_is_deterministic_and_leaves_its_counters_at_zero
     torch.testing.assert_close(dws["fused"], dws["separate"], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("rows, rows_per_program", [(1, 1), (3, 1), (300, 1), (40, 8)])
+def test_the_triton_dw_reduction_sums_every_partial_whatever_their_number(tmp_path, interpret_device, rows,
+                                                                         rows_per_program):
+    """dW by the Triton reduction equals torch's sum of the same partials: 1 and 3 partials (in a tile of 32
+    rows), 300 (more than one tile holds: two steps) and 5. The tile holds every partial of the default grid (one
+    per SM)."""
+    import torch
+
+    spec = get_spec("fused_add_rms_norm")
+    source = baseline_path(spec.name).read_text()
+    tile = load_variant(baseline_path(spec.name), spec).module._reduction_tile
+    assert tile(132) == (256, 16) and tile(300) == (256, 16) and tile(40) == (64, 64) and tile(1) == (32, 128)
+    generator = torch.Generator().manual_seed(5)
+    X, R, dY = (torch.randn(rows, 24, generator=generator) for _ in range(3))
+    W0 = torch.randn(24, generator=generator)
+    dws = {}
+    for reduction in ("torch", "triton"):
+        path = tmp_path / f"{reduction}.py"
+        path.write_text(with_knobs(source, {"bwd_rows_per_program": rows_per_program, "dw_reduction": reduction}))
+        module = load_variant(path, spec).module
+        W = W0.clone().requires_grad_(True)
+        Y, _ = module.fused_add_rms_norm(X, R, W)
+        Y.backward(dY)
+        dws[reduction] = W.grad
+    assert dws["torch"].abs().sum() > 0
+    torch.testing.assert_close(dws["triton"], dws["torch"], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("knobs", [{}, {"bwd_fused_dw_max_cols": 1024, "bwd_rows_per_program": 2}])
 def test_no_rows_give_empty_outputs_and_a_zero_dw(tmp_path, interpret_device, knobs):
     import torch

@@ -39,8 +39,10 @@ _TILE_BWD = [
            "backward faster at H <= 2048; unchanged above"),
 ]
 # The dW partials summed inside the backward launch: no reduction kernel (torch's took 8-10 us at every H on the
-# H200, 40 % of the backward at H = 1024: trial 0017's NCU profile), no cast kernel. One program does the last
-# level of the sum, so the wider the row the more it costs: widest threshold first, the narrower ones next.
+# H200, 40 % of the backward at H = 1024: trial 0017's NCU profile; the baseline's Triton one, the default since
+# it holds each column's partials in one tile, is not yet measured there), no cast kernel. One program does the
+# last level of the sum, so the wider the row the more it costs: widest threshold first, the narrower ones next.
+# The last remedy is for a best that still sums with torch (the default before the one-tile reduction).
 _FUSED_DW = [
     Remedy({"bwd_fused_dw_max_cols": h}, "sum the float32 dW partials inside the backward launch up to "
            f"H = {h} (the last program of each group of about sqrt(programs) sums its group, the last group "
@@ -264,7 +266,7 @@ class FusedAddRMSNormSpec(KernelSpec):
             registers = max(registers, 24 + -(-8 * min(1024, row_block) // threads))
         launches = [Footprint("_backward_kernel", threads, pipelined + 4 * threads, registers, elements)]
         if hidden > knobs.get("bwd_fused_dw_max_cols", 0) and knobs.get("dw_reduction") == "triton":
-            launches.append(Footprint("_sum_rows_kernel", 128, 0, None, 32 * 128))
+            launches.append(Footprint("_sum_rows_kernel", 128, 0, None, 4096))  # baseline.REDUCTION_TILE_ELEMENTS
         return launches
 
     def effective_settings(self, knobs, shape, dtype):
@@ -288,7 +290,7 @@ class FusedAddRMSNormSpec(KernelSpec):
             "backward": (bwd_block, chunking, tile_rows, footprint.threads,
                          None if chunking else knobs.get("num_stages", "auto"),  # it pipelines unchunked loops
                          knobs.get("bwd_rows_per_program", "auto"), fused_dw,
-                         None if fused_dw else knobs.get("dw_reduction", "torch"),
+                         None if fused_dw else knobs.get("dw_reduction", "triton"),
                          knobs.get("bwd_grad_rounding", "once"),
                          # the register order and the weight's reload act on the unchunked loops only
                          None if chunking else knobs.get("bwd_dw_order", "after_dx"),

@@ -144,13 +144,12 @@ def package_file(*parts: str) -> Path:
 
 
 def builtin_kernels() -> Path:
-    """The kernels that ship with liger-perf: the package ``liger_perf.kernels`` (``kernels/`` of this checkout,
-    mapped into the package by ``pyproject.toml`` when it is installed), or, run from a checkout that is not
-    installed (``PYTHONPATH=.``), that ``kernels/`` folder beside the package."""
-    try:
-        return Path(str(resources.files("liger_perf.kernels")))
-    except ModuleNotFoundError:
-        return PACKAGE.parent / "kernels"
+    """The kernels that ship with liger-perf: the folder ``kernels`` inside the installed package (``kernels/`` of
+    this checkout, mapped into the wheel as ``liger_perf/kernels`` by ``pyproject.toml``), or, run from the
+    checkout (installed editable, or ``PYTHONPATH=.``), that ``kernels/`` folder beside the package. It holds no
+    ``__init__.py`` (see ``pyproject.toml``), so it is found as a folder, not imported as a package."""
+    installed = PACKAGE / "kernels"
+    return installed if installed.is_dir() else PACKAGE.parent / "kernels"
 
 
 def template_path() -> Path:
