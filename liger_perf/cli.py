@@ -662,16 +662,21 @@ def e2e_command(
 @app.command("diff")
 def diff_command(kernel: str = typer.Argument(..., metavar="KERNEL", help="a registered kernel"),
                  device: str = typer.Option("auto", help=READ_DEVICE_HELP)) -> None:
-    """The unified diff from the baseline to the best accepted variant."""
-    from liger_perf.record.history import best_trial
+    """The unified diff from the baseline to the best accepted variant (the one `bench` and `patch` use)."""
+    from liger_perf.record.history import best_trial, latest_best
     from liger_perf.kernel.registry import get_spec
     from liger_perf.report import variant_diff
 
     get_spec(kernel)
-    _, best = best_trial(kernel, _history_store(kernel, device).notebooks)
+    notebooks = _history_store(kernel, device).notebooks
+    best = latest_best(kernel, notebooks)
     if best is None:
         err_console.print(f"{kernel}: no accepted variant yet; the baseline is the best")
         return
+    if best_trial(kernel, notebooks)[1] is None:
+        err_console.print(f"{kernel}: the baseline changed since trial {best.trial_id:04d} was accepted on the "
+                          "previous one, and no trial on it was accepted yet: the diff runs from today's baseline "
+                          "(`optimize` carries the previous best over first)")
     sys.stdout.write(variant_diff(kernel, best))
 
 

@@ -234,6 +234,38 @@ def test_a_changed_baseline_carries_the_previous_best_over_as_its_first_candidat
     assert "is not carried over" in loop.events[-1].message and loop.events[-1].kind == "carry-over"
 
 
+def test_while_a_changed_baseline_has_no_accepted_trial_bench_and_patch_keep_the_previous_best(tmp_path,
+                                                                                                   monkeypatch):
+    """A baseline change must not hand models the new code without the tuned knobs before the loop has measured
+    the carry-over: `bench` and `patch` keep the previous chain's tip until a trial on the new baseline is
+    accepted, then take that."""
+    from liger_perf.kernel.variants import read_knobs, source_hash, with_knobs
+    from liger_perf.record import history
+
+    new = baseline_path("fused_add_rms_norm").read_text()
+    old = new.replace("# Tunable knobs:", "# (the old baseline)\n# Tunable knobs:")
+    tuned = with_knobs(old, {"bwd_tile_elements": 8192})
+    carried = with_knobs(new, {"bwd_tile_elements": 8192})
+
+    def trial(n, source, against=None, verdict=None):
+        return make_trial(trial_id=n, name=f"t{n}", variant={"sha256": source_hash(source), "source": source,
+                                                            "knobs": read_knobs(source)[0]},
+                          against={"sha256": source_hash(against)} if against else None, verdict=verdict)
+
+    trials = [trial(0, old), trial(1, tuned, old, "accepted")]
+    monkeypatch.setattr(history, "load_trials", lambda kernel, root: trials)
+    best = lambda: history.best_variant_file("fused_add_rms_norm", tmp_path).read_text()  # noqa: E731
+    assert best() == tuned  # no trial of today's baseline yet
+    trials.append(trial(2, new))
+    assert best() == tuned  # its baseline trial alone
+    trials.append(trial(3, carried, new, "rejected"))
+    assert best() == tuned
+    trials.append(trial(4, carried, new, "accepted"))
+    assert best() == carried
+    trials[:] = [trial(0, new)]
+    assert history.best_variant_file("fused_add_rms_norm", tmp_path) == baseline_path("fused_add_rms_norm")
+
+
 def test_a_carry_over_lists_only_the_moves_the_new_baseline_has_not_made(tmp_path):
     from liger_perf.kernel.variants import read_knobs, source_hash, with_knobs
 
