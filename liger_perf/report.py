@@ -107,6 +107,15 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     baseline_sha = source_hash(baseline_path(kernel).read_text())
     baseline, chain = accepted_chain(trials, baseline_sha)
+    # While a changed baseline has no accepted trial, bench and patch keep the previous baseline's best
+    # (``history.latest_best``): the report shows that chain, on the baseline it was measured against.
+    carried_from = None
+    if not chain:
+        for old in reversed(baseline_trials(trials)):
+            _, old_chain = accepted_chain(trials, old.variant_sha)
+            if old.variant_sha != baseline_sha and old_chain:
+                baseline, chain, carried_from = old, old_chain, old
+                break
     best = chain[-1] if chain else None
     # The best against the baseline as the judge estimates it: a step's noise where it left a case's code as it
     # was is not counted (``judge.drift_ratios``).
@@ -126,7 +135,11 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
               + (f" ({fingerprint.gpu}, torch {fingerprint.torch}, triton {fingerprint.triton})"
                  if fingerprint and fingerprint.gpu else " (Triton interpreter on the CPU: CPU timings)"),
               "Best: " + (f"trial {best.trial_id:04d} `{best.name}`" if best else "the baseline (nothing "
-                                                                                 "accepted yet)"), "",
+                                                                                 "accepted yet)")
+              + (f", on the baseline of trial {carried_from.trial_id:04d}: `baseline.py` changed since, and no "
+                 "trial on it was accepted yet (`optimize` carries this best over to it first; until then `bench` "
+                 "and `patch` use this one, and the sections below compare it with that earlier baseline)"
+                 if carried_from is not None else ""), "",
               "## Every trial", "",
               "Speedup: the time of the best the trial ran against over the candidate's, geometric mean over "
               "shapes and dtypes, measured side by side in the trial, with its interval: `1.57x (faster) [1.51x, "

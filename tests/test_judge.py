@@ -629,3 +629,27 @@ def test_the_report_gives_the_best_against_the_baseline_as_the_judge_estimates_i
     assert judged != product
     row = next(line for line in path.read_text().splitlines() if "| forward | 2047x5120 | bfloat16 |" in line)
     assert judged in row and product not in row
+
+
+def test_while_a_changed_baseline_has_no_accepted_trial_the_report_shows_the_best_models_still_get(tmp_path,
+                                                                                                    monkeypatch):
+    """The recorded chain 0036-0042 on its baseline (0035), then `baseline.py` changes and its baseline trial runs:
+    `bench` and `patch` keep 0042, so the report names it, with its rows against 0035, and its diff."""
+    from liger_perf import report
+    from liger_perf.kernel.variants import source_hash
+
+    history, _ = _recorded(44)
+    changed = next(t for t in history if t.trial_id == 35).variant.source + "\n# changed since\n"
+    new_baseline = tmp_path / "baseline.py"
+    new_baseline.write_text(changed)
+    monkeypatch.setattr(report, "baseline_path", lambda kernel: new_baseline)
+    tip = max((t for t in history if t.verdict == "accepted"), key=lambda t: t.trial_id)
+    old_baseline = next(t for t in history if t.trial_id == 35)
+    baseline_trial = old_baseline.model_copy(update={"trial_id": 45, "variant": old_baseline.variant.model_copy(
+        update={"sha256": source_hash(changed), "source": changed})})
+    assert report.baseline_trials([*history, baseline_trial])[-1] is baseline_trial
+    for trials in (history, [*history, baseline_trial]):
+        text = report.write_report("fused_add_rms_norm", trials, tmp_path / "out").read_text()
+        assert f"Best: trial {tip.trial_id:04d}" in text and "on the baseline of trial 0035" in text
+        assert "| forward | 2047x5120 | bfloat16 |" in text
+        assert (tmp_path / "out" / "best.diff").read_text().startswith("--- kernels/fused_add_rms_norm/baseline.py")
