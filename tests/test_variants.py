@@ -1,3 +1,5 @@
+import math
+
 import pytest
 
 from liger_perf.core.errors import UserError
@@ -65,6 +67,11 @@ ALGORITHMS = {
     "row_tiles_dw_tile_accumulator_before_dx": ({"bwd_tile_elements": 512, "bwd_dw_accumulator": "tile",
                                                  "bwd_dw_order": "before_dx", "bwd_rows_per_program": 16},
                                                 {"bwd_tile_rows": 4, "bwd_dw_tile": True, "bwd_dw_before_dx": True}),
+    # Each SM's rows split between two programs, each walking tiles half the size (4 rows of 128, not 8).
+    "split_programs": ({"bwd_programs_per_sm": 2, "bwd_tile_elements": 1024, "bwd_dw_accumulator": "tile"},
+                      {"bwd_tile_rows": 4, "bwd_programs_per_sm": 2, "bwd_dw_tile": True}),
+    "split_programs_one_row": ({"bwd_programs_per_sm": 4, "bwd_fused_dw_max_cols": 1024},
+                               {"bwd_tile_rows": 1, "bwd_programs_per_sm": 4}),
     # Gradients rounded where autograd rounds them (the baseline rounds them once).
     "gradients_rounded_as_autograd": ({"bwd_grad_rounding": "autograd", "bwd_tile_elements": 512},
                                       {"bwd_chunk_mode": 0, "bwd_tile_rows": 4}),
@@ -98,6 +105,41 @@ def test_each_backward_algorithm_passes_the_gate(tmp_path, interpret_device, alg
     result = check_variant(spec, variant, interpret_device, convergence=False, fail_fast=True,
                            cases=pairwise_cases(spec, interpret_device.suite))
     assert result.failures().empty, result.failures()[["case", "output", "reason"]].to_string()
+
+
+@pytest.mark.parametrize("split", [2, 4])
+def test_programs_per_sm_splits_the_grid_and_each_program_s_tile(tmp_path, split):
+    """``bwd_programs_per_sm``: "auto" rows per program give ``split`` times the programs of one per SM, each
+    walking tiles ``split`` times smaller, and the gradients stay the baseline's up to the dW partials' order."""
+    import torch
+
+    spec = get_spec("fused_add_rms_norm")
+    runs = {}
+    for name, changes in {"one": {}, "split": {"bwd_programs_per_sm": split}}.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(with_knobs(baseline_path(spec.name).read_text(), {"bwd_tile_elements": 1024, **changes}))
+        module = load_variant(path, spec).module
+        kernel, grids = module._backward_kernel, []
+
+        class Recorded:  # records the backward's grid, launches the real kernel
+            def __getitem__(self, grid):
+                grids.append(grid)
+                return kernel[grid]
+
+        module._backward_kernel = Recorded()
+        generator = torch.Generator().manual_seed(3)
+        X, R = (torch.randn(61, 100, generator=generator).requires_grad_() for _ in range(2))
+        W = (1 + 0.1 * torch.randn(100, generator=generator)).requires_grad_()
+        Y, S = module.fused_add_rms_norm(X, R, W)
+        (Y * torch.randn(61, 100, generator=generator)).sum().backward()
+        settings = module._launch_settings(100, torch.float32, torch.device("cpu"))
+        runs[name] = (grids[0][0], settings["bwd_tile_rows"], X.grad, W.grad)
+    sm = module._multiprocessor_count(torch.device("cpu"))
+    assert runs["one"][:2] == (math.ceil(61 / math.ceil(61 / sm)), 8)
+    assert runs["split"][:2] == (math.ceil(61 / math.ceil(61 / (sm * split))), 8 // split)
+    assert runs["split"][0] > runs["one"][0]
+    torch.testing.assert_close(runs["split"][2], runs["one"][2])
+    torch.testing.assert_close(runs["split"][3], runs["one"][3], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("tile", ["row", 512])

@@ -19,7 +19,7 @@ Hugging Face Transformers' models and Liger-Kernel:
 * ``none``: every operation runs in the input dtype, rounding after each step as PyTorch would.
 
 Algorithm: the forward runs ``fwd_rows_per_program`` rows per program; the backward runs on a grid of about
-one program per SM, each looping over its share of rows and accumulating a float32 partial ``dW`` that a
+one program per SM (``bwd_programs_per_sm`` of them), each looping over its share of rows and accumulating a float32 partial ``dW`` that a
 final reduction sums. Launch settings are chosen once in the forward and reach the backward through the
 autograd context. The knobs reach the algorithms a kernel engineer would try next:
 
@@ -54,7 +54,13 @@ autograd context. The knobs reach the algorithms a kernel engineer would try nex
 * ``bwd_grad_rounding``: ``"autograd"`` rounds the gradients to the input dtype where PyTorch's autograd does
   (``dY * (W + offset)``, the gradient reaching ``S`` through the norm, each row's ``dW`` term); ``"once"``
   keeps them in float32 and rounds ``dX`` and ``dW`` once at the end: closer to the exact (float64) gradient
-  than autograd's own, in every casting mode. The forward is the same in both.
+  than autograd's own, in every casting mode. The forward is the same in both;
+* ``bwd_programs_per_sm``: the rows "auto" gives one program per SM split between this many programs, each
+  walking tiles of ``bwd_tile_elements // bwd_programs_per_sm`` elements (at least one row). An SM then holds as
+  many elements in flight as before, but from independent programs: one program's loads overlap another's
+  reductions and barriers, where a single program per SM waits on each in turn (H200, trial 0061's NCU profile at
+  43690x1536 bfloat16: one 16-warp program per SM, 25 % of the warps an SM holds, DRAM at 59 % of its peak). A
+  split only pays where the smaller programs fit on an SM together (registers per thread times their threads).
 
 Per-shape specialisation: ``DISPATCH`` maps a shape bucket to the knobs that differ from ``KNOBS`` there. The
 bucket is ``"<row block>x<element bytes>"``: the row's width rounded up to a power of two (the block a program
@@ -87,6 +93,7 @@ KNOBS = {
     "bwd_dw_order": "after_dx",  # when a row's dW term is added up: "after_dx" or "before_dx" (fewer live registers)
     "bwd_weight_reload": False,  # True: W + offset loaded per row (or tile) from L2 instead of held in registers
     "bwd_dw_accumulator": "row",  # the tile loop's dW accumulator: "row" (summed over the tile every step) or "tile"
+    "bwd_programs_per_sm": 1,  # programs an SM's rows are split between, each walking tiles this many times smaller
 }
 KNOB_CHOICES = {
     "BLOCK_SIZE": ["auto", 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
@@ -105,6 +112,7 @@ KNOB_CHOICES = {
     "bwd_dw_order": ["after_dx", "before_dx"],
     "bwd_weight_reload": [False, True],
     "bwd_dw_accumulator": ["row", "tile"],
+    "bwd_programs_per_sm": [1, 2, 4],
 }
 #: Bucket -> knobs that differ from KNOBS at the shapes in it (see the module docstring); tuned one bucket at a time.
 DISPATCH = {}
@@ -488,7 +496,9 @@ def _launch_settings(n_cols, dtype, device):
     fwd_block = chunk if fwd_chunked else row_block
     bwd_block = chunk if bwd_chunking else row_block
     tile = knobs["bwd_tile_elements"]
-    tile_rows = 1 if bwd_chunking or tile == "row" else max(1, tile // bwd_block)
+    split = knobs["bwd_programs_per_sm"]
+    # Split between ``split`` programs, an SM's tile keeps its elements in flight (tile // split each).
+    tile_rows = 1 if bwd_chunking or tile == "row" else max(1, tile // split // bwd_block)
     warps = knobs["num_warps"]
     bwd_warps = warps if knobs["bwd_num_warps"] == "same" else knobs["bwd_num_warps"]
     stages = knobs["num_stages"]
@@ -507,6 +517,7 @@ def _launch_settings(n_cols, dtype, device):
         "bwd_dw_tile": knobs["bwd_dw_accumulator"] == "tile" and tile_rows > 1,
         "fwd_chunked": fwd_chunked,
         "sm_count": _multiprocessor_count(device),
+        "bwd_programs_per_sm": split,
     }
 
 
@@ -569,7 +580,7 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
             return dX, dX, torch.zeros_like(W), None, None, None, None
         rows_per_program = knobs["bwd_rows_per_program"]
         if rows_per_program == "auto":
-            rows_per_program = math.ceil(n_rows / settings["sm_count"])
+            rows_per_program = math.ceil(n_rows / (settings["sm_count"] * settings["bwd_programs_per_sm"]))
         n_programs = triton.cdiv(n_rows, rows_per_program)
         dX = dY2 if ctx.in_place and dY2.is_contiguous() else torch.empty_like(S)
         dW_partial = torch.empty((n_programs, n_cols), dtype=torch.float32, device=S.device)

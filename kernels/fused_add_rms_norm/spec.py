@@ -85,6 +85,20 @@ _FEWER_ROWS_BWD = [
            "backward faster at small H"),
 ]
 
+# One program per SM waits on its loads, its row sums and its barriers in turn; two or four programs, each with a
+# tile as many times smaller, keep the SM's elements in flight but overlap those waits (H200, trial 0061's NCU
+# profile: DRAM at 47-59 % of its peak from 896 to 2560 columns in 16-bit types, 25 % of an SM's warps active,
+# long-scoreboard and barrier stalls ahead; torch.compile, with many small programs, is up to 1.2 times faster
+# there: reports/evidence/2026-12-03-bench-compile-best-0061-more/).
+_SPLIT_BWD = [
+    Remedy({"bwd_programs_per_sm": 2}, "split each SM's rows between two programs, each walking tiles half the "
+           "size: as many elements in flight, from two programs whose loads overlap each other's row sums and "
+           "barriers", "backward faster where DRAM is under 60 % busy at narrow rows (896-2560 columns); unchanged "
+           "where two programs do not fit on an SM together"),
+    Remedy({"bwd_programs_per_sm": 4}, "split each SM's rows between four programs, tiles a quarter the size",
+           "backward faster where two programs per SM still leave DRAM idle"),
+]
+
 
 class FusedAddRMSNormSpec(KernelSpec):
     name = "fused_add_rms_norm"
@@ -123,16 +137,18 @@ class FusedAddRMSNormSpec(KernelSpec):
                 {"bwd_num_warps": 16}, "fewer warps per program leave more registers to each thread",
                 "backward: higher theoretical occupancy per SM at wide H")],
             "under_one_wave": [*_TILE_BWD, *_FEWER_ROWS_BWD],
-            "low_achieved_occupancy": [*_TILE_BWD, *_FEWER_ROWS_BWD],
+            "low_achieved_occupancy": [*_SPLIT_BWD, *_TILE_BWD, *_FEWER_ROWS_BWD],
             "shared_memory_stalls": _SHARED_MEMORY_BWD,
             "memory_latency": [
+                _SPLIT_BWD[0],
                 Remedy({"num_stages": 2}, "software-pipeline the backward's row loop so the next row's loads are "
                        "in flight while this row computes", "backward 5-20% faster where DRAM is under 60% busy"),
                 Remedy({"num_stages": 3}, "deeper pipelining of the backward's row loop",
                        "backward faster where memory latency, not bandwidth, limits"),
                 *_TILE_BWD[1:2],
+                _SPLIT_BWD[1],
             ],
-            "explore": [*_FUSED_DW, *_TILE_BWD, *_FEWER_ROWS_BWD, *_MORE_WARPS_BWD],
+            "explore": [*_FUSED_DW, *_TILE_BWD, *_SPLIT_BWD, *_FEWER_ROWS_BWD, *_MORE_WARPS_BWD],
         },
         "forward": {
             "spills": [Remedy({"fwd_column_chunked": True, "BLOCK_SIZE": 8192}, _CHUNK,
@@ -249,7 +265,8 @@ class FusedAddRMSNormSpec(KernelSpec):
         chunking = knobs.get("bwd_column_chunked", False) if chunk < row_block else False
         bwd_block = chunk if chunking else row_block
         tile = knobs.get("bwd_tile_elements", "row")
-        tile_rows = 1 if chunking or tile == "row" else max(1, tile // bwd_block)
+        split = knobs.get("bwd_programs_per_sm", 1)
+        tile_rows = 1 if chunking or tile == "row" else max(1, tile // split // bwd_block)
         bwd_warps = warps if knobs.get("bwd_num_warps", "same") == "same" else knobs["bwd_num_warps"]
         elements = tile_rows * bwd_block
         if bwd_warps == "auto":
@@ -281,7 +298,8 @@ class FusedAddRMSNormSpec(KernelSpec):
         chunking = knobs.get("bwd_column_chunked", False) if chunk < row_block else False
         fwd_block, bwd_block = (chunk if fwd_chunked else row_block), (chunk if chunking else row_block)
         tile = knobs.get("bwd_tile_elements", "row")
-        tile_rows = 1 if chunking or tile == "row" else max(1, tile // bwd_block)
+        split = knobs.get("bwd_programs_per_sm", 1)
+        tile_rows = 1 if chunking or tile == "row" else max(1, tile // split // bwd_block)
         fused_dw = hidden <= knobs.get("bwd_fused_dw_max_cols", 0)
         footprint = self.launch_footprints(knobs, "backward", shape, dtype)[0]
         forward = self.launch_footprints(knobs, "forward", shape, dtype)[0]
@@ -290,6 +308,8 @@ class FusedAddRMSNormSpec(KernelSpec):
             "backward": (bwd_block, chunking, tile_rows, footprint.threads,
                          None if chunking else knobs.get("num_stages", "auto"),  # it pipelines unchunked loops
                          knobs.get("bwd_rows_per_program", "auto"), fused_dw,
+                         # the split multiplies the programs "auto" rows per program make
+                         split if knobs.get("bwd_rows_per_program", "auto") == "auto" else None,
                          None if fused_dw else knobs.get("dw_reduction", "triton"),
                          knobs.get("bwd_grad_rounding", "once"),
                          # the register order and the weight's reload act on the unchunked loops only
