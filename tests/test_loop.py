@@ -341,6 +341,34 @@ def test_a_round_packs_only_the_trials_that_end_before_the_deadline():
     assert trial_pace(trials[:4]) == 110  # 50, 400, 90, 110: the upper of the middle two
     assert trial_pace([]) is None
     assert trial_pace(trials, kind="screening") == 5
+    assert trial_pace(trials, kind="baseline") == 100  # none ran against another: all of them are baselines
+    trials[4] = trials[4].model_copy(update={"against": {"sha256": "b"}})  # the 100 s one ran against a best
+    assert trial_pace(trials, kind="baseline") == 95  # 50, 400, 90, 110, 95
+
+
+def test_a_baseline_trial_the_deadline_would_cut_off_is_not_begun(tmp_path, monkeypatch):
+    """The baseline changed and its trial would end after --max-minutes at the pace of the earlier baseline
+    trials (not of the shorter candidates' trials): the loop stops at once and says why; with time enough it
+    begins it."""
+    import time as clock
+
+    loop = OptimizeLoop("relu_squared", Guardrails(target="backward"), RulesProposer(), device="interpret",
+                        budget=5, root=tmp_path, repetitions=2, convergence=False, deadline=clock.time() + 300)
+    history = [make_trial(kernel="relu_squared", trial_id=0, kind="experiment", elapsed_s=380,
+                          variant={"sha256": "an earlier baseline"})]
+    history += [make_trial(kernel="relu_squared", trial_id=i, kind="experiment", elapsed_s=100,
+                           variant={"sha256": f"v{i}"}, against={"sha256": "an earlier baseline"},
+                           verdict="rejected") for i in (1, 2, 3)]
+    monkeypatch.setattr(loop, "_trials", lambda: history)
+    begun = []
+    monkeypatch.setattr(loop, "_run_all", lambda requests: begun.append(requests) or [])
+    outcome = loop.run()
+    assert "a baseline trial takes about 380 s here" in outcome.stop_reason and outcome.best is None
+    assert begun == [] and outcome.trials_run == 0
+    loop.deadline = clock.time() + 400
+    with pytest.raises(IndexError):  # begun: the stub ran nothing, so there is no result to read
+        loop.run()
+    assert len(begun) == 1 and begun[0][0].name == "baseline"
 
 
 def test_bucket_moves_of_one_round_compare_by_the_suite_and_the_superseded_one_is_made_again_on_the_winner(

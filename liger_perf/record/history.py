@@ -357,9 +357,13 @@ def latest_best(kernel: str, root: Path) -> TrialResult | None:
 
 def trial_pace(trials: list[TrialResult], suite: str = "", kind: str = "experiment") -> float | None:
     """How long a trial of ``suite`` takes here: the median wall time of the last five complete trials of ``kind``
-    (``"screening"``: the screenings) that timed it (the upper of the two middle ones for an even count), or None
-    before there are any."""
-    recent = [t.elapsed_s for t in trials if t.kind == kind and t.status == "complete" and t.elapsed_s
+    (``"screening"``: the screenings; ``"baseline"``: the baseline trials, which time the peers too and run the
+    full gate and NCU) that timed it (the upper of the two middle ones for an even count), or None before there
+    are any."""
+    def of_kind(t: TrialResult) -> bool:
+        return t.kind == "experiment" and not t.against if kind == "baseline" else t.kind == kind
+
+    recent = [t.elapsed_s for t in trials if of_kind(t) and t.status == "complete" and t.elapsed_s
               and measures_suite(t.suite, suite)][-5:]
     return sorted(recent)[len(recent) // 2] if recent else None
 
