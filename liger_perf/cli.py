@@ -528,6 +528,13 @@ def optimize_command(
     finally:
         if runner is not None:
             runner.close()
+    from liger_perf.record.history import latest_best
+
+    shipped = latest_best(kernel, store.notebooks)
+    if shipped is not None and outcome.best is not None and shipped.trial_id != outcome.best.trial_id:
+        # The loop's best is today's baseline's; an earlier baseline's best is kept until that one is measured.
+        console.print(f"bench and patch keep trial {shipped.trial_id:04d} {shipped.name}, an earlier baseline's "
+                      "best, until a trial against today's baseline is accepted or rejected", markup=False)
     report = write_report(kernel, load_trials(kernel, store.notebooks), store.kernel_reports(kernel))
     console.print(f"report: {report}")
     if outcome.harness_error:
@@ -663,21 +670,26 @@ def e2e_command(
 def diff_command(kernel: str = typer.Argument(..., metavar="KERNEL", help="a registered kernel"),
                  device: str = typer.Option("auto", help=READ_DEVICE_HELP)) -> None:
     """The unified diff from the baseline to the best accepted variant (the one `bench` and `patch` use)."""
-    from liger_perf.record.history import best_trial, latest_best
-    from liger_perf.kernel.registry import get_spec
+    from liger_perf.record.history import best_trial, carried_best, load_trials
+    from liger_perf.kernel.registry import baseline_path, get_spec
+    from liger_perf.kernel.variants import source_hash
     from liger_perf.report import variant_diff
 
     get_spec(kernel)
     notebooks = _history_store(kernel, device).notebooks
-    best = latest_best(kernel, notebooks)
+    _, best = best_trial(kernel, notebooks)
+    base = None
     if best is None:
-        err_console.print(f"{kernel}: no accepted variant yet; the baseline is the best")
-        return
-    if best_trial(kernel, notebooks)[1] is None:
-        err_console.print(f"{kernel}: the baseline changed since trial {best.trial_id:04d} was accepted on the "
-                          "previous one, and no trial on it was accepted yet: the diff runs from today's baseline "
-                          "(`optimize` carries the previous best over first)")
-    sys.stdout.write(variant_diff(kernel, best))
+        carried = carried_best(load_trials(kernel, notebooks), source_hash(baseline_path(kernel).read_text()))
+        if carried is None:
+            err_console.print(f"{kernel}: no accepted variant yet; the baseline is the best")
+            return
+        base, best = carried
+        err_console.print(f"{kernel}: `baseline.py` changed since trial {best.trial_id:04d} was accepted, and no "
+                          "trial against it was accepted or rejected yet, so `bench` and `patch` keep that trial; "
+                          f"the diff runs from the baseline it was tuned on (trial {base.trial_id:04d})",
+                          soft_wrap=True)
+    sys.stdout.write(variant_diff(kernel, best, base=base))
 
 
 @app.command("report")

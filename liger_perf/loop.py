@@ -64,7 +64,7 @@ class LoopEvent:
 @dataclass
 class LoopOutcome:
     stop_reason: str
-    best: TrialResult
+    best: TrialResult | None  # None: stopped before the baseline trial
     trials_run: int
     events: list[LoopEvent] = field(default_factory=list)
     #: Set when the loop stopped because the harness failed (a trial never reached its variant): a fault of the
@@ -163,6 +163,11 @@ class OptimizeLoop:
             trials_run = 0
             baseline, _ = accepted_chain(self._trials(), self.baseline_sha)
             if baseline is None:
+                pace = trial_pace(self._trials(), self.suite, kind="baseline")
+                if not self._ends_in_time(pace):
+                    # As for any trial: one the deadline would cut off is not begun (a baseline trial takes the
+                    # longest of all: 374 s at 30 repetitions of the model suite on the H200, trial 0067).
+                    return self._stop(self._out_of_time("a baseline trial", pace).reason, None, trials_run)
                 request = self._request(Proposal("baseline", "", "", ""), None, variant_file=self.baseline_file,
                                         peers=True)
                 from liger_perf.measure.timing import peers_here
@@ -661,7 +666,7 @@ class OptimizeLoop:
         reason = f"trial {trial.trial_id:04d} could not run: {trial.reason}"
         return self._stop(reason, best, trials_run, harness_error=reason)
 
-    def _stop(self, reason: str, best: TrialResult, trials_run: int, harness_error: str | None = None,
+    def _stop(self, reason: str, best: TrialResult | None, trials_run: int, harness_error: str | None = None,
               baseline_failed: str | None = None) -> LoopOutcome:
         self._emit("stop", reason, best)
         return LoopOutcome(reason, best, trials_run, self.events, harness_error, baseline_failed)

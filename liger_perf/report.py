@@ -16,22 +16,23 @@ from pathlib import Path
 import pandas as pd
 
 from liger_perf.judge import drift_ratios
-from liger_perf.record.history import accepted_chain, baseline_trials, geomean, pass_interval
+from liger_perf.record.history import accepted_chain, baseline_trials, carried_best, geomean, pass_interval
 from liger_perf.kernel.registry import baseline_path
 from liger_perf.record.schema import TrialResult
 from liger_perf.kernel.variants import bucket_columns, recorded_dispatch, source_hash
 from liger_perf.core.wording import speedup
 
 
-def variant_diff(kernel: str, best: TrialResult | None) -> str:
-    """Unified diff from the baseline to the best accepted variant ('' when the baseline is still best)."""
+def variant_diff(kernel: str, best: TrialResult | None, base: TrialResult | None = None) -> str:
+    """Unified diff from the baseline to the best accepted variant ('' when the baseline is still best): from
+    ``base``'s source, the earlier baseline trial a carried best was tuned on, else from today's ``baseline.py``."""
     if best is None:
         return ""
-    base = baseline_path(kernel).read_text()
-    return "".join(difflib.unified_diff(base.splitlines(keepends=True),
+    source = base.variant.source if base is not None else baseline_path(kernel).read_text()
+    origin = f"trial {base.trial_id:04d} baseline" if base is not None else f"kernels/{kernel}/baseline.py"
+    return "".join(difflib.unified_diff(source.splitlines(keepends=True),
                                         best.variant.source.splitlines(keepends=True),
-                                        fromfile=f"kernels/{kernel}/baseline.py",
-                                        tofile=f"trial {best.trial_id:04d} {best.name}"))
+                                        fromfile=origin, tofile=f"trial {best.trial_id:04d} {best.name}"))
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
@@ -107,15 +108,14 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     baseline_sha = source_hash(baseline_path(kernel).read_text())
     baseline, chain = accepted_chain(trials, baseline_sha)
-    # While a changed baseline has no accepted trial, bench and patch keep the previous baseline's best
-    # (``history.latest_best``): the report shows that chain, on the baseline it was measured against.
+    todays_baseline = baseline
+    # While a changed baseline has not been measured against, bench and patch keep an earlier baseline's best
+    # (``history.carried_best``): the report shows that chain, on the baseline it was measured against.
     carried_from = None
-    if not chain:
-        for old in reversed(baseline_trials(trials)):
-            _, old_chain = accepted_chain(trials, old.variant_sha)
-            if old.variant_sha != baseline_sha and old_chain:
-                baseline, chain, carried_from = old, old_chain, old
-                break
+    carried = carried_best(trials, baseline_sha)
+    if carried is not None:
+        carried_from = carried[0]
+        baseline, chain = accepted_chain(trials, carried_from.variant_sha)
     best = chain[-1] if chain else None
     # The best against the baseline as the judge estimates it: a step's noise where it left a case's code as it
     # was is not counted (``judge.drift_ratios``).
@@ -130,16 +130,16 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
         (out / "report.md").write_text("\n".join(lines) + "\n")
         return out / "report.md"
     devices = sorted({t.device for t in trials})
-    fingerprint = (baseline or trials[0]).fingerprint
+    fingerprint = (todays_baseline or baseline or trials[0]).fingerprint
     lines += [f"Trials: {len(trials)} on {', '.join(devices)}"
               + (f" ({fingerprint.gpu}, torch {fingerprint.torch}, triton {fingerprint.triton})"
                  if fingerprint and fingerprint.gpu else " (Triton interpreter on the CPU: CPU timings)"),
               "Best: " + (f"trial {best.trial_id:04d} `{best.name}`" if best else "the baseline (nothing "
                                                                                  "accepted yet)")
               + (f", on the baseline of trial {carried_from.trial_id:04d}: `baseline.py` changed since, and no "
-                 "trial on it was accepted yet (`optimize` carries this best over to it first; until then `bench` "
-                 "and `patch` use this one, and the sections below compare it with that earlier baseline)"
-                 if carried_from is not None else ""), "",
+                 "trial against it was accepted or rejected yet (`optimize` tries this best's knobs on it first). "
+                 "Until then `bench` and `patch` use this one, and the sections below compare it with that "
+                 "earlier baseline" if carried_from is not None else ""), "",
               "## Every trial", "",
               "Speedup: the time of the best the trial ran against over the candidate's, geometric mean over "
               "shapes and dtypes, measured side by side in the trial, with its interval: `1.57x (faster) [1.51x, "
@@ -179,7 +179,7 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
         lines += ["## The best's dispatch table", "",
                   "Knobs the best runs at the shapes of one bucket instead of its defaults (`DISPATCH`), each with "
                   "the accepted trial that set it.", "", markdown_table(table), ""]
-    diff = variant_diff(kernel, best)
+    diff = variant_diff(kernel, best, base=carried_from)
     lines += ["## The winning change", "", "```diff", diff or "(none: the baseline is still the best)", "```", ""]
     (out / "best.diff").write_text(diff)
     (out / "report.md").write_text("\n".join(lines))

@@ -634,7 +634,8 @@ def test_the_report_gives_the_best_against_the_baseline_as_the_judge_estimates_i
 def test_while_a_changed_baseline_has_no_accepted_trial_the_report_shows_the_best_models_still_get(tmp_path,
                                                                                                     monkeypatch):
     """The recorded chain 0036-0042 on its baseline (0035), then `baseline.py` changes and its baseline trial runs:
-    `bench` and `patch` keep 0042, so the report names it, with its rows against 0035, and its diff."""
+    `bench` and `patch` keep 0042, so the report names it, compares it with 0035 (the peers' times too, not the new
+    baseline trial's) and diffs it from 0035's source, not from today's."""
     from liger_perf import report
     from liger_perf.kernel.variants import source_hash
 
@@ -645,11 +646,26 @@ def test_while_a_changed_baseline_has_no_accepted_trial_the_report_shows_the_bes
     monkeypatch.setattr(report, "baseline_path", lambda kernel: new_baseline)
     tip = max((t for t in history if t.verdict == "accepted"), key=lambda t: t.trial_id)
     old_baseline = next(t for t in history if t.trial_id == 35)
-    baseline_trial = old_baseline.model_copy(update={"trial_id": 45, "variant": old_baseline.variant.model_copy(
-        update={"sha256": source_hash(changed), "source": changed})})
+    # The new baseline trial's peers ran twice as fast: a row that read them would say so.
+    rows = [r.model_copy(update={"ratio": r.ratio / 2}) if r.contender not in ("candidate", "against") and r.ratio
+            else r for r in old_baseline.timing.rows]
+    baseline_trial = old_baseline.model_copy(update={
+        "trial_id": 45, "variant": old_baseline.variant.model_copy(update={"sha256": source_hash(changed),
+                                                                          "source": changed}),
+        "timing": old_baseline.timing.model_copy(update={"rows": rows})})
     assert report.baseline_trials([*history, baseline_trial])[-1] is baseline_trial
-    for trials in (history, [*history, baseline_trial]):
+    texts = {}
+    for name, trials in (("before its trial", history), ("after it", [*history, baseline_trial])):
         text = report.write_report("fused_add_rms_norm", trials, tmp_path / "out").read_text()
         assert f"Best: trial {tip.trial_id:04d}" in text and "on the baseline of trial 0035" in text
-        assert "| forward | 2047x5120 | bfloat16 |" in text
-        assert (tmp_path / "out" / "best.diff").read_text().startswith("--- kernels/fused_add_rms_norm/baseline.py")
+        diff = (tmp_path / "out" / "best.diff").read_text()
+        assert diff.startswith("--- trial 0035 baseline") and "changed since" not in diff
+        texts[name] = next(line for line in text.splitlines() if "| forward | 2047x5120 | bfloat16 |" in line)
+    assert texts["before its trial"] == texts["after it"]
+    # A trial against the new baseline rejected: it is measured, so the report shows it, not 0042.
+    rejected = tip.model_copy(update={"trial_id": 46,
+                                      "against": tip.against.model_copy(update={"sha256": source_hash(changed)}),
+                                      "judged": tip.judged.model_copy(update={"verdict": "rejected"})})
+    text = report.write_report("fused_add_rms_norm", [*history, baseline_trial, rejected],
+                               tmp_path / "out").read_text()
+    assert "Best: the baseline (nothing accepted yet)" in text

@@ -234,16 +234,17 @@ def test_a_changed_baseline_carries_the_previous_best_over_as_its_first_candidat
     assert "is not carried over" in loop.events[-1].message and loop.events[-1].kind == "carry-over"
 
 
-def test_while_a_changed_baseline_has_no_accepted_trial_bench_and_patch_keep_the_previous_best(tmp_path,
-                                                                                                   monkeypatch):
+def test_until_a_changed_baseline_is_measured_bench_and_patch_keep_the_latest_earlier_best(tmp_path, monkeypatch):
     """A baseline change must not hand models the new code without the tuned knobs before the loop has measured
-    the carry-over: `bench` and `patch` keep the previous chain's tip until a trial on the new baseline is
-    accepted, then take that."""
+    it: `bench` and `patch` keep the latest earlier baseline's best (not an older one) while no trial against the
+    new baseline was accepted or rejected (an inconclusive one measures nothing), then the new chain rules."""
     from liger_perf.kernel.variants import read_knobs, source_hash, with_knobs
     from liger_perf.record import history
 
     new = baseline_path("fused_add_rms_norm").read_text()
+    older = new.replace("# Tunable knobs:", "# (the older baseline)\n# Tunable knobs:")
     old = new.replace("# Tunable knobs:", "# (the old baseline)\n# Tunable knobs:")
+    older_tuned = with_knobs(older, {"bwd_tile_elements": 4096})
     tuned = with_knobs(old, {"bwd_tile_elements": 8192})
     carried = with_knobs(new, {"bwd_tile_elements": 8192})
 
@@ -252,18 +253,56 @@ def test_while_a_changed_baseline_has_no_accepted_trial_bench_and_patch_keep_the
                                                             "knobs": read_knobs(source)[0]},
                           against={"sha256": source_hash(against)} if against else None, verdict=verdict)
 
-    trials = [trial(0, old), trial(1, tuned, old, "accepted")]
+    trials = [trial(0, older), trial(1, older_tuned, older, "accepted"), trial(2, old),
+              trial(3, tuned, old, "accepted")]
     monkeypatch.setattr(history, "load_trials", lambda kernel, root: trials)
-    best = lambda: history.best_variant_file("fused_add_rms_norm", tmp_path).read_text()  # noqa: E731
-    assert best() == tuned  # no trial of today's baseline yet
-    trials.append(trial(2, new))
+
+    def best():
+        return history.best_variant_file("fused_add_rms_norm", tmp_path).read_text()
+
+    assert best() == tuned  # no trial of today's baseline yet; the latest earlier best, not the older one
+    trials.append(trial(4, new))
     assert best() == tuned  # its baseline trial alone
-    trials.append(trial(3, carried, new, "rejected"))
+    trials.append(trial(5, carried, new, "inconclusive"))
     assert best() == tuned
-    trials.append(trial(4, carried, new, "accepted"))
+    trials.append(trial(6, carried, new, "accepted"))
     assert best() == carried
+    trials[-1] = trial(6, carried, new, "rejected")  # measured: the new baseline stands as it is
+    assert history.best_variant_file("fused_add_rms_norm", tmp_path) == baseline_path("fused_add_rms_norm")
+    # Two changes in a row with nothing measured in between reach back to the last best that was.
+    trials[:] = [trial(0, older), trial(1, older_tuned, older, "accepted"), trial(2, old)]
+    assert best() == older_tuned
+    trials.append(trial(3, with_knobs(old, {"bwd_tile_elements": 512}), old, "rejected"))
+    assert history.best_variant_file("fused_add_rms_norm", tmp_path) == baseline_path("fused_add_rms_norm")
     trials[:] = [trial(0, new)]
     assert history.best_variant_file("fused_add_rms_norm", tmp_path) == baseline_path("fused_add_rms_norm")
+
+
+def test_diff_shows_the_kept_best_against_the_baseline_it_was_tuned_on(monkeypatch):
+    """`diff` while a changed baseline is unmeasured: the best `bench` and `patch` keep, diffed from its own
+    baseline's source (the tuning alone, not today's change undone), with one line saying why."""
+    from typer.testing import CliRunner
+
+    from liger_perf import cli
+    from liger_perf.kernel.variants import read_knobs, source_hash, with_knobs
+    from liger_perf.record import history
+
+    new = baseline_path("fused_add_rms_norm").read_text()
+    old = new.replace("# Tunable knobs:", "# (the old baseline)\n# Tunable knobs:")
+    tuned = with_knobs(old, {"bwd_tile_elements": 8192})
+
+    def trial(n, source, against=None, verdict=None):
+        return make_trial(trial_id=n, name=f"t{n}", variant={"sha256": source_hash(source), "source": source,
+                                                            "knobs": read_knobs(source)[0]},
+                          against={"sha256": source_hash(against)} if against else None, verdict=verdict)
+
+    trials = [trial(0, old), trial(1, tuned, old, "accepted"), trial(2, new)]
+    monkeypatch.setattr(history, "load_trials", lambda kernel, root: trials)
+    result = CliRunner().invoke(cli.app, ["diff", "fused_add_rms_norm"])
+    assert result.exit_code == 0, result.output
+    assert "--- trial 0000 baseline\n+++ trial 0001 t1" in result.stdout
+    assert "the old baseline" not in result.stdout and '+    "bwd_tile_elements": 8192' in result.stdout
+    assert "keep that trial" in result.stderr
 
 
 def test_a_carry_over_lists_only_the_moves_the_new_baseline_has_not_made(tmp_path):
@@ -341,6 +380,34 @@ def test_a_round_packs_only_the_trials_that_end_before_the_deadline():
     assert trial_pace(trials[:4]) == 110  # 50, 400, 90, 110: the upper of the middle two
     assert trial_pace([]) is None
     assert trial_pace(trials, kind="screening") == 5
+    assert trial_pace(trials, kind="baseline") == 100  # none ran against another: all of them are baselines
+    trials[4] = trials[4].model_copy(update={"against": {"sha256": "b"}})  # the 100 s one ran against a best
+    assert trial_pace(trials, kind="baseline") == 95  # 50, 400, 90, 110, 95
+
+
+def test_a_baseline_trial_the_deadline_would_cut_off_is_not_begun(tmp_path, monkeypatch):
+    """The baseline changed and its trial would end after --max-minutes at the pace of the earlier baseline
+    trials (not of the shorter candidates' trials): the loop stops at once and says why; with time enough it
+    begins it."""
+    import time as clock
+
+    loop = OptimizeLoop("relu_squared", Guardrails(target="backward"), RulesProposer(), device="interpret",
+                        budget=5, root=tmp_path, repetitions=2, convergence=False, deadline=clock.time() + 300)
+    history = [make_trial(kernel="relu_squared", trial_id=0, kind="experiment", elapsed_s=380,
+                          variant={"sha256": "an earlier baseline"})]
+    history += [make_trial(kernel="relu_squared", trial_id=i, kind="experiment", elapsed_s=100,
+                           variant={"sha256": f"v{i}"}, against={"sha256": "an earlier baseline"},
+                           verdict="rejected") for i in (1, 2, 3)]
+    monkeypatch.setattr(loop, "_trials", lambda: history)
+    begun = []
+    monkeypatch.setattr(loop, "_run_all", lambda requests: begun.append(requests) or [])
+    outcome = loop.run()
+    assert "a baseline trial takes about 380 s here" in outcome.stop_reason and outcome.best is None
+    assert begun == [] and outcome.trials_run == 0
+    loop.deadline = clock.time() + 400
+    with pytest.raises(IndexError):  # begun: the stub ran nothing, so there is no result to read
+        loop.run()
+    assert len(begun) == 1 and begun[0][0].name == "baseline"
 
 
 def test_bucket_moves_of_one_round_compare_by_the_suite_and_the_superseded_one_is_made_again_on_the_winner(

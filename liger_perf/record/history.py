@@ -341,25 +341,46 @@ def baseline_trials(trials: list[TrialResult]) -> list[TrialResult]:
     return [t for t in trials if not t.against and t.status == "complete" and t.kind == "experiment"]
 
 
+def carried_best(trials: list[TrialResult], baseline_sha: str) -> tuple[TrialResult, TrialResult] | None:
+    """(the earlier baseline's trial, its chain's tip) that ``bench`` and ``patch`` keep while today's baseline
+    (``baseline_sha``) has no accepted trial and no trial against it was rejected yet; else None.
+
+    A baseline change leaves the tuned knobs behind: the new code without them is no faster kernel until the loop
+    has measured it, which it does first by carrying the old best's knobs over. Once a trial against the new
+    baseline is rejected (the carry-over among them) or accepted, its chain is what was measured, and the old
+    best is no longer kept. Several changes in a row with nothing judged in between reach back to the last best
+    that was."""
+    order = list(dict.fromkeys([*(t.variant_sha for t in baseline_trials(trials)), baseline_sha]))
+    if baseline_sha in order[:-1]:  # an earlier baseline again (a change undone): its own history decides
+        order = order[:order.index(baseline_sha) + 1]
+    for sha in reversed(order):
+        baseline, chain = accepted_chain(trials, sha)
+        if chain:
+            return (baseline, chain[-1]) if sha != baseline_sha else None
+        if any(t.against_sha == sha and t.verdict == "rejected" for t in trials):
+            return None  # measured: that baseline stands as it is
+    return None
+
+
 def latest_best(kernel: str, root: Path) -> TrialResult | None:
-    """The history's best: the tip of today's baseline's accepted chain, else (the baseline changed since, and
-    no trial on it was accepted yet) the tip of the latest earlier baseline's chain, or None."""
+    """The best ``bench`` and ``patch`` use: the tip of today's baseline's accepted chain, else the earlier
+    baseline's best that ``carried_best`` keeps, or None (the baseline)."""
     _, best = best_trial(kernel, root)
     if best is not None:
         return best
-    trials = load_trials(kernel, root)
-    for baseline in reversed(baseline_trials(trials)):
-        _, chain = accepted_chain(trials, baseline.variant_sha)
-        if chain:
-            return chain[-1]
-    return None
+    carried = carried_best(load_trials(kernel, root), source_hash(baseline_path(kernel).read_text()))
+    return carried[1] if carried else None
 
 
 def trial_pace(trials: list[TrialResult], suite: str = "", kind: str = "experiment") -> float | None:
     """How long a trial of ``suite`` takes here: the median wall time of the last five complete trials of ``kind``
-    (``"screening"``: the screenings) that timed it (the upper of the two middle ones for an even count), or None
-    before there are any."""
-    recent = [t.elapsed_s for t in trials if t.kind == kind and t.status == "complete" and t.elapsed_s
+    (``"screening"``: the screenings; ``"baseline"``: the baseline trials, which time the peers too and run the
+    full gate and NCU) that timed it (the upper of the two middle ones for an even count), or None before there
+    are any."""
+    def of_kind(t: TrialResult) -> bool:
+        return t.kind == "experiment" and not t.against if kind == "baseline" else t.kind == kind
+
+    recent = [t.elapsed_s for t in trials if of_kind(t) and t.status == "complete" and t.elapsed_s
               and measures_suite(t.suite, suite)][-5:]
     return sorted(recent)[len(recent) // 2] if recent else None
 
