@@ -72,6 +72,9 @@ ALGORITHMS = {
                       {"bwd_tile_rows": 4, "bwd_programs_per_sm": 2, "bwd_dw_tile": True}),
     "split_programs_one_row": ({"bwd_programs_per_sm": 4, "bwd_fused_dw_max_cols": 1024},
                                {"bwd_tile_rows": 1, "bwd_programs_per_sm": 4}),
+    # A number of rows per program: the split leaves grid and tile as they are.
+    "split_with_rows_per_program": ({"bwd_programs_per_sm": 4, "bwd_tile_elements": 1024, "bwd_rows_per_program": 8},
+                                    {"bwd_tile_rows": 8, "bwd_programs_per_sm": 1}),
     # Gradients rounded where autograd rounds them (the baseline rounds them once).
     "gradients_rounded_as_autograd": ({"bwd_grad_rounding": "autograd", "bwd_tile_elements": 512},
                                       {"bwd_chunk_mode": 0, "bwd_tile_rows": 4}),
@@ -247,18 +250,19 @@ def test_the_fused_dw_reduction_is_deterministic_and_leaves_its_counters_at_zero
     torch.testing.assert_close(dws["fused"], dws["separate"], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("rows, rows_per_program", [(1, 1), (3, 1), (300, 1), (40, 8)])
+@pytest.mark.parametrize("rows, rows_per_program", [(1, 1), (3, 1), (600, 1), (40, 8)])
 def test_the_triton_dw_reduction_sums_every_partial_whatever_their_number(tmp_path, interpret_device, rows,
                                                                          rows_per_program):
     """dW by the Triton reduction equals torch's sum of the same partials: 1 and 3 partials (in a tile of 32
-    rows), 300 (more than one tile holds: two steps) and 5. The tile holds every partial of the default grid (one
-    per SM)."""
+    rows), 600 (more than one tile holds: two steps) and 5. The tile holds every partial of the default grid (one
+    per SM) and of two programs per SM."""
     import torch
 
     spec = get_spec("fused_add_rms_norm")
     source = baseline_path(spec.name).read_text()
     tile = load_variant(baseline_path(spec.name), spec).module._reduction_tile
-    assert tile(132) == (256, 16) and tile(300) == (256, 16) and tile(40) == (64, 64) and tile(1) == (32, 128)
+    assert tile(132) == (256, 16) and tile(264) == tile(600) == (512, 8) and tile(40) == (64, 64)
+    assert tile(1) == (32, 128)
     generator = torch.Generator().manual_seed(5)
     X, R, dY = (torch.randn(rows, 24, generator=generator) for _ in range(3))
     W0 = torch.randn(24, generator=generator)

@@ -86,17 +86,18 @@ _FEWER_ROWS_BWD = [
 ]
 
 # One program per SM waits on its loads, its row sums and its barriers in turn; two or four programs, each with a
-# tile as many times smaller, keep the SM's elements in flight but overlap those waits (H200, trial 0061's NCU
-# profile: DRAM at 47-59 % of its peak from 896 to 2560 columns in 16-bit types, 25 % of an SM's warps active,
-# long-scoreboard and barrier stalls ahead; torch.compile, with many small programs, is up to 1.2 times faster
-# there: reports/evidence/2026-12-03-bench-compile-best-0061-more/).
+# tile as many times smaller, keep the SM's elements (and warps) in flight and may overlap those waits (H200, trial
+# 0061's NCU profile: DRAM at 47-59 % of its peak from 896 to 2560 columns in 16-bit types, long-scoreboard and
+# barrier stalls ahead; torch.compile is up to 1.2 times faster there:
+# reports/evidence/2026-12-03-bench-compile-best-0061-more/). After the pipelining moves: more programs with the tile
+# unchanged were slower (reports/evidence/2026-12-02-programs-per-sm/), and this split is not yet measured.
 _SPLIT_BWD = [
     Remedy({"bwd_programs_per_sm": 2}, "split each SM's rows between two programs, each walking tiles half the "
-           "size: as many elements in flight, from two programs whose loads overlap each other's row sums and "
-           "barriers", "backward faster where DRAM is under 60 % busy at narrow rows (896-2560 columns); unchanged "
-           "where two programs do not fit on an SM together"),
+           "size: as many elements in flight, from two programs that need not wait on each other's row sums and "
+           "barriers", "backward faster where DRAM is under 60 % busy at narrow rows and two programs fit on an SM "
+           "together; slower where they do not (a second wave)"),
     Remedy({"bwd_programs_per_sm": 4}, "split each SM's rows between four programs, tiles a quarter the size",
-           "backward faster where two programs per SM still leave DRAM idle"),
+           "backward faster where two programs per SM still leave DRAM idle and four fit together"),
 ]
 
 
@@ -140,13 +141,12 @@ class FusedAddRMSNormSpec(KernelSpec):
             "low_achieved_occupancy": [*_SPLIT_BWD, *_TILE_BWD, *_FEWER_ROWS_BWD],
             "shared_memory_stalls": _SHARED_MEMORY_BWD,
             "memory_latency": [
-                _SPLIT_BWD[0],
                 Remedy({"num_stages": 2}, "software-pipeline the backward's row loop so the next row's loads are "
                        "in flight while this row computes", "backward 5-20% faster where DRAM is under 60% busy"),
                 Remedy({"num_stages": 3}, "deeper pipelining of the backward's row loop",
                        "backward faster where memory latency, not bandwidth, limits"),
                 *_TILE_BWD[1:2],
-                _SPLIT_BWD[1],
+                *_SPLIT_BWD,
             ],
             "explore": [*_FUSED_DW, *_TILE_BWD, *_SPLIT_BWD, *_FEWER_ROWS_BWD, *_MORE_WARPS_BWD],
         },
@@ -265,7 +265,7 @@ class FusedAddRMSNormSpec(KernelSpec):
         chunking = knobs.get("bwd_column_chunked", False) if chunk < row_block else False
         bwd_block = chunk if chunking else row_block
         tile = knobs.get("bwd_tile_elements", "row")
-        split = knobs.get("bwd_programs_per_sm", 1)
+        split = knobs.get("bwd_programs_per_sm", 1) if knobs.get("bwd_rows_per_program", "auto") == "auto" else 1
         tile_rows = 1 if chunking or tile == "row" else max(1, tile // split // bwd_block)
         bwd_warps = warps if knobs.get("bwd_num_warps", "same") == "same" else knobs["bwd_num_warps"]
         elements = tile_rows * bwd_block
@@ -298,7 +298,7 @@ class FusedAddRMSNormSpec(KernelSpec):
         chunking = knobs.get("bwd_column_chunked", False) if chunk < row_block else False
         fwd_block, bwd_block = (chunk if fwd_chunked else row_block), (chunk if chunking else row_block)
         tile = knobs.get("bwd_tile_elements", "row")
-        split = knobs.get("bwd_programs_per_sm", 1)
+        split = knobs.get("bwd_programs_per_sm", 1) if knobs.get("bwd_rows_per_program", "auto") == "auto" else 1
         tile_rows = 1 if chunking or tile == "row" else max(1, tile // split // bwd_block)
         fused_dw = hidden <= knobs.get("bwd_fused_dw_max_cols", 0)
         footprint = self.launch_footprints(knobs, "backward", shape, dtype)[0]
@@ -308,8 +308,7 @@ class FusedAddRMSNormSpec(KernelSpec):
             "backward": (bwd_block, chunking, tile_rows, footprint.threads,
                          None if chunking else knobs.get("num_stages", "auto"),  # it pipelines unchunked loops
                          knobs.get("bwd_rows_per_program", "auto"), fused_dw,
-                         # the split multiplies the programs "auto" rows per program make
-                         split if knobs.get("bwd_rows_per_program", "auto") == "auto" else None,
+                         split,  # the programs "auto" rows per program make, times this
                          None if fused_dw else knobs.get("dw_reduction", "triton"),
                          knobs.get("bwd_grad_rounding", "once"),
                          # the register order and the weight's reload act on the unchunked loops only

@@ -31,7 +31,7 @@ autograd context. The knobs reach the algorithms a kernel engineer would try nex
   ``sum(m * S)``, then columns outermost with a chunk of ``dW`` in registers (re-reads whole rows from DRAM);
 * ``fwd_column_chunked``: the forward's two passes over a chunked row (the second re-reads ``S`` from L2);
 * ``dw_reduction``: the partials summed by ``torch.sum`` plus a cast, or by one Triton kernel whose programs each
-  hold every partial of their columns in one tile (up to 256 partials);
+  hold every partial of their columns in one tile (up to 512 partials);
 * ``bwd_fused_dw_max_cols``: up to this H the reduction costs no launch of its own. Each program takes a ticket
   from a counter in its group of about sqrt(programs) after storing its partial; the group's last program sums
   the group's partials into a group partial, and the last group to finish sums the group partials into ``dW``
@@ -55,12 +55,14 @@ autograd context. The knobs reach the algorithms a kernel engineer would try nex
   (``dY * (W + offset)``, the gradient reaching ``S`` through the norm, each row's ``dW`` term); ``"once"``
   keeps them in float32 and rounds ``dX`` and ``dW`` once at the end: closer to the exact (float64) gradient
   than autograd's own, in every casting mode. The forward is the same in both;
-* ``bwd_programs_per_sm``: the rows "auto" gives one program per SM split between this many programs, each
-  walking tiles of ``bwd_tile_elements // bwd_programs_per_sm`` elements (at least one row). An SM then holds as
-  many elements in flight as before, but from independent programs: one program's loads overlap another's
-  reductions and barriers, where a single program per SM waits on each in turn (H200, trial 0061's NCU profile at
-  43690x1536 bfloat16: one 16-warp program per SM, 25 % of the warps an SM holds, DRAM at 59 % of its peak). A
-  split only pays where the smaller programs fit on an SM together (registers per thread times their threads).
+* ``bwd_programs_per_sm``: with "auto" rows per program, the rows of one program per SM split between this many
+  programs, each walking tiles of ``bwd_tile_elements // bwd_programs_per_sm`` elements (at least one row; a
+  number of rows per program leaves grid and tile alone). The warps per SM stay as they were; what may change is
+  that an SM's loads, row sums and barriers come from independent programs that need not wait for each other,
+  where one program per SM waits on each in turn (H200, trial 0061's NCU profile at 43690x1536 bfloat16: one
+  16-warp program per SM, DRAM at 59 % of its peak). Only where the smaller programs fit on an SM together
+  (registers per thread times their threads, at most 64 K): else the extra programs run as a second wave, slower.
+  More programs with the tile unchanged were slower (2026-12-02, ``reports/evidence/2026-12-02-programs-per-sm/``).
 
 Per-shape specialisation: ``DISPATCH`` maps a shape bucket to the knobs that differ from ``KNOBS`` there. The
 bucket is ``"<row block>x<element bytes>"``: the row's width rounded up to a power of two (the block a program
@@ -502,8 +504,9 @@ def _launch_settings(n_cols, dtype, device):
     fwd_block = chunk if fwd_chunked else row_block
     bwd_block = chunk if bwd_chunking else row_block
     tile = knobs["bwd_tile_elements"]
-    split = knobs["bwd_programs_per_sm"]
-    # Split between ``split`` programs, an SM's tile keeps its elements in flight (tile // split each).
+    # The split acts where "auto" rows per program size the grid: there an SM's tile, split between ``split``
+    # programs, keeps its elements in flight (tile // split each).
+    split = knobs["bwd_programs_per_sm"] if knobs["bwd_rows_per_program"] == "auto" else 1
     tile_rows = 1 if bwd_chunking or tile == "row" else max(1, tile // split // bwd_block)
     warps = knobs["num_warps"]
     bwd_warps = warps if knobs["bwd_num_warps"] == "same" else knobs["bwd_num_warps"]
@@ -532,13 +535,14 @@ REDUCTION_TILE_ELEMENTS = 4096
 
 
 def _reduction_tile(n_partials):
-    """``(BLOCK_PARTIALS, BLOCK_COLS)`` of ``_sum_rows_kernel``: up to 256 partials (one per SM, the default
-    grid, fits) in one tile, so each program issues all its loads at once and waits for memory once; the columns
-    narrowed to match, which also spreads a row over more programs. A serial walk over [32, 128] tiles made the
+    """``(BLOCK_PARTIALS, BLOCK_COLS)`` of ``_sum_rows_kernel``: up to 512 partials (one or two per SM, the
+    default grid and ``bwd_programs_per_sm = 2``, fit) in one tile, so each program issues all its loads at once
+    and waits for memory once; the columns narrowed to match, which also spreads a row over more programs. A serial walk over [32, 128] tiles made the
     reduction latency-bound: 8.3 us for 131 partials of 896 columns in 7 programs (H200, trial 0061's NCU
     profile at 12289x896 bfloat16), against 34.8 us for the backward kernel itself."""
     # At least 32 partials a tile: fewer distinct tiles (and compilations) where the grid is small.
-    block_partials = min(256, max(32, triton.next_power_of_2(n_partials)))
+    # At most 512: a row of the tile is then 8 float32 columns, one 32-byte sector.
+    block_partials = min(512, max(32, triton.next_power_of_2(n_partials)))
     return block_partials, REDUCTION_TILE_ELEMENTS // block_partials
 
 
