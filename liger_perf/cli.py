@@ -670,21 +670,16 @@ def e2e_command(
 def diff_command(kernel: str = typer.Argument(..., metavar="KERNEL", help="a registered kernel"),
                  device: str = typer.Option("auto", help=READ_DEVICE_HELP)) -> None:
     """The unified diff from the baseline to the best accepted variant (the one `bench` and `patch` use)."""
-    from liger_perf.record.history import best_trial, carried_best, load_trials
-    from liger_perf.kernel.registry import baseline_path, get_spec
-    from liger_perf.kernel.variants import source_hash
+    from liger_perf.record.history import kept_best
+    from liger_perf.kernel.registry import get_spec
     from liger_perf.report import variant_diff
 
     get_spec(kernel)
-    notebooks = _history_store(kernel, device).notebooks
-    _, best = best_trial(kernel, notebooks)
-    base = None
+    base, best = kept_best(kernel, _history_store(kernel, device).notebooks)
     if best is None:
-        carried = carried_best(load_trials(kernel, notebooks), source_hash(baseline_path(kernel).read_text()))
-        if carried is None:
-            err_console.print(f"{kernel}: no accepted variant yet; the baseline is the best")
-            return
-        base, best = carried
+        err_console.print(f"{kernel}: no accepted variant yet; the baseline is the best")
+        return
+    if base is not None:
         err_console.print(f"{kernel}: `baseline.py` changed since trial {best.trial_id:04d} was accepted, and no "
                           "trial against it was accepted or rejected yet, so `bench` and `patch` keep that trial; "
                           f"the diff runs from the baseline it was tuned on (trial {base.trial_id:04d})",
