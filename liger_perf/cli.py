@@ -429,7 +429,7 @@ def optimize_command(
     from liger_perf.judge.guardrails import TARGETS, load_guardrails
     from liger_perf.record.history import load_trials, trial_pace
     from liger_perf.loop import OptimizeLoop
-    from liger_perf.run.progress import PlainLog, describe, latest
+    from liger_perf.run.progress import PlainLog, describe, latest, pace_kind
     from liger_perf.propose import get_proposer
     from liger_perf.kernel.registry import get_spec
     from liger_perf.report import write_report
@@ -481,13 +481,15 @@ def optimize_command(
     from liger_perf.record.store import Store
 
     store = Store(device=history_device(runner or PapermillRunner(), device))  # the trials' device's history
-    expected_s = trial_pace(load_trials(kernel, store.notebooks), suite)
-    running: dict[int, tuple[str, str, float]] = {}  # trial number -> (label, artifacts folder, start)
+    history = load_trials(kernel, store.notebooks)
+    # A baseline trial (peers, the full gate, NCU) and a screening take their own time: each its kind's pace.
+    paces = {kind: trial_pace(history, suite, kind=kind) for kind in ("baseline", "experiment", "screening")}
+    running: dict[int, tuple[str, str, float, float | None]] = {}  # trial -> (label, artifacts, start, expected s)
     # A terminal shows a live status line; output that is not one (a log, a pipe, CI) gets plain lines instead:
     # one per change of a trial's step, and one at least every 30 s while a step runs.
     live = console.is_terminal or console.is_jupyter
     plain = None if live else PlainLog(lambda: dict(running), lambda line: console.print(
-        line, markup=False, highlight=False, soft_wrap=True), expected_s)
+        line, markup=False, highlight=False, soft_wrap=True))
 
     def show(event):
         # Messages carry brackets (intervals, knob dicts) that are text, not console markup.
@@ -495,7 +497,7 @@ def optimize_command(
             request = event.request
             if request is not None:
                 running[request.trial_id] = (f"{request.trial_id:04d} {request.name}", request.artifacts,
-                                             time.time())
+                                             time.time(), paces[pace_kind(request)])
             console.print(event.message if event.kind == "screen-start" else
                           f"trial {event.index} of at most {event.budget}: {event.message}", markup=False)
         elif event.kind in ("trial-end", "judged-pending", "screen-end") and event.trial is not None:
@@ -523,7 +525,7 @@ def optimize_command(
             outcome = loop.run()
         else:
             with _live_status(lambda: " | ".join(describe(label, latest(folder), started, expected_s)
-                                                 for label, folder, started in list(running.values()))):
+                                                 for label, folder, started, expected_s in list(running.values()))):
                 outcome = loop.run()
     finally:
         if runner is not None:
@@ -670,21 +672,16 @@ def e2e_command(
 def diff_command(kernel: str = typer.Argument(..., metavar="KERNEL", help="a registered kernel"),
                  device: str = typer.Option("auto", help=READ_DEVICE_HELP)) -> None:
     """The unified diff from the baseline to the best accepted variant (the one `bench` and `patch` use)."""
-    from liger_perf.record.history import best_trial, carried_best, load_trials
-    from liger_perf.kernel.registry import baseline_path, get_spec
-    from liger_perf.kernel.variants import source_hash
+    from liger_perf.record.history import kept_best
+    from liger_perf.kernel.registry import get_spec
     from liger_perf.report import variant_diff
 
     get_spec(kernel)
-    notebooks = _history_store(kernel, device).notebooks
-    _, best = best_trial(kernel, notebooks)
-    base = None
+    base, best = kept_best(kernel, _history_store(kernel, device).notebooks)
     if best is None:
-        carried = carried_best(load_trials(kernel, notebooks), source_hash(baseline_path(kernel).read_text()))
-        if carried is None:
-            err_console.print(f"{kernel}: no accepted variant yet; the baseline is the best")
-            return
-        base, best = carried
+        err_console.print(f"{kernel}: no accepted variant yet; the baseline is the best")
+        return
+    if base is not None:
         err_console.print(f"{kernel}: `baseline.py` changed since trial {best.trial_id:04d} was accepted, and no "
                           "trial against it was accepted or rejected yet, so `bench` and `patch` keep that trial; "
                           f"the diff runs from the baseline it was tuned on (trial {base.trial_id:04d})",

@@ -110,8 +110,8 @@ def test_the_plain_log_says_each_change_of_step_once_and_a_running_step_again_af
     from liger_perf.run.progress import FILE_NAME, PlainLog
 
     lines, now = [], time.time()
-    running = {3: ("0003 wider", str(tmp_path), now - 10)}
-    log = PlainLog(lambda: running, lines.append, expected_s=None, every_s=3600)
+    running = {3: ("0003 wider", str(tmp_path), now - 10, None)}
+    log = PlainLog(lambda: running, lines.append, every_s=3600)
     with (tmp_path / FILE_NAME).open("w") as f:
         for i, (step, done) in enumerate([("gate", 1), ("gate", 2), ("timing", 1), ("timing", 2)]):
             f.write(json.dumps({"t": now - 9 + i, "step": step, "done": done, "total": 2, "detail": "x\x1b[2J"}) + "\n")
@@ -124,6 +124,26 @@ def test_the_plain_log_says_each_change_of_step_once_and_a_running_step_again_af
     log.every_s = 0
     log.poll()  # a step that runs on: said again
     assert len(lines) == 3 and lines[-1].startswith("  0003 wider: timing 2/2")
+
+
+def test_a_running_step_is_estimated_at_its_own_kind_s_pace():
+    """A baseline trial takes about twice a candidate's (0067: 374 s against 189-229 s on the H200); the status
+    line estimates each step by the pace of its kind."""
+    from liger_perf.record.history import trial_pace
+    from liger_perf.record.schema import TrialRequest
+    from liger_perf.run.progress import pace_kind
+
+    def request(**fields):
+        return TrialRequest(kernel="relu_squared", trial_id=1, variant="v.py", artifacts="a", **fields)
+
+    assert pace_kind(request()) == "baseline"
+    assert pace_kind(request(against="best.py")) == "experiment"
+    assert pace_kind(request(against="best.py", kind="screening")) == "screening"
+    history = [make_trial(kind="experiment", elapsed_s=374), make_trial(kind="screening", elapsed_s=217),
+               make_trial(kind="experiment", elapsed_s=200, against={"sha256": "b"})]
+    assert [trial_pace(history, kind=pace_kind(r)) for r in (request(), request(against="b.py"),
+                                                            request(against="b.py", kind="screening"))] == [
+        374, 374, 217]  # a candidate's pace counts every experiment, the baseline's too
 
 
 @pytest.mark.slow

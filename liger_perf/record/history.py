@@ -362,14 +362,21 @@ def carried_best(trials: list[TrialResult], baseline_sha: str) -> tuple[TrialRes
     return None
 
 
+def kept_best(kernel: str, root: Path) -> tuple[TrialResult | None, TrialResult | None]:
+    """(the earlier baseline's trial or None, the best ``bench`` and ``patch`` use or None): the tip of today's
+    baseline's accepted chain (with None), else the earlier baseline's best that ``carried_best`` keeps (with
+    that baseline's trial, for a diff from the code it was tuned on), else (None, None): the baseline."""
+    trials = load_trials(kernel, root)
+    baseline_sha = source_hash(baseline_path(kernel).read_text())
+    _, chain = accepted_chain(trials, baseline_sha)
+    if chain:
+        return None, chain[-1]
+    return carried_best(trials, baseline_sha) or (None, None)
+
+
 def latest_best(kernel: str, root: Path) -> TrialResult | None:
-    """The best ``bench`` and ``patch`` use: the tip of today's baseline's accepted chain, else the earlier
-    baseline's best that ``carried_best`` keeps, or None (the baseline)."""
-    _, best = best_trial(kernel, root)
-    if best is not None:
-        return best
-    carried = carried_best(load_trials(kernel, root), source_hash(baseline_path(kernel).read_text()))
-    return carried[1] if carried else None
+    """The best ``bench`` and ``patch`` use (``kept_best``), or None: the baseline."""
+    return kept_best(kernel, root)[1]
 
 
 def trial_pace(trials: list[TrialResult], suite: str = "", kind: str = "experiment") -> float | None:

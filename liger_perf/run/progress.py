@@ -86,18 +86,24 @@ def describe(name: str, state: dict | None, started: float, expected_s: float | 
     return f"{name}: {where} · {elapsed:.0f} s{left}"
 
 
+def pace_kind(request) -> str:
+    """The kind of step whose recent pace estimates ``request``'s time (``history.trial_pace``): a screening, a
+    baseline trial (run against nothing: the peers, the full gate, NCU), or a candidate's trial."""
+    return "screening" if request.kind == "screening" else "experiment" if request.against else "baseline"
+
+
 class PlainLog:
     """The running trials' progress for output that is not a terminal (a log file, a pipe, CI), where a live
     status line shows nothing: one plain line whenever a trial's step changes, and one at least every
-    ``every_s`` while a step runs. ``running()``: trial number -> (label, artifacts folder, start time) of the
-    trials under way; ``echo``: prints one line. ``poll`` runs every ``poll_s`` in a thread of its own while the
-    ``with`` block runs; ``flush(trial)`` says the steps a trial reported since (call it before its end line)."""
+    ``every_s`` while a step runs. ``running()``: trial number -> (label, artifacts folder, start time, expected
+    seconds or None) of the trials under way; ``echo``: prints one line. ``poll`` runs every ``poll_s`` in a
+    thread of its own while the ``with`` block runs; ``flush(trial)`` says the steps a trial reported since (call
+    it before its end line)."""
 
-    def __init__(self, running, echo, expected_s: float | None = None, every_s: float = 30.0,
-                 poll_s: float = 1.0):
+    def __init__(self, running, echo, every_s: float = 30.0, poll_s: float = 1.0):
         import threading
 
-        self.running, self.echo, self.expected_s = running, echo, expected_s
+        self.running, self.echo = running, echo
         self.every_s, self.poll_s = every_s, poll_s
         self.seen: dict[int, tuple[float, str, float]] = {}  # trial -> (last step's time, its step, last line at)
         self.lock = threading.Lock()
@@ -125,17 +131,17 @@ class PlainLog:
             where = self.running().get(trial)
             if where is None:
                 return
-            label, folder, started = where
+            label, folder, started, expected_s = where
             last_t, last_step, last_line = self.seen.get(trial, (0.0, "", started))
             reported = steps(folder)
             for state in (state for state in reported if state["t"] > last_t):
                 last_t = state["t"]
                 if state["step"] != last_step:
                     last_step, last_line = state["step"], time.time()
-                    self._say(describe(label, state, started, self.expected_s, now=state["t"]))
+                    self._say(describe(label, state, started, expected_s, now=state["t"]))
             if heartbeat and time.time() - last_line >= self.every_s:
                 last_line = time.time()
-                self._say(describe(label, reported[-1] if reported else None, started, self.expected_s))
+                self._say(describe(label, reported[-1] if reported else None, started, expected_s))
             self.seen[trial] = (last_t, last_step, last_line)
 
     def _say(self, line: str) -> None:
