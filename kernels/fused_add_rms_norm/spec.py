@@ -138,7 +138,7 @@ class FusedAddRMSNormSpec(KernelSpec):
                 {"bwd_num_warps": 16}, "fewer warps per program leave more registers to each thread",
                 "backward: higher theoretical occupancy per SM at wide H")],
             "under_one_wave": [*_TILE_BWD, *_FEWER_ROWS_BWD],
-            "low_achieved_occupancy": [*_SPLIT_BWD, *_TILE_BWD, *_FEWER_ROWS_BWD],
+            "low_achieved_occupancy": [*_TILE_BWD, *_SPLIT_BWD, *_FEWER_ROWS_BWD],
             "shared_memory_stalls": _SHARED_MEMORY_BWD,
             "memory_latency": [
                 Remedy({"num_stages": 2}, "software-pipeline the backward's row loop so the next row's loads are "
