@@ -19,9 +19,9 @@ Hugging Face Transformers' models and Liger-Kernel:
 * ``none``: every operation runs in the input dtype, rounding after each step as PyTorch would.
 
 Algorithm: the forward runs ``fwd_rows_per_program`` rows per program; the backward runs on a grid of about
-one program per SM (``bwd_programs_per_sm`` of them), each looping over its share of rows and accumulating a float32 partial ``dW`` that a
-final reduction sums. Launch settings are chosen once in the forward and reach the backward through the
-autograd context. The knobs reach the algorithms a kernel engineer would try next:
+one program per SM (``bwd_programs_per_sm`` of them), each looping over its share of rows and accumulating a
+float32 partial ``dW`` that a final reduction sums. Launch settings are chosen once in the forward and reach the
+backward through the autograd context. The knobs reach the algorithms a kernel engineer would try next:
 
 * ``bwd_tile_elements``: the backward walks its rows ``max(1, tile // row block)`` at a time as one 2-D tile,
   so a narrow row no longer leaves a program with a single row's loads in flight;
@@ -537,9 +537,10 @@ REDUCTION_TILE_ELEMENTS = 4096
 def _reduction_tile(n_partials):
     """``(BLOCK_PARTIALS, BLOCK_COLS)`` of ``_sum_rows_kernel``: up to 512 partials (one or two per SM, the
     default grid and ``bwd_programs_per_sm = 2``, fit) in one tile, so each program issues all its loads at once
-    and waits for memory once; the columns narrowed to match, which also spreads a row over more programs. A serial walk over [32, 128] tiles made the
-    reduction latency-bound: 8.3 us for 131 partials of 896 columns in 7 programs (H200, trial 0061's NCU
-    profile at 12289x896 bfloat16), against 34.8 us for the backward kernel itself."""
+    and waits for memory once; the columns narrowed to match, which also spreads a row over more programs. A
+    serial walk over [32, 128] tiles made the reduction latency-bound: 8.3 us for 131 partials of 896 columns in
+    7 programs (H200, trial 0061's NCU profile at 12289x896 bfloat16), against 34.8 us for the backward kernel
+    itself."""
     # At least 32 partials a tile: fewer distinct tiles (and compilations) where the grid is small.
     # At most 512: a row of the tile is then 8 float32 columns, one 32-byte sector.
     block_partials = min(512, max(32, triton.next_power_of_2(n_partials)))
