@@ -427,7 +427,7 @@ def optimize_command(
     """The loop: propose a variant, run its trial against the current best, judge it, record the verdict."""
     from liger_perf.kernel.device import select_device
     from liger_perf.judge.guardrails import TARGETS, load_guardrails
-    from liger_perf.record.history import load_trials, trial_pace
+    from liger_perf.record.history import latest_best, load_trials, trial_pace
     from liger_perf.loop import OptimizeLoop
     from liger_perf.run.progress import PlainLog, describe, latest, pace_kind
     from liger_perf.propose import get_proposer
@@ -530,8 +530,6 @@ def optimize_command(
     finally:
         if runner is not None:
             runner.close()
-    from liger_perf.record.history import latest_best
-
     shipped = latest_best(kernel, store.notebooks)
     if shipped is not None and outcome.best is not None and shipped.trial_id != outcome.best.trial_id:
         # The loop's best is today's baseline's; an earlier baseline's best is kept until that one is measured.

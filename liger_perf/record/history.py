@@ -394,10 +394,8 @@ def trial_pace(trials: list[TrialResult], suite: str = "", kind: str = "experime
 
 def best_variant_file(kernel: str, root: Path) -> Path:
     """The best accepted variant of ``kernel``'s history in ``root`` (one device's, ``latest_best``), else the
-    baseline: what ``bench`` measures and ``patch`` puts into a model. While a changed baseline has no accepted
-    trial yet, that is the previous baseline's best, not the new baseline: its tuned knobs made it the fastest
-    kernel measured, the new code without them was not (the loop's carry-over measures them on it next), and
-    ``selfcheck`` gates it on today's stack all the same."""
+    baseline: what ``bench`` measures and ``patch`` puts into a model. Right after a baseline change that is the
+    earlier baseline's best (``carried_best``), which ``selfcheck`` gates on today's stack all the same."""
     best = latest_best(kernel, root)
     return baseline_path(kernel) if best is None else trial_variant_file(kernel, best, root)
 
