@@ -681,7 +681,8 @@ def diff_command(kernel: str = typer.Argument(..., metavar="KERNEL", help="a reg
         return
     if base is not None:
         err_console.print(f"{kernel}: `baseline.py` changed since trial {best.trial_id:04d} was accepted, and no "
-                          "trial against it was accepted or rejected yet, so `bench` and `patch` keep that trial; "
+                          "trial against it was accepted or rejected on its measurements yet, so `bench` and "
+                          "`patch` keep that trial; "
                           f"the diff runs from the baseline it was tuned on (trial {base.trial_id:04d})",
                           soft_wrap=True)
     sys.stdout.write(variant_diff(kernel, best, base=base))

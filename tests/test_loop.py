@@ -24,12 +24,16 @@ ARGS = ["optimize", "relu_squared", "--target", "forward", "--repetitions", "2",
 
 
 def _source_trial(n, source, against=None, verdict=None, **extra):
-    """Trial ``n`` of the module ``source`` (its knobs read from it), run against ``against``'s source."""
+    """Trial ``n`` of the module ``source`` (its knobs read from it), run against ``against``'s source (then with
+    one timing row measured side by side)."""
     from liger_perf.kernel.variants import read_knobs, source_hash
 
+    timed = {"timing": {"rows": [{"pass": "backward", "shape": "8x64", "dtype": "float32", "contender": "candidate",
+                                  "relative_to": "against", "ratio": 1.1}]}} if against else {}
     return make_trial(trial_id=n, name=f"t{n}", variant={"sha256": source_hash(source), "source": source,
                                                         "knobs": read_knobs(source)[0]},
-                      against={"sha256": source_hash(against)} if against else None, verdict=verdict, **extra)
+                      against={"sha256": source_hash(against)} if against else None, verdict=verdict,
+                      **{**timed, **extra})
 
 
 def _env(tmp_path):
@@ -289,6 +293,13 @@ def test_until_a_changed_baseline_is_measured_bench_and_patch_keep_the_latest_ea
     assert best() == tuned
     trials.append(trial(6, carried, new, "accepted"))
     assert best() == carried
+    # Rejected without a measurement (crashed, failed the gate, a re-check owed): nothing was learnt.
+    for unmeasured in ({"status": "crashed"}, {"status": "failed-correctness"}, {"recheck": True}):
+        status = unmeasured.get("status", "complete")
+        trials[-1] = trial(6, carried, new, "rejected", status=status)
+        if "recheck" in unmeasured:
+            trials[-1].judged.recheck = True
+        assert best() == tuned, unmeasured
     trials[-1] = trial(6, carried, new, "rejected")  # measured: the new baseline stands as it is
     assert history.best_variant_file("fused_add_rms_norm", tmp_path) == baseline_path("fused_add_rms_norm")
     # Two changes in a row with nothing measured in between reach back to the last best that was.
@@ -296,6 +307,12 @@ def test_until_a_changed_baseline_is_measured_bench_and_patch_keep_the_latest_ea
     assert best() == older_tuned
     trials.append(trial(3, with_knobs(old, {"bwd_tile_elements": 512}), old, "rejected"))
     assert history.best_variant_file("fused_add_rms_norm", tmp_path) == baseline_path("fused_add_rms_norm")
+    # A tuned variant trialled by hand against nothing is no baseline of its own (the candidates rejected against
+    # it measured nothing about a baseline).
+    trials[:] = [trial(0, old), trial(1, tuned, old, "accepted"), trial(2, with_knobs(tuned, {"num_warps": 8}),
+                                                                         tuned, "rejected"),
+                 trial(3, tuned), trial(4, new)]
+    assert best() == tuned
     trials[:] = [trial(0, new)]
     assert history.best_variant_file("fused_add_rms_norm", tmp_path) == baseline_path("fused_add_rms_norm")
 
