@@ -427,7 +427,7 @@ def optimize_command(
     """The loop: propose a variant, run its trial against the current best, judge it, record the verdict."""
     from liger_perf.kernel.device import select_device
     from liger_perf.judge.guardrails import TARGETS, load_guardrails
-    from liger_perf.record.history import load_trials, trial_pace
+    from liger_perf.record.history import latest_best, load_trials, trial_pace
     from liger_perf.loop import OptimizeLoop
     from liger_perf.run.progress import PlainLog, describe, latest, pace_kind
     from liger_perf.propose import get_proposer
@@ -530,8 +530,6 @@ def optimize_command(
     finally:
         if runner is not None:
             runner.close()
-    from liger_perf.record.history import latest_best
-
     shipped = latest_best(kernel, store.notebooks)
     if shipped is not None and outcome.best is not None and shipped.trial_id != outcome.best.trial_id:
         # The loop's best is today's baseline's; an earlier baseline's best is kept until that one is measured.
@@ -683,7 +681,8 @@ def diff_command(kernel: str = typer.Argument(..., metavar="KERNEL", help="a reg
         return
     if base is not None:
         err_console.print(f"{kernel}: `baseline.py` changed since trial {best.trial_id:04d} was accepted, and no "
-                          "trial against it was accepted or rejected yet, so `bench` and `patch` keep that trial; "
+                          "trial against it was accepted or rejected on its measurements yet, so `bench` and "
+                          "`patch` keep that trial; "
                           f"the diff runs from the baseline it was tuned on (trial {base.trial_id:04d})",
                           soft_wrap=True)
     sys.stdout.write(variant_diff(kernel, best, base=base))

@@ -134,12 +134,12 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
     lines += [f"Trials: {len(trials)} on {', '.join(devices)}"
               + (f" ({fingerprint.gpu}, torch {fingerprint.torch}, triton {fingerprint.triton})"
                  if fingerprint and fingerprint.gpu else " (Triton interpreter on the CPU: CPU timings)"),
-              "Best: " + (f"trial {best.trial_id:04d} `{best.name}`" if best else "the baseline (nothing "
-                                                                                 "accepted yet)")
+              "Best: " + (f"trial {best.trial_id:04d} `{best.name}`" if best else "today's `baseline.py` (nothing "
+                                                                                 "accepted on it yet)")
               + (f", on the baseline of trial {carried_from.trial_id:04d}: `baseline.py` changed since, and no "
-                 "trial against it was accepted or rejected yet (`optimize` tries this best's knobs on it first). "
-                 "Until then `bench` and `patch` use this one, and the sections below compare it with that "
-                 "earlier baseline" if carried_from is not None else ""), "",
+                 "trial against it was accepted or rejected on its measurements yet. Until then `bench` and "
+                 "`patch` use this one, and the sections below compare it with that earlier baseline."
+                 if carried_from is not None else ""), "",
               "## Every trial", "",
               "Speedup: the time of the best the trial ran against over the candidate's, geometric mean over "
               "shapes and dtypes, measured side by side in the trial, with its interval: `1.57x (faster) [1.51x, "

@@ -668,4 +668,4 @@ def test_while_a_changed_baseline_has_no_accepted_trial_the_report_shows_the_bes
                                       "judged": tip.judged.model_copy(update={"verdict": "rejected"})})
     text = report.write_report("fused_add_rms_norm", [*history, baseline_trial, rejected],
                                tmp_path / "out").read_text()
-    assert "Best: the baseline (nothing accepted yet)" in text
+    assert "Best: today's `baseline.py` (nothing accepted on it yet)" in text

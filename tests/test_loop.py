@@ -23,6 +23,19 @@ from made_trials import make_trial
 ARGS = ["optimize", "relu_squared", "--target", "forward", "--repetitions", "2", "--no-convergence"]
 
 
+def _source_trial(n, source, against=None, verdict=None, **extra):
+    """Trial ``n`` of the module ``source`` (its knobs read from it), run against ``against``'s source (then with
+    one timing row measured side by side)."""
+    from liger_perf.kernel.variants import read_knobs, source_hash
+
+    timed = {"timing": {"rows": [{"pass": "backward", "shape": "8x64", "dtype": "float32", "contender": "candidate",
+                                  "relative_to": "against", "ratio": 1.1}]}} if against else {}
+    return make_trial(trial_id=n, name=f"t{n}", variant={"sha256": source_hash(source), "source": source,
+                                                        "knobs": read_knobs(source)[0]},
+                      against={"sha256": source_hash(against)} if against else None, verdict=verdict,
+                      **{**timed, **extra})
+
+
 def _env(tmp_path):
     return {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1",
             "LIGER_PERF_NOTEBOOKS": str(tmp_path / "notebooks"), "LIGER_PERF_REPORTS": str(tmp_path / "reports")}
@@ -226,17 +239,13 @@ def test_a_changed_baseline_carries_the_previous_best_over_as_its_first_candidat
     """The baseline was fixed after a chain was accepted on it: the loop's first candidate on the new baseline is
     the old best's knob values on the new code (judged like any other), and it is proposed once. A best whose
     code differs from its baseline beyond the knobs is not carried over, and the loop says why."""
-    from liger_perf.kernel.variants import read_knobs, source_hash, with_knobs
+    from liger_perf.kernel.variants import with_knobs
 
     new = baseline_path("fused_add_rms_norm").read_text()
     old = new.replace("# Tunable knobs:", "# (the old baseline)\n# Tunable knobs:")
     tuned = with_knobs(old, {"bwd_tile_elements": 8192})
 
-    def trial(n, source, against=None, verdict=None, **extra):
-        return make_trial(trial_id=n, name=f"t{n}", variant={"sha256": source_hash(source), "source": source,
-                                                            "knobs": read_knobs(source)[0]},
-                          against={"sha256": source_hash(against)} if against else None, verdict=verdict,
-                          **extra)
+    trial = _source_trial
 
     history = [trial(0, old), trial(1, tuned, old, "accepted"), trial(2, new)]
     loop = OptimizeLoop("fused_add_rms_norm", Guardrails(target="backward"), RulesProposer(), device="interpret",
@@ -258,7 +267,7 @@ def test_until_a_changed_baseline_is_measured_bench_and_patch_keep_the_latest_ea
     """A baseline change must not hand models the new code without the tuned knobs before the loop has measured
     it: `bench` and `patch` keep the latest earlier baseline's best (not an older one) while no trial against the
     new baseline was accepted or rejected (an inconclusive one measures nothing), then the new chain rules."""
-    from liger_perf.kernel.variants import read_knobs, source_hash, with_knobs
+    from liger_perf.kernel.variants import with_knobs
     from liger_perf.record import history
 
     new = baseline_path("fused_add_rms_norm").read_text()
@@ -268,10 +277,7 @@ def test_until_a_changed_baseline_is_measured_bench_and_patch_keep_the_latest_ea
     tuned = with_knobs(old, {"bwd_tile_elements": 8192})
     carried = with_knobs(new, {"bwd_tile_elements": 8192})
 
-    def trial(n, source, against=None, verdict=None):
-        return make_trial(trial_id=n, name=f"t{n}", variant={"sha256": source_hash(source), "source": source,
-                                                            "knobs": read_knobs(source)[0]},
-                          against={"sha256": source_hash(against)} if against else None, verdict=verdict)
+    trial = _source_trial
 
     trials = [trial(0, older), trial(1, older_tuned, older, "accepted"), trial(2, old),
               trial(3, tuned, old, "accepted")]
@@ -287,6 +293,13 @@ def test_until_a_changed_baseline_is_measured_bench_and_patch_keep_the_latest_ea
     assert best() == tuned
     trials.append(trial(6, carried, new, "accepted"))
     assert best() == carried
+    # Rejected without a measurement (crashed, failed the gate, a re-check owed): nothing was learnt.
+    for unmeasured in ({"status": "crashed"}, {"status": "failed-correctness"}, {"recheck": True}):
+        status = unmeasured.get("status", "complete")
+        trials[-1] = trial(6, carried, new, "rejected", status=status)
+        if "recheck" in unmeasured:
+            trials[-1].judged.recheck = True
+        assert best() == tuned, unmeasured
     trials[-1] = trial(6, carried, new, "rejected")  # measured: the new baseline stands as it is
     assert history.best_variant_file("fused_add_rms_norm", tmp_path) == baseline_path("fused_add_rms_norm")
     # Two changes in a row with nothing measured in between reach back to the last best that was.
@@ -294,6 +307,12 @@ def test_until_a_changed_baseline_is_measured_bench_and_patch_keep_the_latest_ea
     assert best() == older_tuned
     trials.append(trial(3, with_knobs(old, {"bwd_tile_elements": 512}), old, "rejected"))
     assert history.best_variant_file("fused_add_rms_norm", tmp_path) == baseline_path("fused_add_rms_norm")
+    # A tuned variant trialled by hand against nothing is no baseline of its own (the candidates rejected against
+    # it measured nothing about a baseline).
+    trials[:] = [trial(0, old), trial(1, tuned, old, "accepted"), trial(2, with_knobs(tuned, {"num_warps": 8}),
+                                                                         tuned, "rejected"),
+                 trial(3, tuned), trial(4, new)]
+    assert best() == tuned
     trials[:] = [trial(0, new)]
     assert history.best_variant_file("fused_add_rms_norm", tmp_path) == baseline_path("fused_add_rms_norm")
 
@@ -304,17 +323,14 @@ def test_diff_shows_the_kept_best_against_the_baseline_it_was_tuned_on(monkeypat
     from typer.testing import CliRunner
 
     from liger_perf import cli
-    from liger_perf.kernel.variants import read_knobs, source_hash, with_knobs
+    from liger_perf.kernel.variants import with_knobs
     from liger_perf.record import history
 
     new = baseline_path("fused_add_rms_norm").read_text()
     old = new.replace("# Tunable knobs:", "# (the old baseline)\n# Tunable knobs:")
     tuned = with_knobs(old, {"bwd_tile_elements": 8192})
 
-    def trial(n, source, against=None, verdict=None):
-        return make_trial(trial_id=n, name=f"t{n}", variant={"sha256": source_hash(source), "source": source,
-                                                            "knobs": read_knobs(source)[0]},
-                          against={"sha256": source_hash(against)} if against else None, verdict=verdict)
+    trial = _source_trial
 
     trials = [trial(0, old), trial(1, tuned, old, "accepted"), trial(2, new)]
     monkeypatch.setattr(history, "load_trials", lambda kernel, root: trials)
@@ -326,17 +342,14 @@ def test_diff_shows_the_kept_best_against_the_baseline_it_was_tuned_on(monkeypat
 
 
 def test_a_carry_over_lists_only_the_moves_the_new_baseline_has_not_made(tmp_path):
-    from liger_perf.kernel.variants import read_knobs, source_hash, with_knobs
+    from liger_perf.kernel.variants import source_hash, with_knobs
 
     current = baseline_path("fused_add_rms_norm").read_text()
     new = with_knobs(current, {"num_stages": 2})
     old = current.replace("# Tunable knobs:", "# (the old baseline)\n# Tunable knobs:")
     tuned = with_knobs(old, {"bwd_tile_elements": 8192, "num_stages": 2})
 
-    def trial(n, source, against=None, verdict=None):
-        return make_trial(trial_id=n, name=f"t{n}", variant={"sha256": source_hash(source), "source": source,
-                                                            "knobs": read_knobs(source)[0]},
-                          against={"sha256": source_hash(against)} if against else None, verdict=verdict)
+    trial = _source_trial
 
     loop = OptimizeLoop("fused_add_rms_norm", Guardrails(target="backward"), RulesProposer(), device="interpret",
                         root=tmp_path)
@@ -348,16 +361,13 @@ def test_a_carry_over_lists_only_the_moves_the_new_baseline_has_not_made(tmp_pat
 def test_a_carry_over_takes_the_old_best_s_dispatch_entries_and_the_old_baseline_without_a_table_too(tmp_path):
     """The old best's entries are carried bucket by bucket; a baseline from before tables (none in its source)
     carries its best's knob values onto today's baseline, whose table starts empty."""
-    from liger_perf.kernel.variants import read_dispatch, read_knobs, source_hash, with_knobs
+    from liger_perf.kernel.variants import read_dispatch, with_knobs
 
     new = baseline_path("fused_add_rms_norm").read_text()
     old = new.replace("# Tunable knobs:", "# (the old baseline)\n# Tunable knobs:")
     tuned = with_knobs(old, {"bwd_tile_elements@8192x2": 16384, "num_warps": 8})
 
-    def trial(n, source, against=None, verdict=None):
-        return make_trial(trial_id=n, name=f"t{n}", variant={"sha256": source_hash(source), "source": source,
-                                                            "knobs": read_knobs(source)[0]},
-                          against={"sha256": source_hash(against)} if against else None, verdict=verdict)
+    trial = _source_trial
 
     loop = OptimizeLoop("fused_add_rms_norm", Guardrails(target="backward"), RulesProposer(), device="interpret",
                         root=tmp_path)

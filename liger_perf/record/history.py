@@ -350,16 +350,28 @@ def carried_best(trials: list[TrialResult], baseline_sha: str) -> tuple[TrialRes
     baseline is rejected (the carry-over among them) or accepted, its chain is what was measured, and the old
     best is no longer kept. Several changes in a row with nothing judged in between reach back to the last best
     that was."""
-    order = list(dict.fromkeys([*(t.variant_sha for t in baseline_trials(trials)), baseline_sha]))
+    # A tuned variant trialled by hand against nothing is no baseline (as the judge has it).
+    tuned = {t.variant_sha for t in trials if t.verdict == "accepted"}
+    order = list(dict.fromkeys([*(t.variant_sha for t in baseline_trials(trials) if t.variant_sha not in tuned),
+                                baseline_sha]))
     if baseline_sha in order[:-1]:  # an earlier baseline again (a change undone): its own history decides
         order = order[:order.index(baseline_sha) + 1]
     for sha in reversed(order):
         baseline, chain = accepted_chain(trials, sha)
         if chain:
             return (baseline, chain[-1]) if sha != baseline_sha else None
-        if any(t.against_sha == sha and t.verdict == "rejected" for t in trials):
+        if any(_measured_rejection(t, sha) for t in trials):
             return None  # measured: that baseline stands as it is
     return None
+
+
+def _measured_rejection(trial: TrialResult, baseline_sha: str) -> bool:
+    """A trial against ``baseline_sha`` rejected on what its timing measured: not one that crashed, failed the
+    gate, changed nothing, or whose measurements the judge did not trust (a re-check owed)."""
+    judged = trial.judged
+    return (trial.against_sha == baseline_sha and trial.variant_sha != baseline_sha and judged is not None
+            and judged.verdict == "rejected" and trial.status == "complete" and trial.kind == "experiment"
+            and not judged.recheck and not judged.suspicious and bool(trial.candidate_ratios()))
 
 
 def kept_best(kernel: str, root: Path) -> tuple[TrialResult | None, TrialResult | None]:
@@ -394,10 +406,8 @@ def trial_pace(trials: list[TrialResult], suite: str = "", kind: str = "experime
 
 def best_variant_file(kernel: str, root: Path) -> Path:
     """The best accepted variant of ``kernel``'s history in ``root`` (one device's, ``latest_best``), else the
-    baseline: what ``bench`` measures and ``patch`` puts into a model. While a changed baseline has no accepted
-    trial yet, that is the previous baseline's best, not the new baseline: its tuned knobs made it the fastest
-    kernel measured, the new code without them was not (the loop's carry-over measures them on it next), and
-    ``selfcheck`` gates it on today's stack all the same."""
+    baseline: what ``bench`` measures and ``patch`` puts into a model. Right after a baseline change that is the
+    earlier baseline's best (``carried_best``), which ``selfcheck`` gates on today's stack all the same."""
     best = latest_best(kernel, root)
     return baseline_path(kernel) if best is None else trial_variant_file(kernel, best, root)
 
