@@ -161,9 +161,10 @@ class OptimizeLoop:
             self._drop_half_written()
             self._judge_pending()
             trials_run = 0
-            baseline, _ = accepted_chain(self._trials(), self.baseline_sha)
+            trials = self._trials()
+            baseline, _ = accepted_chain(trials, self.baseline_sha)
             if baseline is None:
-                pace = trial_pace(self._trials(), self.suite, kind="baseline")
+                pace = trial_pace(trials, self.suite, kind="baseline")
                 if not self._ends_in_time(pace):
                     # As for any trial: one the deadline would cut off is not begun (a baseline trial takes the
                     # longest of all: 374 s at 30 repetitions of the model suite on the H200, trial 0067).

@@ -343,11 +343,12 @@ def baseline_trials(trials: list[TrialResult]) -> list[TrialResult]:
 
 def carried_best(trials: list[TrialResult], baseline_sha: str) -> tuple[TrialResult, TrialResult] | None:
     """(the earlier baseline's trial, its chain's tip) that ``bench`` and ``patch`` keep while today's baseline
-    (``baseline_sha``) has no accepted trial and no trial against it was rejected yet; else None.
+    (``baseline_sha``) has no accepted trial and no trial against it was rejected on its measurements yet
+    (``_measured_rejection``); else None.
 
     A baseline change leaves the tuned knobs behind: the new code without them is no faster kernel until the loop
     has measured it, which it does first by carrying the old best's knobs over. Once a trial against the new
-    baseline is rejected (the carry-over among them) or accepted, its chain is what was measured, and the old
+    baseline is rejected on its measurements (the carry-over among them) or accepted, its chain is what was measured, and the old
     best is no longer kept. Several changes in a row with nothing judged in between reach back to the last best
     that was."""
     # A tuned variant trialled by hand against nothing is no baseline (as the judge has it).
