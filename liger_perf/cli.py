@@ -544,6 +544,67 @@ def optimize_command(
         raise typer.Exit(EXIT_FAILED)
 
 
+@app.command("plan")
+def plan_command(
+    kernel: str = typer.Argument(..., metavar="KERNEL", help="a registered kernel"),
+    target: Optional[str] = typer.Option(None, help="forward | backward | full | memory; default: guardrails.yaml's"),
+    device: str = typer.Option("auto", help=READ_DEVICE_HELP),
+    guardrails: Optional[Path] = typer.Option(None, help="acceptance rules; default: the workspace's guardrails.yaml"),
+    screen: Optional[int] = typer.Option(None, min=0, help="candidates per screening, as optimize's --screen; "
+                                         "default: 4 for a GPU's history, 0 for the interpreter's"),
+    suite: str = typer.Option("", help="as optimize's --suite: '' or models-tune"),
+    buckets: str = typer.Option("", help="as optimize's --buckets, e.g. 2048x2,1024x2; '' any"),
+) -> None:
+    """What `optimize` would run next, read from the history: nothing runs, no GPU is needed (a GPU's history is
+    planned on any machine). The rules proposer's candidates, with the hypothesis each would be trialled on."""
+    from liger_perf.core.workspace import INTERPRET
+    from liger_perf.judge.guardrails import TARGETS, load_guardrails
+    from liger_perf.kernel.registry import get_spec
+    from liger_perf.loop import OptimizeLoop
+    from liger_perf.propose import get_proposer
+    from liger_perf.core.workspace import current
+    from liger_perf.run import PlanOnly
+
+    get_spec(kernel)
+    if target is not None and target not in TARGETS:
+        raise UserError(f"--target {target!r}: use one of {', '.join(TARGETS)}")
+    focus = _dispatch_buckets(buckets)
+    rules = load_guardrails(guardrails or current().guardrails, target=target)
+    store = _history_store(kernel, device)
+    mode = "interpret" if store.device == INTERPRET else "cuda"
+    if suite:
+        from liger_perf.run import check_tuning_suite
+
+        check_tuning_suite(suite, mode)
+    loop = OptimizeLoop(kernel, rules, get_proposer("rules"), device=mode, root=store.notebooks,
+                        runner=PlanOnly(mode), screen=(0 if mode == "interpret" else 4) if screen is None else screen,
+                        suite=suite, buckets=focus)
+    step = loop.plan()
+    say = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
+    for note in step.notes:
+        say(note)
+    if step.unjudged:
+        say(f"optimize first judges {count(len(step.unjudged), 'trial')} that finished without a verdict "
+            f"({', '.join(f'{n:04d}' for n in step.unjudged)}); this plan is from before those verdicts")
+    if step.baseline_trial:
+        say(f"next: the baseline trial of {loop.baseline_file} (its source has no trial on {store.device} yet), "
+            "with the peers timed beside it")
+        return
+    best = f"{step.best.trial_id:04d} {step.best.name}"
+    if step.stop:
+        say(f"next: nothing (best: trial {best}): {step.stop}")
+        return
+    for title, proposals in ((f"full trials against trial {best}, in this order", step.trials),
+                             (f"a screening of {len(step.screening)} against trial {best} in one notebook; each "
+                              "that may be faster then gets a full trial, the fastest first", step.screening)):
+        if not proposals:
+            continue
+        say(f"next: {title}:")
+        for proposal in proposals:
+            changes = ", ".join(f"{k}={v!r}" for k, v in (proposal.changes or {}).items()) or "code"
+            say(f"  {proposal.name}: {changes}\n    {proposal.hypothesis}")
+
+
 @app.command("bench")
 def bench_command(
     kernel: str = typer.Argument(..., metavar="KERNEL", help="a registered kernel"),

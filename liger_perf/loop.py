@@ -74,6 +74,24 @@ class LoopOutcome:
     baseline_failed: str | None = None
 
 
+@dataclass
+class NextStep:
+    """What ``OptimizeLoop.run`` would begin next, read from the history alone (``liger-perf plan``): nothing is
+    run, proposed code is not written anywhere, no GPU is needed. A plan for a GPU's history, made here."""
+
+    best: TrialResult | None  # the best the steps would run against; None before the baseline's trial
+    baseline_trial: bool = False  # the baseline (as ``kernels/<kernel>/baseline.py`` is today) has no trial yet
+    #: Full trials against ``best``, in order: the loop's own (a carry-over, a re-run, a candidate kept by an
+    #: earlier screening) first, then the proposer's where no screening is due.
+    trials: list[Proposal] = field(default_factory=list)
+    #: The proposer's batch, screened in one notebook; those that may be faster then get full trials, best first.
+    screening: list[Proposal] = field(default_factory=list)
+    stop: str = ""  # why nothing would run (as ``optimize`` would say it)
+    #: Trials that finished without a verdict: ``optimize`` judges them first, and the plan is from before that.
+    unjudged: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # the loop's messages on the way (a carry-over refused, ...)
+
+
 #: Screenings in a row that kept nothing, after which the loop stops (a screening spends no trial budget).
 FRUITLESS_SCREENINGS = 3
 
@@ -154,9 +172,7 @@ class OptimizeLoop:
     # -- the loop ------------------------------------------------------------------------------------------
 
     def run(self) -> LoopOutcome:
-        if self.guardrails.target != "memory" and self.guardrails.target not in self.spec.passes:
-            raise UserError(f"--target {self.guardrails.target}: {self.kernel} has the passes "
-                            f"{', '.join(self.spec.passes)} (or memory)")
+        self._check_target()
         with self.store.lock("optimize", self.kernel):
             self._drop_half_written()
             self._judge_pending()
@@ -223,6 +239,35 @@ class OptimizeLoop:
                 if failed is not None:  # the variant will be proposed again once the harness works
                     return self._harness_failed(failed, best=best, trials_run=trials_run)
 
+    def plan(self) -> NextStep:
+        """What ``run`` would begin next, from the history as it stands: the same round (carry-over, re-runs,
+        kept candidates, then the proposer's batch), with nothing run, judged or written. The loop's own messages
+        on the way are the plan's notes. Without a deadline (a plan knows no wall clock) and before the verdicts of
+        any trial left unjudged, which ``run`` gives first."""
+        self._check_target()
+        trials = self._trials()
+        unjudged = [t.trial_id for t in trials if t.verdict is None and t.against and t.kind == "experiment"
+                    and t.status != HARNESS_ERROR]
+        notes_from = len(self.events)
+        baseline, chain = accepted_chain(trials, self.baseline_sha)
+        if baseline is None:
+            return NextStep(None, baseline_trial=True, unjudged=unjudged)
+        best = chain[-1] if chain else baseline
+        step = NextStep(best, unjudged=unjudged, stop=self._stop_reason(trials, best, trials_run=0))
+        if not step.stop:
+            steps, proposed, free, stop = self._candidates(trials, best, room=min(self.runner.workers, self.budget))
+            screened = len(proposed) > free
+            step.trials = [*steps, *([] if screened else proposed)]
+            step.screening = proposed if screened else []
+            step.stop = stop.reason if stop is not None and not step.trials and not step.screening else ""
+        step.notes = [event.message for event in self.events[notes_from:]]
+        return step
+
+    def _check_target(self) -> None:
+        if self.guardrails.target != "memory" and self.guardrails.target not in self.spec.passes:
+            raise UserError(f"--target {self.guardrails.target}: {self.kernel} has the passes "
+                            f"{', '.join(self.spec.passes)} (or memory)")
+
     # -- steps ---------------------------------------------------------------------------------------------
 
     def _trials(self) -> list[TrialResult]:
@@ -264,12 +309,38 @@ class OptimizeLoop:
 
     def _round(self, trials: list[TrialResult], best: TrialResult, room: int, best_file: Path,
                budget_left: int) -> list[Proposal] | Stop | TrialResult:
-        """The candidates to trial at once against ``best``: first the loop's own re-runs (an inconclusive trial
-        re-measured, a candidate superseded in its round re-trialled), up to ``room``, then the proposer's. With
-        screening, the proposer is asked for a batch of ``screen``; when it gives more than the round has room
-        for, the batch is screened and every candidate that may be faster gets a full trial, best first, within
-        the budget (an empty list: the whole batch was dropped). A ``TrialResult``: the screening's harness
-        failed."""
+        """The candidates to trial at once against ``best`` (``_candidates``). When the proposer gives more than
+        the round has room for, the batch is screened and every candidate that may be faster gets a full trial,
+        best first, within the budget (an empty list: the whole batch was dropped). A ``TrialResult``: the
+        screening's harness failed."""
+        steps, proposed, free, stop = self._candidates(trials, best, room)
+        if len(proposed) > free:
+            kept = self._screen(proposed, best, best_file)
+            if isinstance(kept, TrialResult):
+                return kept
+            if not steps and not kept:
+                return []
+            proposed = kept[:max(0, budget_left - len(steps))]
+        if not steps and not proposed and stop is not None:
+            return stop
+        if self.deadline is not None:
+            # Every candidate a screening kept joins the round, one after another per worker: only those that
+            # end before the deadline by the recent trials' pace (0025-0028 on the H200: rounds of three started
+            # at the deadline, and the job's time limit killed all three). Those left out come first next time.
+            pace = trial_pace(trials, self.suite)
+            fits = trials_within(self.deadline - time.time(), pace, self.runner.workers,
+                                 len(steps) + len(proposed))
+            if (steps or proposed) and not fits:
+                return self._out_of_time("a trial", pace)
+            steps, proposed = steps[:fits], proposed[:max(0, fits - len(steps))]
+        return [*steps, *proposed]
+
+    def _candidates(self, trials: list[TrialResult], best: TrialResult,
+                    room: int) -> tuple[list[Proposal], list[Proposal], int, Stop | None]:
+        """A round before its screening: ``(the loop's own re-runs, the proposer's candidates, the room left for
+        them, why the proposer stopped)``. The loop's own come first (a carry-over, an inconclusive trial
+        re-measured, a candidate superseded in its round re-trialled, one an earlier screening kept), up to
+        ``room``; then the proposer is asked for a batch of ``screen`` (with screening) or for the room left."""
         steps = [*self._carry_over(trials, best), *self._reruns(trials, best),
                  *self._kept_by_screening(trials, best)]
         # A superseded kept candidate is both a re-run (on the round's winner) and a kept one: one trial of it.
@@ -305,26 +376,7 @@ class OptimizeLoop:
                             "DISPATCH entries alone")
                 break
             proposed.append(step)
-        if len(proposed) > free:
-            kept = self._screen(proposed, best, best_file)
-            if isinstance(kept, TrialResult):
-                return kept
-            if not steps and not kept:
-                return []
-            proposed = kept[:max(0, budget_left - len(steps))]
-        if not steps and not proposed and stop is not None:
-            return stop
-        if self.deadline is not None:
-            # Every candidate a screening kept joins the round, one after another per worker: only those that
-            # end before the deadline by the recent trials' pace (0025-0028 on the H200: rounds of three started
-            # at the deadline, and the job's time limit killed all three). Those left out come first next time.
-            pace = trial_pace(trials, self.suite)
-            fits = trials_within(self.deadline - time.time(), pace, self.runner.workers,
-                                 len(steps) + len(proposed))
-            if (steps or proposed) and not fits:
-                return self._out_of_time("a trial", pace)
-            steps, proposed = steps[:fits], proposed[:max(0, fits - len(steps))]
-        return [*steps, *proposed]
+        return steps, proposed, free, stop
 
     def _out_of_time(self, what: str, pace: float | None) -> Stop:
         left = max(0.0, self.deadline - time.time())

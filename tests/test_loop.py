@@ -472,3 +472,67 @@ def test_bucket_moves_of_one_round_compare_by_the_suite_and_the_superseded_one_i
     again = trial(3, rerun.source, rerun.changes, gain=0.0, suite_gain=0.0, against=wide)
     again = again.model_copy(update={"judged": Verdict(verdict="rejected")})
     assert loop._reruns([first, second, again], second) == []
+
+
+def test_a_plan_shows_the_next_step_and_runs_screens_judges_and_writes_nothing(tmp_path, monkeypatch):
+    """`liger-perf plan`: before the baseline's trial, that trial; then the proposer's batch as one screening
+    (more candidates than the round has room for), and an inconclusive trial's re-run ahead of it, as `run` would
+    begin them; a trial left without a verdict is named. Nothing is run, screened, judged or written."""
+    from liger_perf.kernel.variants import with_knobs
+    from liger_perf.run import PlanOnly
+
+    base = baseline_path("fused_add_rms_norm").read_text()
+    loop = OptimizeLoop("fused_add_rms_norm", Guardrails(target="backward"), RulesProposer(), root=tmp_path,
+                        runner=PlanOnly("cuda"), screen=3)
+    history = []
+    monkeypatch.setattr(loop, "_trials", lambda: history)
+    for step in ("_run_all", "_screen", "_judge_and_record", "_reconcile"):
+        monkeypatch.setattr(loop, step, lambda *args, step=step: pytest.fail(f"a plan called {step}"))
+
+    planned = loop.plan()
+    assert planned.baseline_trial and planned.best is None and not planned.screening
+
+    history.append(_source_trial(0, base))
+    planned = loop.plan()
+    assert not planned.baseline_trial and planned.best.trial_id == 0 and planned.stop == ""
+    assert planned.trials == [] and len(planned.screening) == 3
+    assert len({p.source for p in planned.screening}) == 3 and all(p.changes for p in planned.screening)
+    loop.screen = 0  # no screening: the proposer fills the round's one slot, a full trial
+    planned = loop.plan()
+    assert len(planned.trials) == 1 and planned.screening == [] and planned.trials[0].changes
+    loop.screen = 3
+
+    tried = with_knobs(base, {"num_stages": 2})
+    history.append(_source_trial(1, tried, base, "inconclusive", changes={"num_stages": 2}))
+    history.append(_source_trial(2, with_knobs(base, {"num_stages": 3}), base))  # finished, never judged
+    planned = loop.plan()
+    (rerun,) = planned.trials  # the round's one slot: the re-run, so no batch is asked for
+    assert rerun.name == "t1-remeasure" and rerun.source == tried and planned.screening == []
+    assert planned.unjudged == [2]
+    assert list(tmp_path.rglob("*")) == []
+
+
+def test_plan_on_the_command_line_reads_a_history_and_says_what_runs_next(tmp_path, monkeypatch):
+    """The command plans from the recorded history without a GPU and prints each candidate with its changes and
+    hypothesis; before any trial it names the baseline trial."""
+    from typer.testing import CliRunner
+    from liger_perf.cli import app
+    from liger_perf.kernel.variants import source_hash
+
+    monkeypatch.setenv("LIGER_PERF_NOTEBOOKS", str(tmp_path / "notebooks"))
+    monkeypatch.setenv("LIGER_PERF_REPORTS", str(tmp_path / "reports"))
+    cli = CliRunner()
+    first = cli.invoke(app, ["plan", "relu_squared", "--device", "interpret", "--target", "forward"])
+    assert first.exit_code == 0, first.output
+    assert "next: the baseline trial of" in first.output and "relu_squared" in first.output
+
+    base = baseline_path("relu_squared").read_text()
+    history = [make_trial(kernel="relu_squared", trial_id=0, name="baseline", device="interpret",
+                          variant={"sha256": source_hash(base), "source": base})]
+    monkeypatch.setattr(OptimizeLoop, "_trials", lambda self: history)
+    planned = cli.invoke(app, ["plan", "relu_squared", "--device", "interpret", "--target", "forward",
+                               "--screen", "2"])
+    assert planned.exit_code == 0, planned.output
+    assert "next: a screening of 2 against trial 0000 baseline" in planned.output
+    assert planned.output.count("\n    ") == 2  # each candidate's hypothesis under its name and changes
+    assert not (tmp_path / "notebooks").exists() or not list((tmp_path / "notebooks").rglob("*.ipynb"))

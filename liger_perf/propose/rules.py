@@ -433,7 +433,7 @@ class RulesProposer:
                           "accepted steps' ratios since), so this bucket comes first.")
             return Proposal(
                 name=_proposal_name(changes), source=source,
-                hypothesis=f"{evidence}. {remedy.why}{scope}{unlaunchable.spill_note(changes, diagnosis)}",
+                hypothesis=f"{evidence}. {remedy.why.rstrip('.')}.{scope}{unlaunchable.spill_note(changes, diagnosis)}",
                 prediction=remedy.effect, changes=changes,
                 diagnosis=diagnosis.name if diagnosis else "explore")
 

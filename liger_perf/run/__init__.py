@@ -7,6 +7,7 @@ in the store.
   once, on one host or several.
 - ``ReplayRunner`` (``run/replay.py``): serves recorded trials instead of running them, so the loop, the judge and
   the proposers run through recorded GPU notebooks in seconds on any machine.
+- ``PlanOnly`` (below): runs nothing; the loop's plan of its next step (``liger-perf plan``) reads a history with it.
 
 The caller takes the trial's number from the store (``Store.new_trial``) and builds the request; the runner
 writes the notebook at the store's paths for that number and returns it with its structured result.
@@ -58,6 +59,28 @@ def history_device(runner: Runner, device: str) -> str:
     if runner.mode(device) == "interpret":
         return INTERPRET
     return device_class(runner.fingerprint(device).get("gpu") or "cuda")
+
+
+class PlanOnly:
+    """The runner of a plan (``liger-perf plan``): it reports the device mode of the history it reads (``cuda``
+    for a GPU's, on any machine) and runs nothing: the loop asks it for the mode and for no trial."""
+
+    workers = 1
+
+    def __init__(self, mode: str):
+        self._mode = mode
+
+    def mode(self, device: str) -> str:
+        return self._mode
+
+    def fingerprint(self, device: str) -> dict[str, Any]:
+        return {}
+
+    def run(self, request: TrialRequest, store: Store) -> TrialRun:
+        raise RuntimeError("a plan runs no trial")
+
+    def run_many(self, requests: list[TrialRequest], store: Store) -> list[TrialRun]:
+        raise RuntimeError("a plan runs no trial")
 
 
 class OneAtATime:
