@@ -578,8 +578,6 @@ class OptimizeLoop:
                                         f"{superseded_by:04d}", "retrial")
             else:
                 continue
-            if self._waits_outside_buckets(t, name[:60]):
-                continue
             # Its knob changes were made from the best it was first measured against; against another best they
             # are not this trial's changes (and would rule out the wrong move when it is rejected). A move made of
             # knob changes alone is made again on the new best instead: a move in another dispatch bucket than the
@@ -594,6 +592,9 @@ class OptimizeLoop:
                     source, changes = moved, dict(t.changes)
                     if any(later.variant_sha == source_hash(moved) for later in experiments[i + 1:]):
                         continue  # re-run on this best already
+            # Only a re-run still owed waits (and says so): not one the best made since.
+            if self._waits_outside_buckets(t, name[:60]):
+                continue
             reruns.append(Proposal(name=name[:60], source=source,
                                    hypothesis=f"re-run of trial {t.trial_id:04d}, {why}: {t.hypothesis}",
                                    prediction=t.prediction, changes=changes, diagnosis=diagnosis))

@@ -632,13 +632,13 @@ def test_with_buckets_a_re_measure_of_another_buckets_move_waits_and_says_so(tmp
             changes = {"BLOCK_SIZE@2048x2": 2048}
             return Proposal("move", with_knobs(context.best_source, changes), "", "", changes)
 
-    def first_step(history, buckets):
+    def first_step(history, buckets, best=base):
         loop = loop_module.OptimizeLoop("fused_add_rms_norm", Guardrails(), Told(), device="interpret", budget=5,
                                         root=tmp_path, runner=_ScreeningRunner(keep=set()), screen=0,
                                         buckets=buckets)
-        (step,) = loop._round([base, history], base, room=1, best_file=baseline_path("fused_add_rms_norm"),
-                              budget_left=5)
-        loop._round([base, history], base, room=1, best_file=baseline_path("fused_add_rms_norm"), budget_left=5)
+        trials = [base, history, *([best] if best is not base else [])]
+        (step,) = loop._round(trials, best, room=1, best_file=baseline_path("fused_add_rms_norm"), budget_left=5)
+        loop._round(trials, best, room=1, best_file=baseline_path("fused_add_rms_norm"), budget_left=5)
         return step, [e.message for e in loop.events if e.kind == "waits"]
 
     narrow = inconclusive({"BLOCK_SIZE@1024x2": 2048})
@@ -655,3 +655,9 @@ def test_with_buckets_a_re_measure_of_another_buckets_move_waits_and_says_so(tmp
         assert step.name == "narrow-remeasure" and not said
     step, said = first_step(inconclusive({"BLOCK_SIZE": 2048}), ("2048x2",))
     assert step.name == "narrow-remeasure" and not said
+    # A best that made the move since (a later trial, a carry-over) owes it no re-measure: nothing waits, no line.
+    made = with_knobs(source, {"BLOCK_SIZE@1024x2": 2048, "num_warps@8192x2": 8})
+    winner = base.model_copy(update={"trial_id": 2, "variant": base.variant.model_copy(
+        update={"sha256": source_hash(made), "source": made})})
+    step, said = first_step(narrow, ("2048x2",), best=winner)
+    assert step.changes == {"BLOCK_SIZE@2048x2": 2048} and not said
