@@ -554,15 +554,18 @@ def plan_command(
                                          "default: 4 for a GPU's history, 0 for the interpreter's"),
     suite: str = typer.Option("", help="as optimize's --suite: '' or models-tune"),
     buckets: str = typer.Option("", help="as optimize's --buckets, e.g. 2048x2,1024x2; '' any"),
+    workers: int = typer.Option(1, min=1, help="as optimize's --workers: trials a round holds"),
+    budget: int = typer.Option(10, min=1, help="as optimize's --budget: trials the run may begin"),
 ) -> None:
-    """What `optimize` would run next, read from the history: nothing runs, no GPU is needed (a GPU's history is
-    planned on any machine). The rules proposer's candidates, with the hypothesis each would be trialled on."""
-    from liger_perf.core.workspace import INTERPRET
+    """What `optimize` with the same options would begin next, read from the history: nothing runs and nothing is
+    written, so no GPU is needed (a GPU's history is planned on any machine). The rules proposer's candidates, each
+    with its changes and the hypothesis it would be trialled on."""
+    from liger_perf.core.workspace import INTERPRET, current
     from liger_perf.judge.guardrails import TARGETS, load_guardrails
     from liger_perf.kernel.registry import get_spec
     from liger_perf.loop import OptimizeLoop
     from liger_perf.propose import get_proposer
-    from liger_perf.core.workspace import current
+    from liger_perf.record.history import load_trials
     from liger_perf.run import PlanOnly
 
     get_spec(kernel)
@@ -572,37 +575,45 @@ def plan_command(
     rules = load_guardrails(guardrails or current().guardrails, target=target)
     store = _history_store(kernel, device)
     mode = "interpret" if store.device == INTERPRET else "cuda"
-    if suite:
-        from liger_perf.run import check_tuning_suite
-
-        check_tuning_suite(suite, mode)
-    loop = OptimizeLoop(kernel, rules, get_proposer("rules"), device=mode, root=store.notebooks,
-                        runner=PlanOnly(mode), screen=(0 if mode == "interpret" else 4) if screen is None else screen,
-                        suite=suite, buckets=focus)
+    loop = OptimizeLoop(kernel, rules, get_proposer("rules"), device=mode, budget=budget, root=store.notebooks,
+                        runner=PlanOnly(mode, workers), suite=suite, buckets=focus,
+                        screen=(0 if mode == "interpret" else 4) if screen is None else screen)
     step = loop.plan()
-    say = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
-    for note in step.notes:
-        say(note)
-    if step.unjudged:
-        say(f"optimize first judges {count(len(step.unjudged), 'trial')} that finished without a verdict "
-            f"({', '.join(f'{n:04d}' for n in step.unjudged)}); this plan is from before those verdicts")
-    if step.baseline_trial:
-        say(f"next: the baseline trial of {loop.baseline_file} (its source has no trial on {store.device} yet), "
-            "with the peers timed beside it")
-        return
-    best = f"{step.best.trial_id:04d} {step.best.name}"
-    if step.stop:
-        say(f"next: nothing (best: trial {best}): {step.stop}")
-        return
-    for title, proposals in ((f"full trials against trial {best}, in this order", step.trials),
-                             (f"a screening of {len(step.screening)} against trial {best} in one notebook; each "
-                              "that may be faster then gets a full trial, the fastest first", step.screening)):
-        if not proposals:
-            continue
-        say(f"next: {title}:")
+
+    def say(text: str) -> None:
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def show(proposals) -> None:
         for proposal in proposals:
             changes = ", ".join(f"{k}={v!r}" for k, v in (proposal.changes or {}).items()) or "code"
             say(f"  {proposal.name}: {changes}\n    {proposal.hypothesis}")
+
+    say(f"{kernel}, the {store.device} history ({rules.target}"
+        + (f", suite {suite}" if suite else "") + (f", buckets {', '.join(focus)}" if focus else "") + "):")
+    for note in step.notes:
+        say(note)
+    if step.baseline_trial:
+        baseline = current().relative(loop.baseline_file)
+        last = next((t for t in reversed(load_trials(kernel, store.notebooks))
+                     if t.variant_sha == loop.baseline_sha and not t.against), None)
+        said = (f"its last trial, {last.trial_id:04d}, ended {last.status}" + (f" ({last.reason})" if last.reason
+                                                                               else "")
+                if last is not None else "its source has no trial in this history yet")
+        say(f"next: the baseline trial of {baseline}, with the peers timed beside it: {said}")
+        return
+    best = f"trial {step.best.trial_id:04d} {step.best.name}"
+    if step.stop:
+        say(f"next: nothing (best: {best}): {step.stop}")
+        return
+    if step.screening:
+        say(f"next: a screening of {count(len(step.screening), 'candidate')} against {best} in one notebook"
+            + ("" if step.trials else "; those that may be faster then get full trials, the fastest first") + ":")
+        show(step.screening)
+    if step.trials:
+        say(f"then a round of full trials against {best}: these first, then those the screening keeps, the fastest "
+            "first:" if step.screening else f"next: {count(len(step.trials), 'full trial')} against {best}, in "
+            "this order:")
+        show(step.trials)
 
 
 @app.command("bench")

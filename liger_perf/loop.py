@@ -23,7 +23,7 @@ from liger_perf.propose.rules import peer_leads
 from liger_perf.record.notebook import record_verdict
 from liger_perf.kernel.registry import baseline_path, get_spec
 from liger_perf.run import Runner, check_tuning_suite, history_device, trial_request
-from liger_perf.record.schema import HARNESS_ERROR, TrialRequest, TrialResult
+from liger_perf.record.schema import HARNESS_ERROR, TrialRequest, TrialResult, Verdict
 from liger_perf.record.store import Store, trial_number
 from liger_perf.kernel.variants import source_hash, target_buckets, with_knobs
 from liger_perf.core.wording import count, speedup
@@ -77,19 +77,20 @@ class LoopOutcome:
 @dataclass
 class NextStep:
     """What ``OptimizeLoop.run`` would begin next, read from the history alone (``liger-perf plan``): nothing is
-    run, proposed code is not written anywhere, no GPU is needed. A plan for a GPU's history, made here."""
+    run or written, so no GPU is needed, and a GPU's history can be planned on any machine."""
 
     best: TrialResult | None  # the best the steps would run against; None before the baseline's trial
     baseline_trial: bool = False  # the baseline (as ``kernels/<kernel>/baseline.py`` is today) has no trial yet
     #: Full trials against ``best``, in order: the loop's own (a carry-over, a re-run, a candidate kept by an
-    #: earlier screening) first, then the proposer's where no screening is due.
+    #: earlier screening) first, then the proposer's where no screening is due. After a screening, those it keeps
+    #: join them in the same round.
     trials: list[Proposal] = field(default_factory=list)
     #: The proposer's batch, screened in one notebook; those that may be faster then get full trials, best first.
     screening: list[Proposal] = field(default_factory=list)
     stop: str = ""  # why nothing would run (as ``optimize`` would say it)
-    #: Trials that finished without a verdict: ``optimize`` judges them first, and the plan is from before that.
-    unjudged: list[int] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # the loop's messages on the way (a carry-over refused, ...)
+    #: The loop's messages on the way: the verdicts of trials left unjudged, which it gives first; a carry-over
+    #: refused; a re-run waiting outside ``--buckets``.
+    notes: list[str] = field(default_factory=list)
 
 
 #: Screenings in a row that kept nothing, after which the loop stops (a screening spends no trial budget).
@@ -168,6 +169,10 @@ class OptimizeLoop:
         self.screen = screen
         self.screened = 0  # candidates screened by this invocation
         self.fruitless_screenings = 0  # screenings in a row that kept no candidate (a proposer that never tires)
+        #: A plan (``plan``) judges the trials a killed run left unjudged as ``run`` would, but keeps the verdicts
+        #: here, by trial number, instead of writing them into the notebooks.
+        self._planning = False
+        self._planned_verdicts: dict[int, Verdict] = {}
 
     # -- the loop ------------------------------------------------------------------------------------------
 
@@ -240,28 +245,37 @@ class OptimizeLoop:
                     return self._harness_failed(failed, best=best, trials_run=trials_run)
 
     def plan(self) -> NextStep:
-        """What ``run`` would begin next, from the history as it stands: the same round (carry-over, re-runs,
-        kept candidates, then the proposer's batch), with nothing run, judged or written. The loop's own messages
-        on the way are the plan's notes. Without a deadline (a plan knows no wall clock) and before the verdicts of
-        any trial left unjudged, which ``run`` gives first."""
+        """What ``run`` would begin next, from the history as it stands: the trials a killed run left unjudged
+        judged first (their verdicts kept in memory), then the same round (carry-over, re-runs, kept candidates,
+        the proposer's batch), with nothing run, screened or written. The loop's messages on the way are the
+        plan's notes. A plan knows no deadline: ``--max-minutes`` may leave out what it lists."""
         self._check_target()
-        trials = self._trials()
-        unjudged = [t.trial_id for t in trials if t.verdict is None and t.against and t.kind == "experiment"
-                    and t.status != HARNESS_ERROR]
-        notes_from = len(self.events)
-        baseline, chain = accepted_chain(trials, self.baseline_sha)
-        if baseline is None:
-            return NextStep(None, baseline_trial=True, unjudged=unjudged)
-        best = chain[-1] if chain else baseline
-        step = NextStep(best, unjudged=unjudged, stop=self._stop_reason(trials, best, trials_run=0))
-        if not step.stop:
-            steps, proposed, free, stop = self._candidates(trials, best, room=min(self.runner.workers, self.budget))
-            screened = len(proposed) > free
-            step.trials = [*steps, *([] if screened else proposed)]
-            step.screening = proposed if screened else []
-            step.stop = stop.reason if stop is not None and not step.trials and not step.screening else ""
-        step.notes = [event.message for event in self.events[notes_from:]]
-        return step
+        self._planning, self._planned_verdicts = True, {}
+        try:
+            events_from = len(self.events)
+            self._judge_pending()
+            notes = [e.message if e.kind != "trial-end" or e.trial is None else
+                     f"optimize first records trial {e.trial.trial_id:04d}'s verdict: {e.message}"
+                     for e in self.events[events_from:] if e.kind != "judged-pending"]
+            trials = self._trials()
+            baseline, chain = accepted_chain(trials, self.baseline_sha)
+            if baseline is None:
+                return NextStep(None, baseline_trial=True, notes=notes)
+            best = chain[-1] if chain else baseline
+            step = NextStep(best, stop=self._stop_reason(trials, best, trials_run=0))
+            if not step.stop:
+                events_from = len(self.events)
+                steps, proposed, free, stop = self._candidates(trials, best,
+                                                               room=min(self.runner.workers, self.budget))
+                notes += [e.message for e in self.events[events_from:]]
+                screened = len(proposed) > free
+                step.trials = [*steps, *([] if screened else proposed)]
+                step.screening = proposed if screened else []
+                step.stop = stop.reason if stop is not None and not step.trials and not step.screening else ""
+            step.notes = notes
+            return step
+        finally:
+            self._planning, self._planned_verdicts = False, {}
 
     def _check_target(self) -> None:
         if self.guardrails.target != "memory" and self.guardrails.target not in self.spec.passes:
@@ -271,7 +285,17 @@ class OptimizeLoop:
     # -- steps ---------------------------------------------------------------------------------------------
 
     def _trials(self) -> list[TrialResult]:
-        return [t for t in load_trials(self.kernel, self.root) if t.device == self.mode]
+        trials = [t for t in load_trials(self.kernel, self.root) if t.device == self.mode]
+        if self._planned_verdicts:  # a plan's verdicts, given in memory where a run writes them into the notebooks
+            trials = [t.model_copy(update={"judged": self._planned_verdicts[t.trial_id]})
+                      if t.trial_id in self._planned_verdicts else t for t in trials]
+        return trials
+
+    def _write_verdict(self, trial: TrialResult, verdict: Verdict) -> None:
+        if self._planning:
+            self._planned_verdicts[trial.trial_id] = verdict
+        else:
+            record_verdict(trial.notebook, verdict)
 
     def _drop_half_written(self) -> None:
         for partial in self.store.partial_notebooks(self.kernel):
@@ -302,7 +326,7 @@ class OptimizeLoop:
         history = [t for t in self._trials() if t.trial_id < result.trial_id]
         judgement = judge(result, self.guardrails, drift_ratios(chain, history), history)
         verdict = judgement.record(self.guardrails.target, self.proposer.name)
-        record_verdict(result.notebook, verdict)
+        self._write_verdict(result, verdict)
         result = result.model_copy(update={"judged": verdict})
         self._emit("trial-end", f"{judgement.verdict}: {'; '.join(judgement.reasons)}", result)
         return result
@@ -481,7 +505,7 @@ class OptimizeLoop:
             result.judged = result.judged.model_copy(update={
                 "verdict": "rejected", "reasons": [reason, *result.verdict_reasons],
                 "superseded_by": winner.trial_id})
-            record_verdict(result.notebook, result.judged)
+            self._write_verdict(result, result.judged)
             self._emit("trial-end", f"rejected: {reason}", result)
 
     def _gain_text(self, gain: float) -> str:

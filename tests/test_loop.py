@@ -476,8 +476,9 @@ def test_bucket_moves_of_one_round_compare_by_the_suite_and_the_superseded_one_i
 
 def test_a_plan_shows_the_next_step_and_runs_screens_judges_and_writes_nothing(tmp_path, monkeypatch):
     """`liger-perf plan`: before the baseline's trial, that trial; then the proposer's batch as one screening
-    (more candidates than the round has room for), and an inconclusive trial's re-run ahead of it, as `run` would
-    begin them; a trial left without a verdict is named. Nothing is run, screened, judged or written."""
+    (more candidates than the round has room for), or as a full trial without screening, and an inconclusive
+    trial's re-run ahead of it; a trial left without a verdict is judged first, in memory. Nothing is run,
+    screened or written, and the notebooks keep no verdict of the plan's."""
     from liger_perf.kernel.variants import with_knobs
     from liger_perf.run import PlanOnly
 
@@ -485,14 +486,15 @@ def test_a_plan_shows_the_next_step_and_runs_screens_judges_and_writes_nothing(t
     loop = OptimizeLoop("fused_add_rms_norm", Guardrails(target="backward"), RulesProposer(), root=tmp_path,
                         runner=PlanOnly("cuda"), screen=3)
     history = []
-    monkeypatch.setattr(loop, "_trials", lambda: history)
-    for step in ("_run_all", "_screen", "_judge_and_record", "_reconcile"):
+    monkeypatch.setattr("liger_perf.loop.load_trials", lambda kernel, root: [t.model_copy() for t in history])
+    for step in ("_run_all", "_screen"):
         monkeypatch.setattr(loop, step, lambda *args, step=step: pytest.fail(f"a plan called {step}"))
+    monkeypatch.setattr("liger_perf.loop.record_verdict", lambda *args: pytest.fail("a plan wrote a verdict"))
 
     planned = loop.plan()
     assert planned.baseline_trial and planned.best is None and not planned.screening
 
-    history.append(_source_trial(0, base))
+    history.append(_source_trial(0, base, device="cuda"))
     planned = loop.plan()
     assert not planned.baseline_trial and planned.best.trial_id == 0 and planned.stop == ""
     assert planned.trials == [] and len(planned.screening) == 3
@@ -503,36 +505,110 @@ def test_a_plan_shows_the_next_step_and_runs_screens_judges_and_writes_nothing(t
     loop.screen = 3
 
     tried = with_knobs(base, {"num_stages": 2})
-    history.append(_source_trial(1, tried, base, "inconclusive", changes={"num_stages": 2}))
-    history.append(_source_trial(2, with_knobs(base, {"num_stages": 3}), base))  # finished, never judged
+    history.append(_source_trial(1, tried, base, "inconclusive", changes={"num_stages": 2}, device="cuda"))
+    history.append(_source_trial(2, with_knobs(base, {"num_stages": 3}), base, changes={"num_stages": 3},
+                                 device="cuda"))  # finished, never judged
     planned = loop.plan()
     (rerun,) = planned.trials  # the round's one slot: the re-run, so no batch is asked for
     assert rerun.name == "t1-remeasure" and rerun.source == tried and planned.screening == []
-    assert planned.unjudged == [2]
+    (judged,) = [note for note in planned.notes if note.startswith("optimize first records trial 0002's verdict")]
+    assert history[2].verdict is None and loop._trials()[2].verdict is None  # kept in memory, for the plan only
     assert list(tmp_path.rglob("*")) == []
 
 
+def test_a_plan_names_what_run_begins_first(tmp_path, monkeypatch):
+    """The plan and the run agree on the first step, at each stage of a history: the baseline trial, a
+    screening, a re-run, a trial left unjudged (judged first by both), two workers (a screening beside the re-run)."""
+    from liger_perf.kernel.variants import with_knobs
+    from liger_perf.run import PlanOnly
+
+    base = baseline_path("fused_add_rms_norm").read_text()
+    history, verdicts = [], {}
+    monkeypatch.setattr("liger_perf.loop.record_verdict",
+                        lambda notebook, verdict: verdicts.__setitem__(notebook, verdict))
+    monkeypatch.setattr("liger_perf.loop.load_trials", lambda kernel, root: [
+        t.model_copy(update={"judged": verdicts.get(t.notebook, t.judged)}) for t in history])
+
+    class Begun(Exception):
+        pass
+
+    def raise_begun(kind, names):
+        raise Begun(kind, names)
+
+    def agree(workers=1):
+        loop = OptimizeLoop("fused_add_rms_norm", Guardrails(target="backward"), RulesProposer(),
+                            root=tmp_path / "run", runner=PlanOnly("cuda", workers), screen=3)
+        planned = loop.plan()
+        expected = (("trials", ["baseline"]) if planned.baseline_trial else
+                    ("screening", [p.name for p in planned.screening]) if planned.screening else
+                    ("trials", [p.name for p in planned.trials]))
+        monkeypatch.setattr(loop, "_screen", lambda batch, *rest: raise_begun("screening", [p.name for p in batch]))
+        monkeypatch.setattr(loop, "_run_all", lambda requests: raise_begun("trials", [r.name for r in requests]))
+        with pytest.raises(Begun) as begun:
+            loop.run()
+        assert begun.value.args == expected
+        verdicts.clear()  # the run's verdicts were the harness's; the next stage starts from the history
+        return expected
+
+    assert agree() == ("trials", ["baseline"])
+    history.append(_source_trial(0, base, device="cuda", notebook="0.ipynb"))
+    assert agree()[0] == "screening"
+    history.append(_source_trial(1, with_knobs(base, {"num_stages": 2}), base, "inconclusive",
+                                 changes={"num_stages": 2}, device="cuda", notebook="1.ipynb"))
+    assert agree() == ("trials", ["t1-remeasure"])
+    assert agree(workers=2)[0] == "screening"
+    history.append(_source_trial(2, with_knobs(base, {"num_stages": 3}), base, changes={"num_stages": 3},
+                                 device="cuda", notebook="2.ipynb"))
+    agree()
+
+
 def test_plan_on_the_command_line_reads_a_history_and_says_what_runs_next(tmp_path, monkeypatch):
-    """The command plans from the recorded history without a GPU and prints each candidate with its changes and
-    hypothesis; before any trial it names the baseline trial."""
+    """The command plans from the recorded history without a GPU: the baseline trial (and why: none yet, or the
+    last one ended badly), a screening with each candidate's changes and hypothesis, or nothing and why."""
     from typer.testing import CliRunner
     from liger_perf.cli import app
     from liger_perf.kernel.variants import source_hash
 
     monkeypatch.setenv("LIGER_PERF_NOTEBOOKS", str(tmp_path / "notebooks"))
     monkeypatch.setenv("LIGER_PERF_REPORTS", str(tmp_path / "reports"))
+    history = []
+    for module in ("liger_perf.loop", "liger_perf.record.history"):
+        monkeypatch.setattr(f"{module}.load_trials", lambda kernel, root: list(history))
     cli = CliRunner()
-    first = cli.invoke(app, ["plan", "relu_squared", "--device", "interpret", "--target", "forward"])
-    assert first.exit_code == 0, first.output
-    assert "next: the baseline trial of" in first.output and "relu_squared" in first.output
 
+    def plan(*options):
+        result = cli.invoke(app, ["plan", "relu_squared", "--device", "interpret", "--target", "forward",
+                                  *options])
+        assert result.exit_code == 0, result.output
+        assert result.output.startswith("relu_squared, the interpret history (forward")
+        return result.output
+
+    said = plan()
+    assert "next: the baseline trial of kernels/relu_squared/baseline.py" in said
+    assert "its source has no trial in this history yet" in said
     base = baseline_path("relu_squared").read_text()
-    history = [make_trial(kernel="relu_squared", trial_id=0, name="baseline", device="interpret",
-                          variant={"sha256": source_hash(base), "source": base})]
-    monkeypatch.setattr(OptimizeLoop, "_trials", lambda self: history)
-    planned = cli.invoke(app, ["plan", "relu_squared", "--device", "interpret", "--target", "forward",
-                               "--screen", "2"])
-    assert planned.exit_code == 0, planned.output
-    assert "next: a screening of 2 against trial 0000 baseline" in planned.output
-    assert planned.output.count("\n    ") == 2  # each candidate's hypothesis under its name and changes
+    history.append(make_trial(kernel="relu_squared", trial_id=0, name="baseline", device="interpret",
+                              status="crashed", reason="out of memory",
+                              variant={"sha256": source_hash(base), "source": base}))
+    assert "its last trial, 0000, ended crashed (out of memory)" in plan()
+
+    history[0] = history[0].model_copy(update={"status": "complete", "reason": ""})
+    said = plan("--screen", "2")
+    assert "next: a screening of 2 candidates against trial 0000 baseline in one notebook; those that may be " \
+           "faster then get full trials" in said
+    assert said.count("\n    ") == 2  # each candidate's hypothesis under its name and changes
+    tried = base.replace("# ", "#  ", 1)  # another source: a candidate that finished but was never judged
+    history.append(make_trial(kernel="relu_squared", trial_id=1, name="tried", device="interpret",
+                              variant={"sha256": source_hash(tried), "source": tried},
+                              against={"sha256": source_hash(base)}))
+    assert "optimize first records trial 0001's verdict: " in plan("--screen", "2")
+    del history[1]
+    said = plan("--screen", "2", "--buckets", "1024x4")
+    assert "next: nothing (best: trial 0000 baseline): only buckets 1024x4 may change, but the best has no " \
+           "DISPATCH table" in said  # relu²'s baseline tunes one configuration for every shape
+    at_the_floor = {"rows": [{"pass": "forward", "shape": "8x64", "dtype": "float32", "contender": "candidate",
+                              "bandwidth_fraction": 0.99}]}
+    history[0] = make_trial(kernel="relu_squared", trial_id=0, name="baseline", device="interpret",
+                            variant={"sha256": source_hash(base), "source": base}, timing=at_the_floor)
+    assert "next: nothing (best: trial 0000 baseline): the best variant's forward runs at " in plan()
     assert not (tmp_path / "notebooks").exists() or not list((tmp_path / "notebooks").rglob("*.ipynb"))

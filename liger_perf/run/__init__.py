@@ -65,10 +65,8 @@ class PlanOnly:
     """The runner of a plan (``liger-perf plan``): it reports the device mode of the history it reads (``cuda``
     for a GPU's, on any machine) and runs nothing: the loop asks it for the mode and for no trial."""
 
-    workers = 1
-
-    def __init__(self, mode: str):
-        self._mode = mode
+    def __init__(self, mode: str, workers: int = 1):
+        self._mode, self.workers = mode, workers  # workers: the trials a round of the run planned for holds
 
     def mode(self, device: str) -> str:
         return self._mode
