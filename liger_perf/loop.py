@@ -169,10 +169,9 @@ class OptimizeLoop:
         self.screen = screen
         self.screened = 0  # candidates screened by this invocation
         self.fruitless_screenings = 0  # screenings in a row that kept no candidate (a proposer that never tires)
-        #: A plan (``plan``) judges the trials a killed run left unjudged as ``run`` would, but keeps the verdicts
-        #: here, by trial number, instead of writing them into the notebooks.
-        self._planning = False
-        self._planned_verdicts: dict[int, Verdict] = {}
+        #: While a plan (``plan``) is made: the verdicts it gives the trials a killed run left unjudged, as ``run``
+        #: would, kept here by trial number instead of written into the notebooks. None: not planning.
+        self._planned_verdicts: dict[int, Verdict] | None = None
 
     # -- the loop ------------------------------------------------------------------------------------------
 
@@ -250,7 +249,7 @@ class OptimizeLoop:
         the proposer's batch), with nothing run, screened or written. The loop's messages on the way are the
         plan's notes. A plan knows no deadline: ``--max-minutes`` may leave out what it lists."""
         self._check_target()
-        self._planning, self._planned_verdicts = True, {}
+        self._planned_verdicts = {}
         try:
             events_from = len(self.events)
             self._judge_pending()
@@ -275,7 +274,7 @@ class OptimizeLoop:
             step.notes = notes
             return step
         finally:
-            self._planning, self._planned_verdicts = False, {}
+            self._planned_verdicts = None
 
     def _check_target(self) -> None:
         if self.guardrails.target != "memory" and self.guardrails.target not in self.spec.passes:
@@ -292,7 +291,7 @@ class OptimizeLoop:
         return trials
 
     def _write_verdict(self, trial: TrialResult, verdict: Verdict) -> None:
-        if self._planning:
+        if self._planned_verdicts is not None:
             self._planned_verdicts[trial.trial_id] = verdict
         else:
             record_verdict(trial.notebook, verdict)
