@@ -387,6 +387,20 @@ def _dispatch_buckets(text: str) -> tuple[str, ...]:
     return found
 
 
+def _check_target(target: str | None) -> None:
+    """``optimize``'s and ``plan``'s ``--target``: one of the judge's targets, or None for guardrails.yaml's."""
+    from liger_perf.judge.guardrails import TARGETS
+
+    if target is not None and target not in TARGETS:
+        raise UserError(f"--target {target!r}: use one of {', '.join(TARGETS)}")
+
+
+def _screen_default(screen: int | None, mode: str) -> int:
+    """``--screen`` as given, else 4 on a GPU and 0 under the interpreter, whose timings are CPU timings:
+    screening them would choose on noise."""
+    return (0 if mode == "interpret" else 4) if screen is None else screen
+
+
 @app.command("optimize")
 def optimize_command(
     kernel: str = typer.Argument(..., metavar="KERNEL", help="a registered kernel"),
@@ -426,7 +440,7 @@ def optimize_command(
 ) -> None:
     """The loop: propose a variant, run its trial against the current best, judge it, record the verdict."""
     from liger_perf.kernel.device import select_device
-    from liger_perf.judge.guardrails import TARGETS, load_guardrails
+    from liger_perf.judge.guardrails import load_guardrails
     from liger_perf.record.history import latest_best, load_trials, trial_pace
     from liger_perf.loop import OptimizeLoop
     from liger_perf.run.progress import PlainLog, describe, latest, pace_kind
@@ -437,8 +451,7 @@ def optimize_command(
     from liger_perf.run import check_tuning_suite
 
     get_spec(kernel)
-    if target is not None and target not in TARGETS:
-        raise UserError(f"--target {target!r}: use one of {', '.join(TARGETS)}")
+    _check_target(target)
     check_tuning_suite(suite)
     focus = _dispatch_buckets(buckets)
     rules = load_guardrails(guardrails or current().guardrails, target=target)
@@ -466,8 +479,7 @@ def optimize_command(
     check_tuning_suite(suite, mode)  # before the interpreter's notice: the run would not start
     if budget is None:
         budget = 3 if mode == "interpret" else 10
-    if screen is None:  # the interpreter's timings are CPU timings: screening them would choose on noise
-        screen = 0 if mode == "interpret" else 4
+    screen = _screen_default(screen, mode)
     if mode == "interpret":
         console.print(f"No CUDA device: a short loop ({count(budget, 'trial')}) under the Triton interpreter on the "
                       "CPU. Its timings are CPU timings and there is no NCU profile; the verdicts exercise the "
@@ -561,7 +573,7 @@ def plan_command(
     written, so no GPU is needed (a GPU's history is planned on any machine). The rules proposer's candidates, each
     with its changes and the hypothesis it would be trialled on."""
     from liger_perf.core.workspace import INTERPRET, current
-    from liger_perf.judge.guardrails import TARGETS, load_guardrails
+    from liger_perf.judge.guardrails import load_guardrails
     from liger_perf.kernel.registry import get_spec
     from liger_perf.loop import OptimizeLoop
     from liger_perf.propose import get_proposer
@@ -569,15 +581,14 @@ def plan_command(
     from liger_perf.run import PlanOnly
 
     get_spec(kernel)
-    if target is not None and target not in TARGETS:
-        raise UserError(f"--target {target!r}: use one of {', '.join(TARGETS)}")
+    _check_target(target)
     focus = _dispatch_buckets(buckets)
     rules = load_guardrails(guardrails or current().guardrails, target=target)
     store = _history_store(kernel, device)
     mode = "interpret" if store.device == INTERPRET else "cuda"
     loop = OptimizeLoop(kernel, rules, get_proposer("rules"), device=mode, budget=budget, root=store.notebooks,
                         runner=PlanOnly(mode, workers), suite=suite, buckets=focus,
-                        screen=(0 if mode == "interpret" else 4) if screen is None else screen)
+                        screen=_screen_default(screen, mode))
     step = loop.plan()
 
     def say(text: str) -> None:

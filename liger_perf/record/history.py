@@ -348,9 +348,9 @@ def carried_best(trials: list[TrialResult], baseline_sha: str) -> tuple[TrialRes
 
     A baseline change leaves the tuned knobs behind: the new code without them is no faster kernel until the loop
     has measured it, which it does first by carrying the old best's knobs over. Once a trial against the new
-    baseline is rejected on its measurements (the carry-over among them) or accepted, its chain is what was measured, and the old
-    best is no longer kept. Several changes in a row with nothing judged in between reach back to the last best
-    that was."""
+    baseline is rejected on its measurements (the carry-over among them) or accepted, its chain is what was
+    measured, and the old best is no longer kept. Several changes in a row with nothing judged in between reach
+    back to the last best that was."""
     # A tuned variant trialled by hand against nothing is no baseline (as the judge has it).
     tuned = {t.variant_sha for t in trials if t.verdict == "accepted"}
     order = list(dict.fromkeys([*(t.variant_sha for t in baseline_trials(trials) if t.variant_sha not in tuned),
