@@ -666,6 +666,54 @@ def test_told_which_buckets_to_tune_the_proposer_changes_those_alone():
     assert isinstance(stop, Stop) and "65536x2" in stop.reason
 
 
+def test_told_to_tune_a_bucket_no_diagnosis_reaches_its_batch_holds_the_spec_s_remedies_before_the_walk():
+    """From trial 0071 (the H200 history), `--buckets 2048x4`: the NCU profile reads no float32 case at 1025-2048
+    columns, so no diagnosis reaches the bucket. The batch was four steps of the blind walk over KNOB_CHOICES (one
+    row per program, two tile sizes, 4 elements a thread); it is now the spec's remedies for no diagnosis in
+    particular, written into that bucket alone, the split of each SM's rows between two programs among them."""
+    history = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id <= 71]
+    best = next(t for t in history if t.trial_id == 71)
+    spec = get_spec("fused_add_rms_norm")
+    context = Context(spec, "backward", history, best, best.variant.source,
+                      baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
+                      buckets=("2048x4",))
+    assert not [d for d in diagnose(best, "backward", per_bucket=True)
+                if dispatch_bucket(d.shape, d.dtype) == "2048x4"]
+    batch = []
+    for _ in range(4):
+        proposal = RulesProposer().propose(context)
+        assert isinstance(proposal, Proposal), proposal
+        batch.append(proposal)
+        context.pending.append(source_hash(proposal.source))
+        context.pending_sources.append(proposal.source)
+    assert all(p.diagnosis == "explore" and list(p.changes) and all(n.endswith("@2048x4") for n in p.changes)
+               for p in batch), [(p.diagnosis, p.changes) for p in batch]
+    assert {"bwd_programs_per_sm@2048x4": 2} in [p.changes for p in batch]
+    assert all("no NCU diagnosis reaches this bucket" in p.hypothesis and "Only in bucket 2048x4" in p.hypothesis
+               for p in batch)
+    assert all(read_dispatch(p.source).keys() == read_dispatch(best.variant.source).keys() | {"2048x4"}
+               for p in batch)
+
+
+def test_a_bucket_where_a_peer_is_ahead_and_no_diagnosis_reaches_gets_the_spec_s_remedies_there_first():
+    """Unfocused, a peer twice as fast at 2048x1024 bfloat16, where the NCU profile read nothing (its launches
+    there removed): the spec's remedies for no diagnosis in particular go into that bucket first, ahead of the
+    diagnosed spills elsewhere and of the defaults; with the peer within the noise, the spills come first again."""
+    def context(share):
+        peer = _peer_context(("2048x1024", "bfloat16"), share=share)
+        peer.baseline_source = peer.best_source
+        peer.best.ncu.launches = [launch for launch in peer.best.ncu.launches
+                                  if dispatch_bucket(launch.shape, launch.dtype) != "1024x2"]
+        assert not [d for d in diagnose(peer.best, "backward", per_bucket=True)
+                    if dispatch_bucket(d.shape, d.dtype) == "1024x2"]
+        return peer
+
+    first = RulesProposer().propose(context(0.5))
+    assert first.diagnosis == "explore" and {n.partition("@")[2] for n in first.changes} == {"1024x2"}, first.changes
+    assert "A peer is faster there" in first.hypothesis
+    assert {n.partition("@")[2] for n in RulesProposer().propose(context(0.99)).changes} == {"32768x4"}
+
+
 def test_a_batch_holds_no_two_candidates_that_run_the_same_at_every_timed_shape():
     """Screening 0060 on the H200 (best 0059, `--buckets 1024x2`) spent three of its four slots on
     bwd_fused_dw_max_cols@1024x2 = 8192, 4096 and 2048: at 896 columns, the bucket's only timed width, each sums dW

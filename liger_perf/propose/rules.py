@@ -25,6 +25,9 @@ When the best carries a dispatch table and the baseline trial timed peers (liger
 buckets where a peer is faster than the current best by more than ``PEER_LEAD_MARGIN`` come first, the furthest
 behind first (``peer_leads``: the best's time there over the peer's, from the baseline trial's side-by-side times
 and the accepted steps' ratios since; with a full target, in the full pass); the rest by the diagnoses' severity.
+A bucket to tune that no diagnosis reaches (the profile reads a few cases) gets the spec's remedies for no
+diagnosis in particular (``"explore"``) in that bucket, before the walk: the buckets ``--buckets`` names, and
+without it those where a peer is ahead, ranked by the lead among the diagnosed buckets' remedies.
 
 A variant that carries a dispatch table (``DISPATCH``) is tuned one bucket at a time: each bucket's worst case
 is diagnosed on its own, a remedy for a diagnosis goes into the bucket of the shape it was read at, and the walk
@@ -376,18 +379,31 @@ class RulesProposer:
                 return None
             return dispatch_bucket(diagnosis.shape, diagnosis.dtype)
 
-        def remedy_changes(diagnosis: Diagnosis | None, remedy: Remedy) -> tuple[str | None, dict, dict]:
-            """(the remedy's bucket, the knobs the best runs there, the changes it makes to them)."""
-            bucket = bucket_of(diagnosis)
+        def remedy_changes(bucket: str | None, remedy: Remedy) -> tuple[dict, dict]:
+            """(the knobs the best runs in the remedy's bucket, the changes it makes to them)."""
             here = knobs_in(knobs, dispatch, bucket)
-            return bucket, here, {qualified(k, bucket): v for k, v in remedy.changes.items() if here.get(k) != v}
+            return here, {qualified(k, bucket): v for k, v in remedy.changes.items() if here.get(k) != v}
 
-        plan = [(p, d, r) for p, d in diagnoses for r in spec.remedies.get(p, {}).get(d.name, ())]
-        if not context.buckets:  # an undiagnosed remedy goes to the defaults: every bucket
-            plan += [(p, None, r) for p in passes for r in spec.remedies.get(p, {}).get("explore", ())]
+        def explore(pass_name: str) -> tuple[Remedy, ...]:
+            return tuple(spec.remedies.get(pass_name, {}).get("explore", ()))
+
+        # Each entry: (pass, diagnosis or None, remedy, the bucket it goes into or None for the defaults).
+        plan = [(p, d, r, bucket_of(d)) for p, d in diagnoses for r in spec.remedies.get(p, {}).get(d.name, ())]
+        # A bucket to tune that no diagnosis reaches (the NCU profile reads a few cases; float32 buckets are often
+        # not among them) still gets the spec's remedies for no diagnosis in particular, in that bucket, before the
+        # blind walk over KNOB_CHOICES: the buckets --buckets names, and without it those where a peer is ahead
+        # (the furthest behind first). 2026-12-03: with --buckets 2048x4 the walk's first screening held one row
+        # per program and two tile sizes while the spec's split (bwd_programs_per_sm) was never offered.
+        reached = {bucket_of(d) for _, d in diagnoses}
+        undiagnosed = [b for b in buckets if b not in reached
+                       and (context.buckets or any(lead_in(p, b) for p in passes))]
+        undiagnosed.sort(key=lambda b: -max((lead_in(p, b).lead if lead_in(p, b) else 1.0) for p in passes))
+        plan += [(p, None, r, b) for b in undiagnosed for p in passes for r in explore(p)]
+        if not context.buckets:  # then an undiagnosed remedy goes to the defaults: every bucket
+            plan += [(p, None, r, None) for p in passes for r in explore(p)]
         # A remedy may name a knob the best's source predates (a knob added to the baseline since): it is for a
         # later best that has it.
-        plan = [(p, d, r) for p, d, r in plan
+        plan = [(p, d, r, b) for p, d, r, b in plan
                 if all(k in knobs and v in choices.get(k, [v]) for k, v in r.changes.items())]
         # A batch (the candidates of one screening) spreads over the problems: while another diagnosed problem
         # has a remedy left, at most BATCH_PER_DIAGNOSIS remedies of one problem are pending at once, so that the
@@ -395,21 +411,22 @@ class RulesProposer:
         # dispatch table a problem is a bucket (its diagnoses all ask one thing: a faster bucket, and moves in two
         # buckets combine), else a diagnosis. Each pending candidate counts once, for the first plan entry that
         # writes it.
-        def problem(pass_name: str, diagnosis: Diagnosis | None) -> tuple:
-            bucket = bucket_of(diagnosis)
+        def problem(pass_name: str, diagnosis: Diagnosis | None, bucket: str | None) -> tuple:
             return (pass_name, bucket) if bucket else (pass_name, diagnosis.name if diagnosis else "explore")
 
         crowded: dict[tuple, int] = {}
         counted: set[str] = set()
-        for pass_name, diagnosis, remedy in plan if context.pending else ():  # nothing pending: nothing to count
-            _, _, changes = remedy_changes(diagnosis, remedy)
+        for pass_name, diagnosis, remedy, bucket in plan if context.pending else ():  # nothing pending, nothing counted
+            _, changes = remedy_changes(bucket, remedy)
             sha = source_hash(with_knobs(context.best_source, changes)) if changes else ""
             if sha in context.pending and sha not in counted:
                 counted.add(sha)
-                crowded[problem(pass_name, diagnosis)] = crowded.get(problem(pass_name, diagnosis), 0) + 1
+                key = problem(pass_name, diagnosis, bucket)
+                crowded[key] = crowded.get(key, 0) + 1
 
-        def remedy_proposal(pass_name: str, diagnosis: Diagnosis | None, remedy: Remedy) -> Proposal | None:
-            bucket, here, changes = remedy_changes(diagnosis, remedy)
+        def remedy_proposal(pass_name: str, diagnosis: Diagnosis | None, remedy: Remedy,
+                            bucket: str | None) -> Proposal | None:
+            here, changes = remedy_changes(bucket, remedy)
             if not changes or (bucket and _changes_nothing(spec, here, dict(remedy.changes), cases.get(bucket, []))):
                 return None
             moves = {(name, repr(here.get(split_qualified(name)[0])),
@@ -421,10 +438,20 @@ class RulesProposer:
             source, _ = fresh_source(changes)
             if source is None:
                 return None
-            evidence = diagnosis.evidence if diagnosis else (
-                "no NCU diagnosis left to act on" if best.ncu and best.ncu.status == "ok"
-                else f"no NCU profile to diagnose ({best.ncu.reason if best.ncu else 'none recorded'})")
-            scope = f" Only in bucket {bucket} ({_bucket_words(bucket)}), where it was diagnosed." if bucket else ""
+            profiled = best.ncu is not None and best.ncu.status == "ok"
+            if diagnosis:
+                evidence = diagnosis.evidence
+            elif bucket:
+                evidence = ("no NCU diagnosis reaches this bucket (the profile read none of its cases, or found "
+                            "nothing there)" if profiled else
+                            f"no NCU profile to diagnose ({best.ncu.reason if best.ncu else 'none recorded'})")
+            else:
+                evidence = ("no NCU diagnosis left to act on" if profiled else
+                            f"no NCU profile to diagnose ({best.ncu.reason if best.ncu else 'none recorded'})")
+            scope = (f" Only in bucket {bucket} ({_bucket_words(bucket)}), " + (
+                "where it was diagnosed." if diagnosis else
+                "one of the spec's remedies for no diagnosis in particular, before the walk over KNOB_CHOICES.")
+                if bucket else "")
             lead = lead_in(pass_name, bucket)
             if lead:
                 scope += (f" A peer is faster there: the best takes {lead.lead:.2f}x {lead.peer}'s "
@@ -437,13 +464,20 @@ class RulesProposer:
                 prediction=remedy.effect, changes=changes,
                 diagnosis=diagnosis.name if diagnosis else "explore")
 
-        diagnosed = [entry for entry in plan if entry[1] is not None]
-        uncrowded = [entry for entry in diagnosed if crowded.get(problem(entry[0], entry[1]), 0) < BATCH_PER_DIAGNOSIS]
+        # Where a peer is ahead, an undiagnosed bucket's remedies rank with the diagnosed ones, by the lead.
+        def lead_of(entry: tuple) -> float:
+            lead = lead_in(entry[0], entry[3])
+            return lead.lead if lead else 1.0
+
+        directed = [e for e in plan if e[1] is not None or (e[3] and lead_in(e[0], e[3]))]
+        uncrowded = [e for e in directed if crowded.get(problem(e[0], e[1], e[3]), 0) < BATCH_PER_DIAGNOSIS]
         # The capped ones still come before exploring: a third remedy of a diagnosed problem is a better guess
         # than an undirected move.
-        for pass_name, diagnosis, remedy in [*uncrowded, *(e for e in diagnosed if e not in uncrowded),
-                                             *(e for e in plan if e[1] is None)]:
-            proposal = remedy_proposal(pass_name, diagnosis, remedy)
+        ordered = [*sorted(uncrowded, key=lambda e: -lead_of(e)),
+                   *sorted((e for e in directed if e not in uncrowded), key=lambda e: -lead_of(e)),
+                   *(e for e in plan if e not in directed)]
+        for pass_name, diagnosis, remedy, bucket in ordered:
+            proposal = remedy_proposal(pass_name, diagnosis, remedy, bucket)
             if proposal is not None:
                 return proposal
         remedies_left = "all tried or ruled out" if plan else "none for this target and its diagnoses"
