@@ -695,6 +695,36 @@ def test_told_to_tune_a_bucket_no_diagnosis_reaches_its_batch_holds_the_spec_s_r
                for p in batch)
 
 
+def test_in_a_bucket_no_diagnosis_reaches_moves_measured_faster_elsewhere_come_first_and_slower_ones_last():
+    """From trial 0073, `--buckets 4096x4`: the spec's list begins with the in-launch dW sum, which screenings 0060
+    (1024x2) and 0072 (2048x4) found clearly slower, and holds the split of each SM's rows, which 0073 accepted in
+    2048x4. The batch now takes the split first and leaves the dW sum out; each hypothesis says what the move did
+    elsewhere."""
+    from liger_perf.propose.rules import _move_key, _moves_measured
+
+    history = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id <= 73]
+    best = next(t for t in history if t.trial_id == 73)
+    measured = _moves_measured(history, "backward")
+    # Faster beyond the interval in screenings 0070 (2048x2) and 0072 (2048x4) and trial 0073; never slower.
+    assert measured[_move_key({"bwd_programs_per_sm@2048x4": 2})] == (3, 0)
+    assert measured[_move_key({"bwd_fused_dw_max_cols@1024x2": 8192})] == (0, 3)  # slower wherever measured
+    assert _moves_measured(history, "forward") == {}  # judged on another target: no evidence for this one
+    context = Context(get_spec("fused_add_rms_norm"), "backward", history, best, best.variant.source,
+                      baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
+                      buckets=("4096x4",))
+    batch = []
+    for _ in range(4):
+        proposal = RulesProposer().propose(context)
+        batch.append(proposal)
+        context.pending.append(source_hash(proposal.source))
+        context.pending_sources.append(proposal.source)
+    assert batch[0].changes == {"bwd_programs_per_sm@4096x4": 2}, [p.changes for p in batch]
+    assert not any("bwd_fused_dw_max_cols@4096x4" in p.changes for p in batch), [p.changes for p in batch]
+    balances = [measured.get(_move_key(p.changes), (0, 0)) for p in batch]
+    assert [f - s for f, s in balances] == sorted((f - s for f, s in balances), reverse=True)
+    assert "Measured in other buckets: faster beyond the interval" in batch[0].hypothesis
+
+
 def test_a_bucket_where_a_peer_is_ahead_and_no_diagnosis_reaches_gets_the_spec_s_remedies_there_first():
     """Unfocused, a peer twice as fast at 2048x1024 bfloat16, where the NCU profile read nothing (its launches
     there removed): the spec's remedies for no diagnosis in particular go into that bucket first, ahead of the

@@ -27,7 +27,9 @@ behind first (``peer_leads``: the best's time there over the peer's, from the ba
 and the accepted steps' ratios since; with a full target, in the full pass); the rest by the diagnoses' severity.
 A bucket to tune that no diagnosis reaches (the profile reads a few cases) gets the spec's remedies for no
 diagnosis in particular (``"explore"``) in that bucket, before the walk: the buckets ``--buckets`` names, and
-without it those where a peer is ahead, ranked by the lead among the diagnosed buckets' remedies.
+without it those where a peer is ahead, ranked by the lead among the diagnosed buckets' remedies. Within the bucket
+the history ranks that list: a move measured faster beyond its interval in other buckets (a screening, a judged
+trial) comes first, one measured slower last (``_moves_measured``).
 
 A variant that carries a dispatch table (``DISPATCH``) is tuned one bucket at a time: each bucket's worst case
 is diagnosed on its own, a remedy for a diagnosis goes into the bucket of the shape it was read at, and the walk
@@ -398,7 +400,17 @@ class RulesProposer:
         undiagnosed = [b for b in buckets if b not in reached
                        and (context.buckets or any(lead_in(p, b) for p in passes))]
         undiagnosed.sort(key=lambda b: -max((lead_in(p, b).lead if lead_in(p, b) else 1.0) for p in passes))
-        plan += [(p, None, r, b) for b in undiagnosed for p in passes for r in explore(p)]
+        # Within such a bucket, what the same move did in the buckets it was measured in ranks the spec's list: a
+        # move faster there first, one slower there last (screening 0072 spent a slot on the in-launch dW sum,
+        # clearly slower in 0060's bucket, while the split of each SM's rows waited fourth).
+        elsewhere = _moves_measured(context.trials, context.target)
+
+        def measured_balance(remedy: Remedy) -> int:
+            faster, slower = elsewhere.get(_move_key(remedy.changes), (0, 0))
+            return faster - slower
+
+        plan += [(p, None, r, b) for b in undiagnosed for p in passes
+                 for r in sorted(explore(p), key=lambda r: -measured_balance(r))]
         if not context.buckets:  # then an undiagnosed remedy goes to the defaults: every bucket
             plan += [(p, None, r, None) for p in passes for r in explore(p)]
         # A remedy may name a knob the best's source predates (a knob added to the baseline since): it is for a
@@ -452,6 +464,10 @@ class RulesProposer:
                 "where it was diagnosed." if diagnosis else
                 "one of the spec's remedies for no diagnosis in particular, before the walk over KNOB_CHOICES.")
                 if bucket else "")
+            if bucket and not diagnosis and _move_key(remedy.changes) in elsewhere:
+                faster, slower = elsewhere[_move_key(remedy.changes)]
+                scope += (f" Measured in other buckets: faster beyond the interval {faster} time(s), slower "
+                          f"{slower} (ranked by that among those remedies).")
             lead = lead_in(pass_name, bucket)
             if lead:
                 scope += (f" A peer is faster there: the best takes {lead.lead:.2f}x {lead.peer}'s "
@@ -558,6 +574,34 @@ class RulesProposer:
                 if knob in here:
                     moves.add((name, repr(here[knob]), _direction(choices.get(knob, []), here[knob], value)))
         return moves
+
+
+def _move_key(changes: dict) -> tuple:
+    """A move whatever bucket it is written for: its knobs (unqualified) and values."""
+    return tuple(sorted((split_qualified(name)[0], repr(value)) for name, value in changes.items()))
+
+
+def _moves_measured(trials: list[TrialResult], target: str) -> dict[tuple, tuple[int, int]]:
+    """For each move the history made in one dispatch bucket (every change ``knob@bucket`` of one bucket), judged on
+    ``target``: (how often it was faster beyond its interval, how often slower beyond it), counting each screened
+    candidate (its screening's interval) and each judged trial (its verdict's target interval) once."""
+    tally: dict[tuple, tuple[int, int]] = {}
+
+    def count(changes: dict | None, interval: tuple) -> None:
+        low, high = interval
+        buckets = {split_qualified(name)[1] for name in changes or {}}
+        if not changes or len(buckets) != 1 or None in buckets or low is None or high is None:
+            return
+        faster, slower = tally.get(_move_key(changes), (0, 0))
+        tally[_move_key(changes)] = (faster + (high < 1), slower + (low > 1))
+
+    for t in trials:
+        if t.screening and t.screening.target == target:
+            for row in t.screening.rows:
+                count(row.changes, (row.ci_low, row.ci_high))
+        elif t.judged and t.judged.target == target and t.judged.target_interval:
+            count(t.changes, tuple(t.judged.target_interval[:2]))
+    return tally
 
 
 def _proposal_name(changes: dict) -> str:
