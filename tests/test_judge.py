@@ -487,8 +487,6 @@ def test_the_cumulative_guardrail_counts_no_noise_from_steps_that_left_a_case_s_
     two steps' ratios there are noise, and their product made the chain 0.96x (slower) where 0036 alone measured
     0.99x. ``drift_ratios`` counts those steps as 1; a step that changed the case keeps its ratio."""
     from liger_perf.judge import drift_ratios
-    from liger_perf.kernel.registry import baseline_path
-    from liger_perf.kernel.variants import source_hash
     from liger_perf.record.history import accepted_chain, measured_ratios
 
     history, _ = _recorded(44)
@@ -517,8 +515,6 @@ def test_the_drift_falls_back_to_the_measured_ratios_with_a_warning_where_a_best
     """Without the source of the best a step ran against (no trial, record or file holds it), nothing is known
     to have run that best's code: the step's every ratio counts, and the user is told once."""
     from liger_perf.judge import drift_ratios
-    from liger_perf.kernel.registry import baseline_path
-    from liger_perf.kernel.variants import source_hash
     from liger_perf.record.history import accepted_chain, measured_ratios
 
     history, _ = _recorded(44)
