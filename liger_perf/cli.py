@@ -577,7 +577,7 @@ def plan_command(
     from liger_perf.kernel.registry import get_spec
     from liger_perf.loop import OptimizeLoop
     from liger_perf.propose import get_proposer
-    from liger_perf.record.history import load_trials
+    from liger_perf.record.history import load_trials, trial_pace
     from liger_perf.run import PlanOnly
 
     get_spec(kernel)
@@ -590,9 +590,16 @@ def plan_command(
                         runner=PlanOnly(mode, workers), suite=suite, buckets=focus,
                         screen=_screen_default(screen, mode))
     step = loop.plan()
+    history = load_trials(kernel, store.notebooks)
 
     def say(text: str) -> None:
         console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def pace(kind: str, each: bool = False) -> str:
+        """How long such a step took here (the loop's own estimate: ``trial_pace``), to size a GPU call by."""
+        seconds = trial_pace(history, suite, kind=kind)
+        return f" (about {seconds:.0f} s{' each' if each else ''} in the notebook, by this history's recent " \
+               "ones)" if seconds else ""
 
     def show(proposals) -> None:
         for proposal in proposals:
@@ -605,12 +612,11 @@ def plan_command(
         say(note)
     if step.baseline_trial:
         baseline = current().relative(loop.baseline_file)
-        last = next((t for t in reversed(load_trials(kernel, store.notebooks))
-                     if t.variant_sha == loop.baseline_sha and not t.against), None)
+        last = next((t for t in reversed(history) if t.variant_sha == loop.baseline_sha and not t.against), None)
         said = (f"its last trial, {last.trial_id:04d}, ended {last.status}" + (f" ({last.reason})" if last.reason
                                                                                else "")
                 if last is not None else "its source has no trial in this history yet")
-        say(f"next: the baseline trial of {baseline}, with the peers timed beside it: {said}")
+        say(f"next: the baseline trial of {baseline}, with the peers timed beside it{pace('baseline')}: {said}")
         return
     best = f"trial {step.best.trial_id:04d} {step.best.name}"
     if step.stop:
@@ -618,11 +624,13 @@ def plan_command(
         return
     if step.screening:
         say(f"next: a screening of {count(len(step.screening), 'candidate')} against {best} in one notebook"
+            + pace("screening")
             + ("" if step.trials else "; those that may be faster then get full trials, the fastest first") + ":")
         show(step.screening)
     if step.trials:
-        say(f"then a round of full trials against {best}: these first, then those the screening keeps, the fastest "
-            "first:" if step.screening else f"next: {count(len(step.trials), 'full trial')} against {best}, in "
+        say(f"then a round of full trials against {best}{pace('experiment', each=True)}: these first, then those "
+            "the screening keeps, the fastest first:" if step.screening else
+            f"next: {count(len(step.trials), 'full trial')} against {best}{pace('experiment', each=True)}, in "
             "this order:")
         show(step.trials)
 

@@ -597,6 +597,11 @@ def test_plan_on_the_command_line_reads_a_history_and_says_what_runs_next(tmp_pa
     assert "next: a screening of 2 candidates against trial 0000 baseline in one notebook; those that may be " \
            "faster then get full trials" in said
     assert said.count("\n    ") == 2  # each candidate's hypothesis under its name and changes
+    assert "about" not in said  # no screening in the history: no pace to size the call by
+    history[0] = history[0].model_copy(update={"elapsed_s": 321.4})
+    said = plan("--screen", "0")
+    assert "next: 1 full trial against trial 0000 baseline (about 321 s each in the notebook, by this history's " \
+           "recent ones), in this order:" in said
     tried = base.replace("# ", "#  ", 1)  # another source: a candidate that finished but was never judged
     history.append(make_trial(kernel="relu_squared", trial_id=1, name="tried", device="interpret",
                               variant={"sha256": source_hash(tried), "source": tried},
