@@ -695,34 +695,107 @@ def test_told_to_tune_a_bucket_no_diagnosis_reaches_its_batch_holds_the_spec_s_r
                for p in batch)
 
 
+def _batch(context, size=4):
+    """What the loop's screening would hold: proposals asked for one after another, the earlier ones pending."""
+    batch = []
+    for _ in range(size):
+        proposal = RulesProposer().propose(context)
+        assert isinstance(proposal, Proposal), proposal
+        batch.append(proposal)
+        context.pending.append(source_hash(proposal.source))
+        context.pending_sources.append(proposal.source)
+    return batch
+
+
 def test_in_a_bucket_no_diagnosis_reaches_moves_measured_faster_elsewhere_come_first_and_slower_ones_last():
     """From trial 0073, `--buckets 4096x4`: the spec's list begins with the in-launch dW sum, which screenings 0060
-    (1024x2) and 0072 (2048x4) found clearly slower, and holds the split of each SM's rows, which 0073 accepted in
-    2048x4. The batch now takes the split first and leaves the dW sum out; each hypothesis says what the move did
-    elsewhere."""
+    (1024x2) and 0072 (2048x4) found clearly slower, and holds the split of each SM's rows, faster in 2048x2
+    (screening 0070) and 2048x4 (0073 accepted it). The batch takes the split first and leaves the dW sum out;
+    each hypothesis says what the move did where."""
     from liger_perf.propose.rules import _move_key, _moves_measured
 
     history = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id <= 73]
     best = next(t for t in history if t.trial_id == 73)
     measured = _moves_measured(history, "backward")
-    # Faster beyond the interval in screenings 0070 (2048x2) and 0072 (2048x4) and trial 0073; never slower.
-    assert measured[_move_key({"bwd_programs_per_sm@2048x4": 2})] == (3, 0)
-    assert measured[_move_key({"bwd_fused_dw_max_cols@1024x2": 8192})] == (0, 3)  # slower wherever measured
+    # One result per bucket, the latest: 0073's verdict stands for 2048x4, not 0072's screening beside it.
+    assert measured[_move_key({"bwd_programs_per_sm@2048x4": 2})] == {"2048x2": 1, "2048x4": 1}
+    assert measured[_move_key({"bwd_fused_dw_max_cols@1024x2": 8192})] == {"1024x2": -1, "2048x4": -1}
     assert _moves_measured(history, "forward") == {}  # judged on another target: no evidence for this one
     context = Context(get_spec("fused_add_rms_norm"), "backward", history, best, best.variant.source,
                       baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
                       buckets=("4096x4",))
-    batch = []
-    for _ in range(4):
-        proposal = RulesProposer().propose(context)
-        batch.append(proposal)
-        context.pending.append(source_hash(proposal.source))
-        context.pending_sources.append(proposal.source)
+    batch = _batch(context)
     assert batch[0].changes == {"bwd_programs_per_sm@4096x4": 2}, [p.changes for p in batch]
     assert not any("bwd_fused_dw_max_cols@4096x4" in p.changes for p in batch), [p.changes for p in batch]
-    balances = [measured.get(_move_key(p.changes), (0, 0)) for p in batch]
-    assert [f - s for f, s in balances] == sorted((f - s for f, s in balances), reverse=True)
-    assert "Measured in other buckets: faster beyond the interval" in batch[0].hypothesis
+    balances = [sum(measured.get(_move_key(p.changes), {}).values()) for p in batch]
+    assert balances == sorted(balances, reverse=True) and balances[0] == 2, balances
+    assert "faster beyond the interval in 2048x2, 2048x4, slower in none" in batch[0].hypothesis
+
+
+def test_a_move_slower_in_this_very_bucket_against_an_earlier_best_comes_after_every_other():
+    """From trial 0071 (`--buckets 2048x2`, which 0071's profile no longer diagnoses): screening 0070 found
+    bwd_tile_elements@2048x2=16384 1.26x slower against 0069, and the split of each SM's rows faster. 0071 moved
+    num_stages there, so neither is the same settings any more: the split comes first, the tile after every
+    other remedy (the in-launch dW sum, slower in 1024x2, just before it)."""
+    from liger_perf.propose.rules import _move_key, _moves_measured
+
+    history = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id <= 71]
+    best = next(t for t in history if t.trial_id == 71)
+    measured = _moves_measured(history, "backward")
+    assert measured[_move_key({"bwd_tile_elements@2048x2": 16384})]["2048x2"] == -1
+    assert measured[_move_key({"bwd_programs_per_sm@2048x2": 2})] == {"2048x2": 1}
+    context = Context(get_spec("fused_add_rms_norm"), "backward", history, best, best.variant.source,
+                      baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
+                      buckets=("2048x2",))
+    batch = _batch(context, 8)
+    assert all(p.diagnosis == "explore" for p in batch)
+    assert batch[0].changes == {"bwd_programs_per_sm@2048x2": 2}, [p.changes for p in batch]
+    assert "in this bucket against an earlier best faster (so it comes first)" in batch[0].hypothesis
+    assert [p.changes for p in batch[-2:]] == [{"bwd_fused_dw_max_cols@2048x2": 8192},
+                                               {"bwd_tile_elements@2048x2": 16384}]
+    assert "in this bucket against an earlier best slower (so it comes last)" in batch[-1].hypothesis
+
+
+def test_what_a_move_did_counts_only_for_a_plain_move_and_the_latest_result_in_a_bucket():
+    """A trial's verdict stands over the screening before it in the same bucket; a variant whose source is not
+    the best's with just its changes (a proposer's code edit beside the knob) counts for nothing; a one-sided
+    interval is no result, and no reason to fail."""
+    from liger_perf.propose.rules import _move_key, _moves_measured
+
+    history = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id <= 73]
+    key = _move_key({"bwd_programs_per_sm@2048x4": 2})
+    trial = next(t for t in history if t.trial_id == 73)
+    slower = trial.model_copy(deep=True)
+    slower.judged.target_interval = [1.1, 1.2]
+    assert _moves_measured([*history[:-1], slower], "backward")[key]["2048x4"] == -1  # the trial over 0072's row
+    edited = slower.model_copy(deep=True)
+    edited.variant.source += "\nCODE_CHANGED = True\n"
+    assert _moves_measured([*history[:-1], edited], "backward")[key]["2048x4"] == 1  # 0072's screening alone
+    lopsided = slower.model_copy(deep=True)
+    lopsided.judged.target_interval = [0.9]
+    assert _moves_measured([*history[:-1], lopsided], "backward")[key]["2048x4"] == 1
+    # A screened candidate it dropped (a wrong result, say) is not "faster", whatever its interval.
+    screening = next(t for t in history if t.trial_id == 72).model_copy(deep=True)
+    row = next(r for r in screening.screening.rows if r.changes == {"bwd_programs_per_sm@2048x4": 2})
+    assert row.ci_high < 1
+    row.kept = False
+    before = [t for t in history if t.trial_id < 72]
+    assert _moves_measured([*before, screening], "backward")[key] == {"2048x2": 1, "2048x4": 0}
+
+
+def test_without_buckets_or_a_peer_ahead_the_spec_s_exploration_goes_to_the_defaults_as_before():
+    """No --buckets and no peer ahead: an undiagnosed bucket gets nothing of its own; the spec's exploration moves
+    go to the defaults (every bucket), as they did before buckets no diagnosis reaches were explored."""
+    spec = copy.copy(get_spec("fused_add_rms_norm"))
+    spec.remedies = {"backward": {"explore": get_spec("fused_add_rms_norm").remedies["backward"]["explore"]}}
+    context = _context("fused_add_rms_norm", "backward", table=True)
+    context.spec = spec
+    proposal = RulesProposer().propose(context)
+    assert proposal.diagnosis == "explore" and all("@" not in name for name in proposal.changes), proposal.changes
+    focused = _context("fused_add_rms_norm", "backward", table=True)
+    focused.spec, focused.buckets = spec, ("2048x4",)
+    proposal = RulesProposer().propose(focused)  # told to tune 2048x4: there, though a remedy-less diagnosis reads it
+    assert proposal.diagnosis == "explore" and all(n.endswith("@2048x4") for n in proposal.changes), proposal.changes
 
 
 def test_a_bucket_where_a_peer_is_ahead_and_no_diagnosis_reaches_gets_the_spec_s_remedies_there_first():

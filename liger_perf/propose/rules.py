@@ -18,8 +18,8 @@ variant fits the device the best ran on, at every suite and gate shape: a config
 (shared memory, threads, tile size) is skipped, never spent a trial on.
 
 A screening batch (candidates asked for one after another, the earlier ones pending) spreads over the problems:
-while another diagnosed problem has a remedy left, it holds at most ``BATCH_PER_DIAGNOSIS`` remedies of one
-problem (a dispatch bucket in one pass; without a table, a diagnosis).
+while another problem (a diagnosis, or a bucket where a peer is ahead) has a remedy left, it holds at most
+``BATCH_PER_DIAGNOSIS`` remedies of one problem (a dispatch bucket in one pass; without a table, a diagnosis).
 
 When the best carries a dispatch table and the baseline trial timed peers (liger-kernel, torch.compile), the
 buckets where a peer is faster than the current best by more than ``PEER_LEAD_MARGIN`` come first, the furthest
@@ -27,9 +27,10 @@ behind first (``peer_leads``: the best's time there over the peer's, from the ba
 and the accepted steps' ratios since; with a full target, in the full pass); the rest by the diagnoses' severity.
 A bucket to tune that no diagnosis reaches (the profile reads a few cases) gets the spec's remedies for no
 diagnosis in particular (``"explore"``) in that bucket, before the walk: the buckets ``--buckets`` names, and
-without it those where a peer is ahead, ranked by the lead among the diagnosed buckets' remedies. Within the bucket
-the history ranks that list: a move measured faster beyond its interval in other buckets (a screening, a judged
-trial) comes first, one measured slower last (``_moves_measured``).
+without it those where a peer is ahead, ranked by the lead among the diagnosed buckets' remedies (a diagnosis counts
+where the spec lists remedies for it in that pass). Within the bucket the history ranks that list by each move's
+latest result in every bucket it was measured in (``_moves_measured``): faster in this very bucket against an
+earlier best first, then faster in more of the others, slower in this very bucket last.
 
 A variant that carries a dispatch table (``DISPATCH``) is tuned one bucket at a time: each bucket's worst case
 is diagnosed on its own, a remedy for a diagnosis goes into the bucket of the shape it was read at, and the walk
@@ -396,28 +397,33 @@ class RulesProposer:
         # blind walk over KNOB_CHOICES: the buckets --buckets names, and without it those where a peer is ahead
         # (the furthest behind first). 2026-12-03: with --buckets 2048x4 the walk's first screening held one row
         # per program and two tile sizes while the spec's split (bwd_programs_per_sm) was never offered.
-        reached = {bucket_of(d) for _, d in diagnoses}
-        undiagnosed = [b for b in buckets if b not in reached
-                       and (context.buckets or any(lead_in(p, b) for p in passes))]
-        undiagnosed.sort(key=lambda b: -max((lead_in(p, b).lead if lead_in(p, b) else 1.0) for p in passes))
-        # Within such a bucket, what the same move did in the buckets it was measured in ranks the spec's list: a
-        # move faster there first, one slower there last (screening 0072 spent a slot on the in-launch dW sum,
-        # clearly slower in 0060's bucket, while the split of each SM's rows waited fourth).
-        elsewhere = _moves_measured(context.trials, context.target)
+        # A pass's bucket is reached by a diagnosis there for which the spec lists remedies in that pass.
+        reached = {(p, bucket_of(d)) for p, d in diagnoses if spec.remedies.get(p, {}).get(d.name)}
+        undiagnosed = [(p, b) for b in buckets for p in passes if (p, b) not in reached
+                       and (context.buckets or lead_in(p, b))]
+        # Within such a bucket the history ranks the spec's list by what the same move did where it was measured:
+        # one faster in this very bucket (against an earlier best) first, then by its results in the other buckets
+        # (faster in more of them first), one slower in this very bucket after all of them. Screening 0072 spent a
+        # slot on the in-launch dW sum, clearly slower where it had been screened, while the split of each SM's
+        # rows waited fourth.
+        measured = _moves_measured(context.trials, context.target)
 
-        def measured_balance(remedy: Remedy) -> int:
-            faster, slower = elsewhere.get(_move_key(remedy.changes), (0, 0))
-            return faster - slower
+        def written(remedy: Remedy, bucket: str) -> dict:
+            return remedy_changes(bucket, remedy)[1]
 
-        plan += [(p, None, r, b) for b in undiagnosed for p in passes
-                 for r in sorted(explore(p), key=lambda r: -measured_balance(r))]
+        def rank(remedy: Remedy, bucket: str) -> tuple[bool, bool, int]:
+            outcomes = measured.get(_move_key(written(remedy, bucket)), {})
+            own = outcomes.get(bucket)
+            return own == -1, own != 1, -sum(o for b, o in outcomes.items() if b != bucket)
+
+        plan += [(p, None, r, b) for p, b in undiagnosed for r in sorted(explore(p), key=lambda r: rank(r, b))]
         if not context.buckets:  # then an undiagnosed remedy goes to the defaults: every bucket
             plan += [(p, None, r, None) for p in passes for r in explore(p)]
         # A remedy may name a knob the best's source predates (a knob added to the baseline since): it is for a
         # later best that has it.
         plan = [(p, d, r, b) for p, d, r, b in plan
                 if all(k in knobs and v in choices.get(k, [v]) for k, v in r.changes.items())]
-        # A batch (the candidates of one screening) spreads over the problems: while another diagnosed problem
+        # A batch (the candidates of one screening) spreads over the problems: while another problem
         # has a remedy left, at most BATCH_PER_DIAGNOSIS remedies of one problem are pending at once, so that the
         # screening compares the best remedy of several problems, not four answers to the worst one. With a
         # dispatch table a problem is a bucket (its diagnoses all ask one thing: a faster bucket, and moves in two
@@ -464,10 +470,8 @@ class RulesProposer:
                 "where it was diagnosed." if diagnosis else
                 "one of the spec's remedies for no diagnosis in particular, before the walk over KNOB_CHOICES.")
                 if bucket else "")
-            if bucket and not diagnosis and _move_key(remedy.changes) in elsewhere:
-                faster, slower = elsewhere[_move_key(remedy.changes)]
-                scope += (f" Measured in other buckets: faster beyond the interval {faster} time(s), slower "
-                          f"{slower} (ranked by that among those remedies).")
+            if bucket and not diagnosis and measured.get(_move_key(changes)):
+                scope += " " + _measured_words(measured[_move_key(changes)], bucket)
             lead = lead_in(pass_name, bucket)
             if lead:
                 scope += (f" A peer is faster there: the best takes {lead.lead:.2f}x {lead.peer}'s "
@@ -581,27 +585,58 @@ def _move_key(changes: dict) -> tuple:
     return tuple(sorted((split_qualified(name)[0], repr(value)) for name, value in changes.items()))
 
 
-def _moves_measured(trials: list[TrialResult], target: str) -> dict[tuple, tuple[int, int]]:
-    """For each move the history made in one dispatch bucket (every change ``knob@bucket`` of one bucket), judged on
-    ``target``: (how often it was faster beyond its interval, how often slower beyond it), counting each screened
-    candidate (its screening's interval) and each judged trial (its verdict's target interval) once."""
-    tally: dict[tuple, tuple[int, int]] = {}
+def _moves_measured(trials: list[TrialResult], target: str) -> dict[tuple, dict[str, int]]:
+    """Each move the history made in one dispatch bucket (every change ``knob@bucket`` of one bucket), judged on
+    ``target``: per bucket, how its latest measurement there came out, 1 faster beyond its interval, -1 slower
+    beyond it, 0 neither (a judged trial's target interval over a screening's, a later one over an earlier one).
+    Only a variant that is the source it ran against with just those changes counts: a proposer's code edit
+    beside a knob is not the knob's doing. A screened candidate counts as faster only where the screening kept it
+    (one that computed a wrong result is dropped whatever its time)."""
+    by_sha = {t.variant_sha: t for t in trials}
+    latest: dict[tuple, dict[str, tuple[tuple, int]]] = {}
 
-    def count(changes: dict | None, interval: tuple) -> None:
-        low, high = interval
+    def note(changes: dict | None, before: str, source: str, interval, when: tuple, may_be_faster: bool) -> None:
+        low, high = (list(interval or []) + [None, None])[:2]
         buckets = {split_qualified(name)[1] for name in changes or {}}
         if not changes or len(buckets) != 1 or None in buckets or low is None or high is None:
             return
-        faster, slower = tally.get(_move_key(changes), (0, 0))
-        tally[_move_key(changes)] = (faster + (high < 1), slower + (low > 1))
+        try:
+            if not before or with_knobs(before, changes) != source:
+                return
+        except Exception:  # noqa: BLE001 - changes the source it ran against cannot take: not a plain move
+            return
+        outcome = 1 if high < 1 and may_be_faster else -1 if low > 1 else 0
+        bucket, slot = buckets.pop(), latest.setdefault(_move_key(changes), {})
+        if bucket not in slot or slot[bucket][0] < when:
+            slot[bucket] = (when, outcome)
 
     for t in trials:
-        if t.screening and t.screening.target == target:
+        against = by_sha.get(t.against_sha) if t.against_sha else None
+        if against is None:
+            continue
+        if t.screening and t.screening.target == target:  # its candidates were screened against its "against"
             for row in t.screening.rows:
-                count(row.changes, (row.ci_low, row.ci_high))
-        elif t.judged and t.judged.target == target and t.judged.target_interval:
-            count(t.changes, tuple(t.judged.target_interval[:2]))
-    return tally
+                note(row.changes, against.variant.source, row.source, (row.ci_low, row.ci_high), (0, t.trial_id),
+                     row.kept)
+        elif t.judged and t.judged.target == target:
+            note(t.changes, against.variant.source, t.variant.source, t.judged.target_interval, (1, t.trial_id),
+                 True)
+    return {key: {bucket: outcome for bucket, (_, outcome) in slot.items()} for key, slot in latest.items()}
+
+
+def _measured_words(outcomes: dict[str, int], bucket: str) -> str:
+    """What a move's latest measurements in each bucket said, for a hypothesis."""
+    def where(outcome: int) -> str:
+        named = sorted(b for b, o in outcomes.items() if o == outcome and b != bucket)
+        return ", ".join(named) or "none"
+
+    words = (f"Measured in other buckets (the latest result in each): faster beyond the interval in {where(1)}, "
+             f"slower in {where(-1)}")
+    if bucket in outcomes:
+        words += (", and in this bucket against an earlier best "
+                  + {1: "faster (so it comes first)", -1: "slower (so it comes last)",
+                     0: "within the noise"}[outcomes[bucket]])
+    return words + "; ranked by that among the spec's remedies."
 
 
 def _proposal_name(changes: dict) -> str:
