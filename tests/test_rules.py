@@ -667,9 +667,10 @@ def test_told_which_buckets_to_tune_the_proposer_changes_those_alone():
 
 
 def test_told_to_tune_a_bucket_no_diagnosis_reaches_its_batch_holds_the_spec_s_remedies_before_the_walk():
-    """From trial 0071 (the H200 history), `--buckets 2048x4`: the NCU profile reads no float32 case at 1025-2048
-    columns, so no diagnosis reaches the bucket. The batch was four steps of the blind walk over KNOB_CHOICES (one
-    row per program, two tile sizes, 4 elements a thread); it is now the spec's remedies for no diagnosis in
+    """From trial 0071 (the H200 history), `--buckets 2048x4`: the NCU profile of 43690x1536 float32 trips no rule
+    (DRAM at 73 % of its peak, above the memory-latency rule's 60 %), so no diagnosis reaches the bucket. The
+    batch was four steps of the blind walk over KNOB_CHOICES (one row per program, two tile sizes, 4 elements a
+    thread); it is now the spec's remedies for no diagnosis in
     particular, written into that bucket alone, the split of each SM's rows between two programs among them."""
     history = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id <= 71]
     best = next(t for t in history if t.trial_id == 71)

@@ -25,12 +25,12 @@ When the best carries a dispatch table and the baseline trial timed peers (liger
 buckets where a peer is faster than the current best by more than ``PEER_LEAD_MARGIN`` come first, the furthest
 behind first (``peer_leads``: the best's time there over the peer's, from the baseline trial's side-by-side times
 and the accepted steps' ratios since; with a full target, in the full pass); the rest by the diagnoses' severity.
-A bucket to tune that no diagnosis reaches (the profile reads a few cases) gets the spec's remedies for no
-diagnosis in particular (``"explore"``) in that bucket, before the walk: the buckets ``--buckets`` names, and
-without it those where a peer is ahead, ranked by the lead among the diagnosed buckets' remedies (a diagnosis counts
-where the spec lists remedies for it in that pass). Within the bucket the history ranks that list by each move's
-latest result in every bucket it was measured in (``_moves_measured``): faster in this very bucket against an
-earlier best first, then faster in more of the others, slower in this very bucket last.
+A bucket to tune that no diagnosis reaches (its profiled case trips no rule, or none was profiled) gets the spec's
+remedies for no diagnosis in particular (``"explore"``) in that bucket, before the walk: the buckets ``--buckets``
+names, and without it those where a peer is ahead, ranked by the lead among the diagnosed buckets' remedies (a
+diagnosis counts where the spec lists remedies for it in that pass). Within the bucket the history ranks that
+list by each move's latest result in every bucket it was measured in (``_moves_measured``): faster in this very
+bucket against an earlier best first, then faster in more of the others, slower in this very bucket last.
 
 A variant that carries a dispatch table (``DISPATCH``) is tuned one bucket at a time: each bucket's worst case
 is diagnosed on its own, a remedy for a diagnosis goes into the bucket of the shape it was read at, and the walk
@@ -392,11 +392,12 @@ class RulesProposer:
 
         # Each entry: (pass, diagnosis or None, remedy, the bucket it goes into or None for the defaults).
         plan = [(p, d, r, bucket_of(d)) for p, d in diagnoses for r in spec.remedies.get(p, {}).get(d.name, ())]
-        # A bucket to tune that no diagnosis reaches (the NCU profile reads a few cases; float32 buckets are often
-        # not among them) still gets the spec's remedies for no diagnosis in particular, in that bucket, before the
-        # blind walk over KNOB_CHOICES: the buckets --buckets names, and without it those where a peer is ahead
-        # (the furthest behind first). 2026-12-03: with --buckets 2048x4 the walk's first screening held one row
-        # per program and two tile sizes while the spec's split (bwd_programs_per_sm) was never offered.
+        # A bucket to tune that no diagnosis reaches (its profiled case trips no rule: 0071's float32 43690x1536
+        # runs DRAM at 73 % of its peak, above the memory-latency rule's 60 %; or no case was profiled) still gets
+        # the spec's remedies for no diagnosis in particular, in that bucket, before the blind walk over
+        # KNOB_CHOICES: the buckets --buckets names, and without it those where a peer is ahead (by the lead).
+        # 2026-12-03: with --buckets 2048x4 the walk's first screening held one row per program and two tile sizes
+        # while the spec's split (bwd_programs_per_sm) was never offered.
         # A pass's bucket is reached by a diagnosis there for which the spec lists remedies in that pass.
         reached = {(p, bucket_of(d)) for p, d in diagnoses if spec.remedies.get(p, {}).get(d.name)}
         undiagnosed = [(p, b) for b in buckets for p in passes if (p, b) not in reached
@@ -460,8 +461,8 @@ class RulesProposer:
             if diagnosis:
                 evidence = diagnosis.evidence
             elif bucket:
-                evidence = ("no NCU diagnosis reaches this bucket (the profile read none of its cases, or found "
-                            "nothing there)" if profiled else
+                evidence = ("no NCU diagnosis reaches this bucket (its profiled case, if any, trips no rule the "
+                            "spec has remedies for)" if profiled else
                             f"no NCU profile to diagnose ({best.ncu.reason if best.ncu else 'none recorded'})")
             else:
                 evidence = ("no NCU diagnosis left to act on" if profiled else
