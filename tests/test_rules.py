@@ -730,7 +730,7 @@ def test_in_a_bucket_no_diagnosis_reaches_moves_measured_faster_elsewhere_come_f
     assert not any("bwd_fused_dw_max_cols@4096x4" in p.changes for p in batch), [p.changes for p in batch]
     balances = [sum(measured.get(_move_key(p.changes), {}).values()) for p in batch]
     assert balances == sorted(balances, reverse=True) and balances[0] == 2, balances
-    assert "faster beyond the interval in 2048x2, 2048x4, slower in none" in batch[0].hypothesis
+    assert "faster beyond the interval in 2048x2, 2048x4. Ranked by that" in batch[0].hypothesis
 
 
 def test_a_move_slower_in_this_very_bucket_against_an_earlier_best_comes_after_every_other():
@@ -751,10 +751,11 @@ def test_a_move_slower_in_this_very_bucket_against_an_earlier_best_comes_after_e
     batch = _batch(context, 8)
     assert all(p.diagnosis == "explore" for p in batch)
     assert batch[0].changes == {"bwd_programs_per_sm@2048x2": 2}, [p.changes for p in batch]
-    assert "in this bucket against an earlier best faster (so it comes first)" in batch[0].hypothesis
+    assert "In this bucket against an earlier best faster (so it comes first)." in batch[0].hypothesis
     assert [p.changes for p in batch[-2:]] == [{"bwd_fused_dw_max_cols@2048x2": 8192},
                                                {"bwd_tile_elements@2048x2": 16384}]
-    assert "in this bucket against an earlier best slower (so it comes last)" in batch[-1].hypothesis
+    assert "slower beyond it in 1024x2; in this bucket against an earlier best slower (so it comes last)" in \
+        batch[-1].hypothesis
 
 
 def test_what_a_move_did_counts_only_for_a_plain_move_and_the_latest_result_in_a_bucket():
@@ -782,6 +783,30 @@ def test_what_a_move_did_counts_only_for_a_plain_move_and_the_latest_result_in_a
     row.kept = False
     before = [t for t in history if t.trial_id < 72]
     assert _moves_measured([*before, screening], "backward")[key] == {"2048x2": 1, "2048x4": 0}
+    # The latest result stands, a screening's too: one run after the trial, against a later best, found it slower.
+    later = screening.model_copy(deep=True, update={"trial_id": 74})
+    row = next(r for r in later.screening.rows if r.changes == {"bwd_programs_per_sm@2048x4": 2})
+    row.ci_low, row.ci_high = 1.05, 1.10
+    assert _moves_measured([*history, later], "backward")[key]["2048x4"] == -1
+
+
+def test_a_diagnosed_bucket_whose_remedies_are_spent_is_explored_before_the_walk():
+    """From trial 0073, `--buckets 4096x2`: the profile diagnoses memory latency there. Once the spec's remedies for
+    it are in the batch, the spec's exploration moves follow in that bucket (more rows per program, more warps,
+    ...), not the blind walk over KNOB_CHOICES; their hypothesis says the diagnoses' remedies are spent."""
+    history = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id <= 73]
+    best = next(t for t in history if t.trial_id == 73)
+    assert any(dispatch_bucket(d.shape, d.dtype) == "4096x2" for d in diagnose(best, "backward", per_bucket=True))
+    context = Context(get_spec("fused_add_rms_norm"), "backward", history, best, best.variant.source,
+                      baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
+                      buckets=("4096x2",))
+    batch = _batch(context, 10)
+    kinds = [p.diagnosis for p in batch]
+    assert "explore" in kinds and not any(k.startswith("explore-knobs") for k in kinds), kinds
+    first = kinds.index("explore")
+    assert all(k != "explore" for k in kinds[:first]) and set(kinds[first:]) == {"explore"}, kinds
+    assert all(name.endswith("@4096x2") for p in batch[first:] for name in p.changes)
+    assert batch[first].hypothesis.startswith("the remedies for this bucket's NCU diagnoses are tried or ruled out")
 
 
 def test_without_buckets_or_a_peer_ahead_the_spec_s_exploration_goes_to_the_defaults_as_before():

@@ -25,12 +25,12 @@ When the best carries a dispatch table and the baseline trial timed peers (liger
 buckets where a peer is faster than the current best by more than ``PEER_LEAD_MARGIN`` come first, the furthest
 behind first (``peer_leads``: the best's time there over the peer's, from the baseline trial's side-by-side times
 and the accepted steps' ratios since; with a full target, in the full pass); the rest by the diagnoses' severity.
-A bucket to tune that no diagnosis reaches (its profiled case trips no rule, or none was profiled) gets the spec's
-remedies for no diagnosis in particular (``"explore"``) in that bucket, before the walk: the buckets ``--buckets``
-names, and without it those where a peer is ahead, ranked by the lead among the diagnosed buckets' remedies (a
-diagnosis counts where the spec lists remedies for it in that pass). Within the bucket the history ranks that
-list by each move's latest result in every bucket it was measured in (``_moves_measured``): faster in this very
-bucket against an earlier best first, then faster in more of the others, slower in this very bucket last.
+A bucket to tune gets the spec's remedies for no diagnosis in particular (``"explore"``) in that bucket, after its
+diagnoses' remedies and before the walk (most such buckets have no diagnosis: their profiled case trips no rule):
+the buckets ``--buckets`` names, and without it those where a peer is ahead, ranked by the lead among the
+diagnosed buckets' remedies. Within the bucket the history ranks that list by each move's latest result in every
+bucket it was measured in (``_moves_measured``): faster in this very bucket against an earlier best first, then
+by the other buckets it was faster in less those it was slower in, slower in this very bucket last.
 
 A variant that carries a dispatch table (``DISPATCH``) is tuned one bucket at a time: each bucket's worst case
 is diagnosed on its own, a remedy for a diagnosis goes into the bucket of the shape it was read at, and the walk
@@ -392,22 +392,20 @@ class RulesProposer:
 
         # Each entry: (pass, diagnosis or None, remedy, the bucket it goes into or None for the defaults).
         plan = [(p, d, r, bucket_of(d)) for p, d in diagnoses for r in spec.remedies.get(p, {}).get(d.name, ())]
-        # A bucket to tune that no diagnosis reaches (its profiled case trips no rule: 0071's float32 43690x1536
-        # runs DRAM at 73 % of its peak, above the memory-latency rule's 60 %; or no case was profiled) still gets
-        # the spec's remedies for no diagnosis in particular, in that bucket, before the blind walk over
-        # KNOB_CHOICES: the buckets --buckets names, and without it those where a peer is ahead (by the lead).
-        # 2026-12-03: with --buckets 2048x4 the walk's first screening held one row per program and two tile sizes
-        # while the spec's split (bwd_programs_per_sm) was never offered.
-        # A pass's bucket is reached by a diagnosis there for which the spec lists remedies in that pass.
-        reached = {(p, bucket_of(d)) for p, d in diagnoses if spec.remedies.get(p, {}).get(d.name)}
-        undiagnosed = [(p, b) for b in buckets for p in passes if (p, b) not in reached
-                       and (context.buckets or lead_in(p, b))]
+        # A bucket to tune gets the spec's remedies for no diagnosis in particular, in that bucket, after its
+        # diagnoses' remedies and before the blind walk over KNOB_CHOICES: the buckets --buckets names, and without
+        # it those where a peer is ahead (by the lead). Most such buckets have no diagnosis at all: their profiled
+        # case trips no rule (0071's float32 43690x1536 runs DRAM at 73 % of its peak, above the memory-latency
+        # rule's 60 %). 2026-12-03: with --buckets 2048x4 the walk's first screening held one row per program and
+        # two tile sizes while the spec's split (bwd_programs_per_sm) was never offered.
+        explored = [(p, b) for b in buckets for p in passes if context.buckets or lead_in(p, b)]
+        diagnosed_in = {(p, bucket_of(d)) for p, d in diagnoses}
         # Within such a bucket the history ranks the spec's list by what the same move did where it was measured:
-        # one faster in this very bucket (against an earlier best) first, then by its results in the other buckets
-        # (faster in more of them first), one slower in this very bucket after all of them. Screening 0072 spent a
+        # one faster in this very bucket (against an earlier best) first, then by the other buckets it was faster
+        # in less those it was slower in, one slower in this very bucket after all of them. Screening 0072 spent a
         # slot on the in-launch dW sum, clearly slower where it had been screened, while the split of each SM's
-        # rows waited fourth.
-        measured = _moves_measured(context.trials, context.target)
+        # rows waited fourth. (Read only when some bucket is explored: it rewrites every screened source.)
+        measured = _moves_measured(context.trials, context.target) if explored else {}
 
         def written(remedy: Remedy, bucket: str) -> dict:
             return remedy_changes(bucket, remedy)[1]
@@ -417,7 +415,7 @@ class RulesProposer:
             own = outcomes.get(bucket)
             return own == -1, own != 1, -sum(o for b, o in outcomes.items() if b != bucket)
 
-        plan += [(p, None, r, b) for p, b in undiagnosed for r in sorted(explore(p), key=lambda r: rank(r, b))]
+        plan += [(p, None, r, b) for p, b in explored for r in sorted(explore(p), key=lambda r: rank(r, b))]
         if not context.buckets:  # then an undiagnosed remedy goes to the defaults: every bucket
             plan += [(p, None, r, None) for p in passes for r in explore(p)]
         # A remedy may name a knob the best's source predates (a knob added to the baseline since): it is for a
@@ -460,16 +458,19 @@ class RulesProposer:
             profiled = best.ncu is not None and best.ncu.status == "ok"
             if diagnosis:
                 evidence = diagnosis.evidence
+            elif bucket and (pass_name, bucket) in diagnosed_in:
+                evidence = "the remedies for this bucket's NCU diagnoses are tried or ruled out"
             elif bucket:
-                evidence = ("no NCU diagnosis reaches this bucket (its profiled case, if any, trips no rule the "
-                            "spec has remedies for)" if profiled else
+                evidence = ("no NCU diagnosis reaches this bucket (its profiled case, if any, trips no rule)"
+                            if profiled else
                             f"no NCU profile to diagnose ({best.ncu.reason if best.ncu else 'none recorded'})")
             else:
                 evidence = ("no NCU diagnosis left to act on" if profiled else
                             f"no NCU profile to diagnose ({best.ncu.reason if best.ncu else 'none recorded'})")
             scope = (f" Only in bucket {bucket} ({_bucket_words(bucket)}), " + (
                 "where it was diagnosed." if diagnosis else
-                "one of the spec's remedies for no diagnosis in particular, before the walk over KNOB_CHOICES.")
+                "one of the spec's remedies for no diagnosis in particular, tried before the walk over "
+                "KNOB_CHOICES.")
                 if bucket else "")
             if bucket and not diagnosis and measured.get(_move_key(changes)):
                 scope += " " + _measured_words(measured[_move_key(changes)], bucket)
@@ -588,15 +589,15 @@ def _move_key(changes: dict) -> tuple:
 
 def _moves_measured(trials: list[TrialResult], target: str) -> dict[tuple, dict[str, int]]:
     """Each move the history made in one dispatch bucket (every change ``knob@bucket`` of one bucket), judged on
-    ``target``: per bucket, how its latest measurement there came out, 1 faster beyond its interval, -1 slower
-    beyond it, 0 neither (a judged trial's target interval over a screening's, a later one over an earlier one).
-    Only a variant that is the source it ran against with just those changes counts: a proposer's code edit
-    beside a knob is not the knob's doing. A screened candidate counts as faster only where the screening kept it
-    (one that computed a wrong result is dropped whatever its time)."""
+    ``target``: per bucket, how its latest measurement there came out (by trial number: a screening's row or a
+    judged trial's target interval), 1 faster beyond its interval, -1 slower beyond it, 0 neither. Only a variant
+    that is the source it ran against with just those changes counts: a proposer's code edit beside a knob is not
+    the knob's doing. A screened candidate counts as faster only where the screening kept it (one that computed a
+    wrong result is dropped whatever its time); one clearly slower counts as slower, whatever else was wrong."""
     by_sha = {t.variant_sha: t for t in trials}
-    latest: dict[tuple, dict[str, tuple[tuple, int]]] = {}
+    latest: dict[tuple, dict[str, tuple[int, int]]] = {}
 
-    def note(changes: dict | None, before: str, source: str, interval, when: tuple, may_be_faster: bool) -> None:
+    def note(changes: dict | None, before: str, source: str, interval, when: int, may_be_faster: bool) -> None:
         low, high = (list(interval or []) + [None, None])[:2]
         buckets = {split_qualified(name)[1] for name in changes or {}}
         if not changes or len(buckets) != 1 or None in buckets or low is None or high is None:
@@ -608,7 +609,7 @@ def _moves_measured(trials: list[TrialResult], target: str) -> dict[tuple, dict[
             return
         outcome = 1 if high < 1 and may_be_faster else -1 if low > 1 else 0
         bucket, slot = buckets.pop(), latest.setdefault(_move_key(changes), {})
-        if bucket not in slot or slot[bucket][0] < when:
+        if bucket not in slot or slot[bucket][0] <= when:
             slot[bucket] = (when, outcome)
 
     for t in trials:
@@ -617,27 +618,24 @@ def _moves_measured(trials: list[TrialResult], target: str) -> dict[tuple, dict[
             continue
         if t.screening and t.screening.target == target:  # its candidates were screened against its "against"
             for row in t.screening.rows:
-                note(row.changes, against.variant.source, row.source, (row.ci_low, row.ci_high), (0, t.trial_id),
+                note(row.changes, against.variant.source, row.source, (row.ci_low, row.ci_high), t.trial_id,
                      row.kept)
         elif t.judged and t.judged.target == target:
-            note(t.changes, against.variant.source, t.variant.source, t.judged.target_interval, (1, t.trial_id),
-                 True)
+            note(t.changes, against.variant.source, t.variant.source, t.judged.target_interval, t.trial_id, True)
     return {key: {bucket: outcome for bucket, (_, outcome) in slot.items()} for key, slot in latest.items()}
 
 
 def _measured_words(outcomes: dict[str, int], bucket: str) -> str:
-    """What a move's latest measurements in each bucket said, for a hypothesis."""
-    def where(outcome: int) -> str:
-        named = sorted(b for b, o in outcomes.items() if o == outcome and b != bucket)
-        return ", ".join(named) or "none"
-
-    words = (f"Measured in other buckets (the latest result in each): faster beyond the interval in {where(1)}, "
-             f"slower in {where(-1)}")
+    """What a move's latest measurement in each bucket said, for a hypothesis."""
+    others = {b: o for b, o in outcomes.items() if b != bucket}
+    said = [f"{words} in {', '.join(sorted(b for b, o in others.items() if o == outcome))}"
+            for outcome, words in ((1, "faster beyond the interval"), (-1, "slower beyond it"),
+                                   (0, "within the noise")) if outcome in others.values()]
+    parts = [f"Measured in other buckets (the latest result in each): {'; '.join(said)}"] if said else []
     if bucket in outcomes:
-        words += (", and in this bucket against an earlier best "
-                  + {1: "faster (so it comes first)", -1: "slower (so it comes last)",
-                     0: "within the noise"}[outcomes[bucket]])
-    return words + "; ranked by that among the spec's remedies."
+        parts.append("in this bucket against an earlier best " + {
+            1: "faster (so it comes first)", -1: "slower (so it comes last)", 0: "within the noise"}[outcomes[bucket]])
+    return "; ".join(parts)[:1].upper() + "; ".join(parts)[1:] + ". Ranked by that among the spec's remedies."
 
 
 def _proposal_name(changes: dict) -> str:
