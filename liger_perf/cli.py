@@ -352,7 +352,7 @@ def history_table(kernel: str, device: str, trials) -> Table:
         verdict = t.verdict or {"complete": "-", "failed-correctness": "gate failed", "invalid-variant": "invalid"}.get(t.status, t.status)
         judged = t.judged
         ratio = judged.target_ratio if judged is not None else None
-        low, high = ([*(judged.target_interval or []), None, None] if judged is not None else [None, None])[:2]
+        low, high = judged.target_bounds if judged is not None else (None, None)
         # The point on one line, its interval on the next: "1.57x (faster)" / "[1.51x, 1.63x]".
         gain = speedup(ratio, low, high).replace(" [", "\n[", 1)
         table.add_row(f"{t.trial_id:04d}", _wrap_name(t.name, NAME_WIDTH), verdict, gain,

@@ -115,7 +115,7 @@ def _judged_gain(trial: TrialResult, target: str) -> str:
         return ""
     if target == "memory":
         return f"peak memory {judged.target_ratio:.3f} of the previous best's"
-    low, high = (list(judged.target_interval or []) + [None, None])[:2]
+    low, high = judged.target_bounds
     return f"{speedup(judged.target_ratio, low, high)} over the previous best"
 
 

@@ -597,8 +597,8 @@ def _moves_measured(trials: list[TrialResult], target: str) -> dict[tuple, dict[
     by_sha = {t.variant_sha: t for t in trials}
     latest: dict[tuple, dict[str, tuple[int, int]]] = {}
 
-    def note(changes: dict | None, before: str, source: str, interval, when: int, may_be_faster: bool) -> None:
-        low, high = (list(interval or []) + [None, None])[:2]
+    def note(changes: dict | None, before: str, source: str, interval: tuple, when: int, may_be_faster: bool) -> None:
+        low, high = interval
         buckets = {split_qualified(name)[1] for name in changes or {}}
         if not changes or len(buckets) != 1 or None in buckets or low is None or high is None:
             return
@@ -621,7 +621,7 @@ def _moves_measured(trials: list[TrialResult], target: str) -> dict[tuple, dict[
                 note(row.changes, against.variant.source, row.source, (row.ci_low, row.ci_high), t.trial_id,
                      row.kept)
         elif t.judged and t.judged.target == target:
-            note(t.changes, against.variant.source, t.variant.source, t.judged.target_interval, t.trial_id, True)
+            note(t.changes, against.variant.source, t.variant.source, t.judged.target_bounds, t.trial_id, True)
     return {key: {bucket: outcome for bucket, (_, outcome) in slot.items()} for key, slot in latest.items()}
 
 
@@ -635,7 +635,8 @@ def _measured_words(outcomes: dict[str, int], bucket: str) -> str:
     if bucket in outcomes:
         parts.append("in this bucket against an earlier best " + {
             1: "faster (so it comes first)", -1: "slower (so it comes last)", 0: "within the noise"}[outcomes[bucket]])
-    return "; ".join(parts)[:1].upper() + "; ".join(parts)[1:] + ". Ranked by that among the spec's remedies."
+    text = "; ".join(parts)
+    return text[:1].upper() + text[1:] + ". Ranked by that among the spec's remedies."
 
 
 def _proposal_name(changes: dict) -> str:

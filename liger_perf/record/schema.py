@@ -316,6 +316,12 @@ class Verdict(_Record):
     #: Suspicious only of the current best's measurements (the run may have slowed it): one more trial is owed.
     recheck: bool = False
 
+    @property
+    def target_bounds(self) -> tuple[float | None, float | None]:
+        """``target_interval`` as (low, high), None where it is missing or one-sided."""
+        low, high = (list(self.target_interval or []) + [None, None])[:2]
+        return low, high
+
 
 class TrialResult(_Record):
     """A trial's structured result, as the notebook's ``result`` cell holds it (see ``liger_perf.record.notebook``)."""
