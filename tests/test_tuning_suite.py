@@ -522,3 +522,46 @@ def test_the_pace_of_a_suite_is_read_from_its_own_trials():
                                           "variant": {"sha256": f"v{i}", "source": "x"}})
               for i, (suite, s) in enumerate([("gpu", 80.0), ("models-tune", 300.0), ("gpu", 90.0)])]
     assert trial_pace(trials) == 90.0 and trial_pace(trials, "models-tune") == 300.0
+
+
+def test_a_screening_of_moves_in_named_buckets_times_those_buckets_cases_alone(interpret_device, monkeypatch):
+    """Only a bucket's cases decide whether a move in it is kept, so a screening whose every candidate is such a
+    move times those cases alone (0070 and 0072 on the H200 spent about 180 of 250 s on the other buckets'); one
+    candidate that changes a default (every bucket), or buckets no case falls in, and the whole suite is timed."""
+    from liger_perf.kernel.registry import get_spec
+    from liger_perf.kernel.variants import dispatch_bucket
+    from liger_perf.run.screening import Screen
+
+    path = str(baseline_path("fused_add_rms_norm"))
+
+    def timed(*changes):
+        screen = Screen({"kernel": "fused_add_rms_norm", "variant": path, "device": "interpret",
+                         "kind": "screening", "screen": [{"name": f"{i}-move", "variant": path, "changes": c}
+                                                         for i, c in enumerate(changes)]})
+        screen.suite = "models-tune"
+        screen.modules = {entry["name"]: object() for entry in screen.entries}  # every one past its quick gate
+        asked = []
+
+        def smoke(cases):
+            asked.append(cases)
+            raise _Asked
+
+        monkeypatch.setattr(screen, "_smoke", smoke)
+        with pytest.raises(_Asked):
+            screen.time()
+        return asked[0], screen
+
+    every = get_spec("fused_add_rms_norm").cases("models-tune", "bench")
+    cases, _ = timed({"num_stages@2048x2": 3}, {"bwd_programs_per_sm@2048x4": 2})
+    assert cases and {dispatch_bucket(c.shape, c.dtype) for c in cases} == {"2048x2", "2048x4"}
+    assert cases == [c for c in every if dispatch_bucket(c.shape, c.dtype) in {"2048x2", "2048x4"}]
+    assert timed({"num_stages@2048x2": 3}, {"num_stages": 3})[0] == every  # a default moves every bucket
+    assert timed({"num_stages@2048x2": 3}, None)[0] == every  # a candidate without recorded changes
+    assert timed({"num_stages@131072x2": 3})[0] == every  # no case in the bucket: the suite, as before
+    # A candidate dropped by its quick gate does not widen what is timed.
+    screen = Screen({"kernel": "fused_add_rms_norm", "variant": path, "device": "interpret", "kind": "screening",
+                     "screen": [{"name": "0-move", "variant": path, "changes": {"num_stages@2048x2": 3}},
+                                {"name": "1-default", "variant": path, "changes": {"num_stages": 3}}]})
+    screen.suite = "models-tune"
+    screen.modules = {"0-move": object()}
+    assert screen._buckets_screened(every) == {"2048x2"}
