@@ -89,8 +89,10 @@ _FEWER_ROWS_BWD = [
 # tile as many times smaller, keep the SM's elements (and warps) in flight and may overlap those waits (H200, trial
 # 0061's NCU profile: DRAM at 47-59 % of its peak from 896 to 2560 columns in 16-bit types, long-scoreboard and
 # barrier stalls ahead; torch.compile is up to 1.2 times faster there:
-# reports/evidence/2026-12-03-bench-compile-best-0061-more/). After the pipelining moves: more programs with the tile
-# unchanged were slower (reports/evidence/2026-12-02-programs-per-sm/), and this split is not yet measured.
+# reports/evidence/2026-12-03-bench-compile-best-0061-more/). More programs with the tile unchanged were slower
+# (reports/evidence/2026-12-02-programs-per-sm/); this split, measured by the loop, took 0.948 of the time in bucket
+# 2048x2 (screening 0070) and was accepted in bucket 2048x4 (trial 0073, backward 1.11x faster):
+# notebooks/nvidia-h200/fused_add_rms_norm/.
 _SPLIT_BWD = [
     Remedy({"bwd_programs_per_sm": 2}, "split each SM's rows between two programs, each walking tiles half the "
            "size: as many elements in flight, from two programs that need not wait on each other's row sums and "
