@@ -441,9 +441,9 @@ def optimize_command(
     """The loop: propose a variant, run its trial against the current best, judge it, record the verdict."""
     from liger_perf.kernel.device import select_device
     from liger_perf.judge.guardrails import load_guardrails
-    from liger_perf.record.history import latest_best, load_trials, trial_pace
+    from liger_perf.record.history import latest_best, load_trials
     from liger_perf.loop import OptimizeLoop
-    from liger_perf.run.progress import PlainLog, describe, latest, pace_kind
+    from liger_perf.run.progress import PlainLog, describe, latest
     from liger_perf.propose import get_proposer
     from liger_perf.kernel.registry import get_spec
     from liger_perf.report import write_report
@@ -494,8 +494,8 @@ def optimize_command(
 
     store = Store(device=history_device(runner or PapermillRunner(), device))  # the trials' device's history
     history = load_trials(kernel, store.notebooks)
-    # A baseline trial (peers, the full gate, NCU) and a screening take their own time: each its kind's pace.
-    paces = {kind: trial_pace(history, suite, kind=kind) for kind in ("baseline", "experiment", "screening")}
+    # Each trial's expected time: its kind's recent pace, a screening's from the timings it makes
+    # (``OptimizeLoop.request_pace``).
     running: dict[int, tuple[str, str, float, float | None]] = {}  # trial -> (label, artifacts, start, expected s)
     # A terminal shows a live status line; output that is not one (a log, a pipe, CI) gets plain lines instead:
     # one per change of a trial's step, and one at least every 30 s while a step runs.
@@ -509,7 +509,7 @@ def optimize_command(
             request = event.request
             if request is not None:
                 running[request.trial_id] = (f"{request.trial_id:04d} {request.name}", request.artifacts,
-                                             time.time(), paces[pace_kind(request)])
+                                             time.time(), loop.request_pace(history, request))
             console.print(event.message if event.kind == "screen-start" else
                           f"trial {event.index} of at most {event.budget}: {event.message}", markup=False)
         elif event.kind in ("trial-end", "judged-pending", "screen-end") and event.trial is not None:
@@ -595,9 +595,10 @@ def plan_command(
     def say(text: str) -> None:
         console.print(text, markup=False, highlight=False, soft_wrap=True)
 
-    def pace(kind: str, each: bool = False) -> str:
-        """How long such a step took here (the loop's own estimate: ``trial_pace``), to size a GPU call by."""
-        seconds = trial_pace(history, suite, kind=kind)
+    def pace(kind: str, each: bool = False, screened: int = 0) -> str:
+        """How long such a step takes here (the loop's own estimates: ``trial_pace``, and for a screening of
+        ``screened`` candidates ``screening_pace``), to size a GPU call by."""
+        seconds = loop.screening_pace(history, screened) if screened else trial_pace(history, suite, kind=kind)
         return f" (about {seconds:.0f} s{' each' if each else ''} in the notebook, by this history's recent " \
                "ones)" if seconds else ""
 
@@ -624,7 +625,7 @@ def plan_command(
         return
     if step.screening:
         say(f"next: a screening of {count(len(step.screening), 'candidate')} against {best} in one notebook"
-            + pace("screening")
+            + pace("screening", screened=len(step.screening))
             + ("" if step.trials else "; those that may be faster then get full trials, the fastest first") + ":")
         show(step.screening)
     if step.trials:

@@ -15,7 +15,7 @@ from typing import Callable
 
 from liger_perf.core.errors import UserError
 from liger_perf.judge.guardrails import Guardrails
-from liger_perf.record.history import (accepted_chain, baseline_trials, load_trials, trial_pace,
+from liger_perf.record.history import (accepted_chain, baseline_trials, load_trials, screening_pace, trial_pace,
                                 trial_variant_file, warn)
 from liger_perf.judge import drift_ratios, judge, made_by, recheck_owed
 from liger_perf.propose import Context, Proposal, Proposer, Stop
@@ -25,7 +25,7 @@ from liger_perf.kernel.registry import baseline_path, get_spec
 from liger_perf.run import Runner, check_tuning_suite, history_device, trial_request
 from liger_perf.record.schema import HARNESS_ERROR, TrialRequest, TrialResult, Verdict
 from liger_perf.record.store import Store, trial_number
-from liger_perf.kernel.variants import source_hash, target_buckets, with_knobs
+from liger_perf.kernel.variants import dispatch_bucket, source_hash, target_buckets, with_knobs
 from liger_perf.core.wording import count, speedup
 
 
@@ -376,7 +376,7 @@ class OptimizeLoop:
         stop: Stop | None = None
         # Screening times the candidates: a memory target is not screened (each proposal gets a full trial).
         batch = (max(free, self.screen) if self.guardrails.target != "memory" else free) if free > 0 else 0
-        screening_pace = trial_pace(trials, self.suite, kind="screening")
+        screening_pace = self.screening_pace(trials, batch)
         if batch > free and not self._ends_in_time(screening_pace):
             # A step the deadline would cut off is not begun: its notebook would be half-written and its device
             # time lost (0056 on the H200, a trial begun 280 s before a call's end, was killed in its NCU profile).
@@ -400,6 +400,28 @@ class OptimizeLoop:
                 break
             proposed.append(step)
         return steps, proposed, free, stop
+
+    def screening_pace(self, trials: list[TrialResult], candidates: int) -> float | None:
+        """How long a screening of ``candidates`` takes here (``history.screening_pace``), from the cases it times:
+        under ``--buckets`` every candidate is a move in those buckets (``_in_scope``), and a screening of such
+        moves times their buckets' cases alone, the whole suite's where it has none there
+        (``run.screening.Screen``)."""
+        import torch
+
+        from liger_perf.kernel.device import Device
+
+        cases = self.spec.cases(self.suite or Device(self.mode, torch.device("cpu")).suite, "bench")
+        timed = [case for case in cases if dispatch_bucket(case.shape, case.dtype) in self.buckets] or cases
+        return screening_pace(trials, self.suite, timings=candidates * len(timed))
+
+    def request_pace(self, trials: list[TrialResult], request: TrialRequest) -> float | None:
+        """How long ``request`` will take here, for its progress line: a screening by the timings it makes
+        (``screening_pace``), a trial by its kind's recent ones (``run.progress.pace_kind``)."""
+        from liger_perf.run.progress import pace_kind
+
+        kind = pace_kind(request)
+        return (self.screening_pace(trials, len(request.screen)) if kind == "screening"
+                else trial_pace(trials, self.suite, kind=kind))
 
     def _out_of_time(self, what: str, pace: float | None) -> Stop:
         left = max(0.0, self.deadline - time.time())

@@ -139,11 +139,13 @@ def test_the_plain_log_says_each_change_of_step_once_and_a_running_step_again_af
     assert len(lines) == 3 and lines[-1].startswith("  0003 wider: timing 2/2")
 
 
-def test_a_running_step_is_estimated_at_its_own_kind_s_pace():
+def test_a_running_step_is_estimated_at_its_own_kind_s_pace(tmp_path):
     """A baseline trial takes about twice a candidate's (0067: 374 s against 189-229 s on the H200); the status
-    line estimates each step by the pace of its kind."""
+    line estimates each step by the pace of its kind, and a screening by the timings it makes."""
+    from liger_perf.propose import get_proposer
     from liger_perf.record.history import trial_pace
-    from liger_perf.record.schema import TrialRequest
+    from liger_perf.record.schema import ScreenEntry, Screening, TrialRequest
+    from liger_perf.run import PlanOnly
     from liger_perf.run.progress import pace_kind
 
     def request(**fields):
@@ -153,10 +155,20 @@ def test_a_running_step_is_estimated_at_its_own_kind_s_pace():
     assert pace_kind(request(against="best.py")) == "experiment"
     assert pace_kind(request(against="best.py", kind="screening")) == "screening"
     history = [make_trial(kind="experiment", elapsed_s=374), make_trial(kind="screening", elapsed_s=217),
-               make_trial(kind="experiment", elapsed_s=200, against={"sha256": "b"})]
+               make_trial(kind="experiment", elapsed_s=200, against={"sha256": "b"}),
+               make_trial(kind="experiment", elapsed_s=150, against={"sha256": "b"})]
     assert [trial_pace(history, kind=pace_kind(r)) for r in (request(), request(against="b.py"),
                                                             request(against="b.py", kind="screening"))] == [
-        374, 374, 217]  # a candidate's pace counts every experiment, the baseline's too
+        374, 200, 217]  # a candidate's pace counts every experiment, the baseline's too (374, 200, 150)
+    loop = OptimizeLoop("relu_squared", Guardrails(), get_proposer("rules"), device="interpret", root=tmp_path,
+                        runner=PlanOnly("interpret", 1))
+    cases = loop.spec.cases("interpret", "bench")
+    history[1] = history[1].model_copy(update={"step_seconds": {"time": 200.0}, "screening": Screening(
+        target="forward", timing=[{"pass": "forward", "shape": "8x8", "dtype": "float32",
+                                   "contender": "0-a"}] * len(cases))})  # one candidate's: 17 s + 200 s
+    entries = [ScreenEntry(name=f"{i}-a", variant=f"/{i}.py") for i in range(2)]
+    assert [loop.request_pace(history, r) for r in (request(), request(against="b.py"), request(
+        against="b.py", kind="screening", screen=entries))] == [374, 200, pytest.approx(17 + 2 * 200)]
 
 
 @pytest.mark.slow
@@ -415,6 +427,37 @@ def test_a_round_packs_only_the_trials_that_end_before_the_deadline():
     assert trial_pace(trials, kind="baseline") == 95  # 50, 400, 90, 110, 95
 
 
+def test_a_screenings_pace_is_its_time_outside_the_timing_plus_its_timings_at_their_recent_pace():
+    """On the H200 a screening of one bucket's moves (0074: 32 timings, 61 s) took a quarter of one of the whole
+    tuning split (0070, 0072: 228 timings, 244 and 265 s), and the median of whole screenings kept such a screening
+    from starting with 169 s left (the fifteenth session's third call). A screening's pace is the recent ones'
+    median time outside their timing, plus the timings it makes at their median seconds each."""
+    from liger_perf.record.history import screening_pace
+
+    def screening(elapsed_s: float, timing_s: float | None, timings: int, suite: str = ""):
+        row = {"shape": "8x8", "dtype": "float32", "pass": "backward", "contender": "0-a"}
+        return make_trial(kind="screening", elapsed_s=elapsed_s, suite=suite,
+                          step_seconds={"check": 5.0, **({"time": timing_s} if timing_s else {})},
+                          screening={"target": "backward", "timing": [row] * timings})
+
+    # Outside the timing: 40, 60, 50 s (median 50); each timing: 1.0, 0.5, 0.8 s (median 0.8).
+    history = [screening(240, 200, 200), screening(160, 100, 200), screening(90, 40, 50)]
+    assert screening_pace(history, timings=32) == pytest.approx(50 + 32 * 0.8)
+    assert screening_pace(history, timings=228) == pytest.approx(50 + 228 * 0.8)
+    # Without the count, or with no screening that recorded its timing's seconds: the median screening.
+    assert screening_pace(history) == 160
+    assert screening_pace([screening(240, None, 200), screening(90, None, 50)], timings=32) == 240
+    assert screening_pace([], timings=32) is None
+    # A screening without its timing's seconds is left out of the parts, not taken as all overhead.
+    assert screening_pace([*history, screening(500, None, 10)], timings=32) == pytest.approx(50 + 32 * 0.8)
+    # The last five only: of three slow old ones (900 s outside the timing, 10 s a timing), two are left.
+    old = screening(1000, 100, 10)
+    assert screening_pace([old, old, old, *history], timings=32) == pytest.approx(60 + 32 * 1.0)
+    # Another suite's screenings do not count (two of them would move both medians).
+    other = screening(30, 29, 1000, suite="models-tune")
+    assert screening_pace([*history, other, other], timings=32) == pytest.approx(50 + 32 * 0.8)
+
+
 def test_a_baseline_trial_the_deadline_would_cut_off_is_not_begun(tmp_path, monkeypatch):
     """The baseline changed and its trial would end after --max-minutes at the pace of the earlier baseline
     trials (not of the shorter candidates' trials): the loop stops at once and says why; with time enough it
@@ -567,6 +610,7 @@ def test_plan_on_the_command_line_reads_a_history_and_says_what_runs_next(tmp_pa
     last one ended badly), a screening with each candidate's changes and hypothesis, or nothing and why."""
     from typer.testing import CliRunner
     from liger_perf.cli import app
+    from liger_perf.kernel.registry import get_spec
     from liger_perf.kernel.variants import source_hash
 
     monkeypatch.setenv("LIGER_PERF_NOTEBOOKS", str(tmp_path / "notebooks"))
@@ -598,6 +642,15 @@ def test_plan_on_the_command_line_reads_a_history_and_says_what_runs_next(tmp_pa
            "faster then get full trials" in said
     assert said.count("\n    ") == 2  # each candidate's hypothesis under its name and changes
     assert "about" not in said  # no screening in the history: no pace to size the call by
+    # A screening of one candidate here: 10 s outside its timing, 90 s of it; one of two candidates takes 190 s.
+    timing = [{"pass": "forward", "shape": "x".join(map(str, case.shape)), "dtype": "float32", "contender": "0-a"}
+              for case in get_spec("relu_squared").cases("interpret", "bench")]
+    history.append(make_trial(kernel="relu_squared", trial_id=1, kind="screening", device="interpret",
+                              elapsed_s=100, step_seconds={"time": 90.0}, variant={"sha256": "batch"},
+                              against={"sha256": source_hash(base)},
+                              screening={"target": "forward", "timing": timing}))
+    assert "in one notebook (about 190 s in the notebook, by this history's recent ones)" in plan("--screen", "2")
+    del history[1]
     history[0] = history[0].model_copy(update={"elapsed_s": 321.4})
     said = plan("--screen", "0")
     assert "next: 1 full trial against trial 0000 baseline (about 321 s each in the notebook, by this history's " \

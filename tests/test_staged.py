@@ -10,7 +10,7 @@ from liger_perf.judge import Judgement, judge
 from liger_perf.kernel.registry import baseline_path
 from liger_perf.kernel.variants import source_hash
 from liger_perf.run import run_trial
-from liger_perf.record.schema import TrialRequest, TrialResult
+from liger_perf.record.schema import Screening, TrialRequest, TrialResult
 
 from broken_variants import BROKEN, write_broken_variant
 
@@ -372,6 +372,60 @@ def test_no_screening_or_trial_begins_that_the_recent_pace_says_would_end_after_
     # With no screening finished here to go by, one starts while any time is left.
     _, requests = round_with(5, None, 300, kept=False)
     assert [r.kind for r in requests] == ["screening"]
+
+
+
+def test_a_screening_is_begun_by_the_timings_it_makes_not_by_the_last_screenings_length(tmp_path):
+    """The last screening timed one candidate (90 of its 100 s); the next one times three, three times as many
+    timings: 10 + 3 x 90 = 280 s. With 150 s left it is not begun (the median screening's 100 s would have begun
+    it, and the deadline would have cut it off); with 300 s left it is. Under --buckets only their cases count
+    (``OptimizeLoop.screening_pace``, the fused kernel below)."""
+    import time
+
+    from liger_perf import loop as loop_module
+
+    def round_with(seconds_left: float):
+        runner = _ScreeningRunner(keep=set())
+        loop = loop_module.OptimizeLoop("relu_squared", Guardrails(), _endless(), device="interpret", budget=5,
+                                        root=tmp_path, runner=runner, screen=3, deadline=time.time() + seconds_left)
+        cases = loop.spec.cases("interpret", "bench")
+        timing = [{"shape": "x".join(map(str, c.shape)), "dtype": str(c.dtype).removeprefix("torch."),
+                   "pass": "forward", "contender": "0-a"} for c in cases]
+        screening = _screening(1, {"sha256": "b", "source": "x"}, []).model_copy(update={
+            "elapsed_s": 100, "device": "interpret", "step_seconds": {"time": 90.0},
+            "screening": Screening(target="forward", timing=timing)})
+        steps = loop._round([_baseline(), screening], _baseline(), room=1,
+                            best_file=baseline_path("relu_squared"), budget_left=5)
+        return steps, runner.requests
+
+    stop, requests = round_with(150)
+    assert isinstance(stop, loop_module.Stop) and not requests
+    assert "a screening takes about 280 s here" in stop.reason
+    _, requests = round_with(300)
+    assert [r.kind for r in requests] == ["screening"]
+
+
+def test_under_buckets_a_screenings_pace_counts_only_their_cases(tmp_path):
+    """A screening of moves in one bucket times that bucket's cases alone (``run.screening.Screen``), so its pace
+    counts those: the fused kernel's interpreter suite has one case in bucket 256x4 of its four; a bucket with no
+    case there is screened over the whole suite, as without --buckets."""
+    from liger_perf import loop as loop_module
+
+    timing = [{"shape": "8x8", "dtype": "float32", "pass": "backward", "contender": "0-a"}] * 8
+    history = [TrialResult.model_validate({
+        "kernel": "fused_add_rms_norm", "status": "complete", "kind": "screening", "device": "interpret",
+        "trial_id": 1, "variant": {"sha256": "batch"}, "elapsed_s": 50, "step_seconds": {"time": 40.0},
+        "screening": {"target": "backward", "timing": timing}})]  # 10 s outside the timing, 5 s a timing
+
+    def pace(buckets: tuple[str, ...]) -> float:
+        loop = loop_module.OptimizeLoop("fused_add_rms_norm", Guardrails(), _endless(), device="interpret",
+                                        budget=5, root=tmp_path, runner=_ScreeningRunner(keep=set()),
+                                        buckets=buckets)
+        return loop.screening_pace(history, 2)
+
+    assert pace(("256x4",)) == pytest.approx(10 + 2 * 1 * 5)
+    assert pace(()) == pytest.approx(10 + 2 * 4 * 5)
+    assert pace(("32768x2",)) == pytest.approx(10 + 2 * 4 * 5)
 
 
 def test_a_kept_candidate_screened_against_an_earlier_best_is_made_again_on_the_current_best(tmp_path):
