@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The one driver for a lent GPU machine (the device tool): installs what the machine lacks, runs the steps named,
 # and returns every file the steps wrote under reports/ and notebooks/ as $OUT/device.tgz (unpack it at the
-# checkout's root and commit what belongs to the evidence).
+# checkout's root and commit what belongs to the evidence). Call it as the whole command: a `; tar czf
+# $OUT/device.tgz reports notebooks` after it replaced its archive with one of every report and notebook, over the
+# 16 MiB a returned file may have, and nothing came back (2026-12-04, fifteenth session: a screening and a trial lost).
 #
 # Unpack a call's device.tgz before the next call: the machine gets this tree, and a loop on a tree without the last
 # call's trials numbers its own from the same place (2026-12-03: a screening written as a second 0056, committed
