@@ -26,6 +26,9 @@
 # Steps (each writes into reports/evidence/<date>-<step>/ unless it says otherwise):
 #   selfcheck              liger-perf selfcheck --device cuda  -> reports/nvidia-h200/selfcheck.json
 #   gate-evidence          scripts/gate_evidence.py: the row-reduction rule at the gate's bfloat16 seeds
+#   inductor-probe:SHAPES  scripts/inductor_probe.py: torch.compile's generated Triton for the backward, each
+#                          contender's backward kernels (torch.profiler) and one NCU pass of each, at SHAPES
+#                          (ROWSxCOLS:DTYPE joined by "+", e.g. 16384x2304:float32+32768x1152:float32)
 #   norm-bound:SECONDS     scripts/norm_bound_evidence.py: the norm bound at few elements (the H200 best, baseline)
 #   broken:NAME[,NAME]     liger-perf check of broken variants (tests/broken_variants.py), on the GPU
 #   gate-cost-old:DIR      liger-perf check of the baseline with the package in DIR (an older checkout), cold
@@ -101,6 +104,11 @@ for step in "$@"; do
   case "$name" in
     selfcheck) run "$dir" python3 -m liger_perf selfcheck --device cuda ;;
     gate-evidence) run "$dir" python3 scripts/gate_evidence.py "$dir/dw.json" ;;
+    inductor-probe)  # torch.compile's generated backward beside the best's at SHAPES (ROWSxCOLS:DTYPE+...)
+      best=$(python3 -c 'from liger_perf.record.history import best_variant_file
+from liger_perf.record.store import Store
+print(best_variant_file("fused_add_rms_norm", Store(device="nvidia-h200").notebooks))')
+      run "$dir" python3 scripts/inductor_probe.py "$dir" "$best" "${arg//+/,}" ;;
     norm-bound)
       best=$(python3 -c 'from liger_perf.record.history import best_variant_file
 from liger_perf.record.store import Store
