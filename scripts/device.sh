@@ -28,7 +28,8 @@
 #   gate-evidence          scripts/gate_evidence.py: the row-reduction rule at the gate's bfloat16 seeds
 #   inductor-probe:SHAPES  scripts/inductor_probe.py: torch.compile's generated Triton for the backward, each
 #                          contender's backward kernels (torch.profiler) and one NCU pass of each, at SHAPES
-#                          (ROWSxCOLS:DTYPE joined by "+", e.g. 16384x2304:float32+32768x1152:float32)
+#                          (ROWSxCOLS:DTYPE joined by "+", e.g. 16384x2304:float32+32768x1152:float32);
+#                          PROBE_ARGS="NAME=FILE ... --ncu-only": other variants beside them, NCU alone
 #   norm-bound:SECONDS     scripts/norm_bound_evidence.py: the norm bound at few elements (the H200 best, baseline)
 #   broken:NAME[,NAME]     liger-perf check of broken variants (tests/broken_variants.py), on the GPU
 #   gate-cost-old:DIR      liger-perf check of the baseline with the package in DIR (an older checkout), cold
@@ -108,7 +109,7 @@ for step in "$@"; do
       best=$(python3 -c 'from liger_perf.record.history import best_variant_file
 from liger_perf.record.store import Store
 print(best_variant_file("fused_add_rms_norm", Store(device="nvidia-h200").notebooks))')
-      run "$dir" python3 scripts/inductor_probe.py "$dir" "$best" "${arg//+/,}" ;;
+      run "$dir" python3 scripts/inductor_probe.py "$dir" "$best" "${arg//+/,}" ${PROBE_ARGS:-} ;;
     norm-bound)
       best=$(python3 -c 'from liger_perf.record.history import best_variant_file
 from liger_perf.record.store import Store

@@ -1,12 +1,13 @@
 """What torch.compile's backward of fused_add_rms_norm is, beside the best's, at a few shapes (a diagnosis, no gate):
 
-    python3 scripts/inductor_probe.py OUT_DIR VARIANT ROWSxCOLS:DTYPE[,ROWSxCOLS:DTYPE...]
+    python3 scripts/inductor_probe.py OUT_DIR VARIANT ROWSxCOLS:DTYPE[,ROWSxCOLS:DTYPE...] [NAME=FILE ...] [--ncu-only]
 
 For each shape it writes under OUT_DIR/<shape>-<dtype>/: the Triton code Inductor generated for the forward and
 the backward (``code-*.py``, from ``torch._inductor.utils.run_and_get_code``), and into OUT_DIR/probe.json each
 contender's backward kernels with their mean CUDA time (``torch.profiler``, 20 backwards after 5 of warm-up).
 Then it profiles one backward of each contender under Nsight Compute (launch grid, block, registers, DRAM
-throughput, occupancy: OUT_DIR/ncu.csv). Why: where torch.compile's backward leads the best's (float32 at
+throughput, occupancy, warp stalls: OUT_DIR/ncu.csv), with each NAME=FILE variant beside them (e.g. the
+best with other knobs); ``--ncu-only`` skips the code and the profiler. Why: where torch.compile's backward leads the best's (float32 at
 1152-2560 columns), the knobs no longer close the gap, and the generated code says how Inductor splits the rows
 and the dW reduction there.
 """
@@ -39,13 +40,15 @@ def parse_shapes(text: str) -> list[tuple[tuple[int, int], torch.dtype]]:
     return shapes
 
 
-def contenders(variant: str):
+def contenders(variant: str, others: dict[str, str] | None = None):
     from liger_perf.kernel.registry import get_spec
     from liger_perf.kernel.variants import load_variant
 
     spec = get_spec("fused_add_rms_norm")
     found = {"best": spec.variant_forward(load_variant(variant, spec).module),
              "torch.compile": torch.compile(spec.reference_forward(), dynamic=False)}
+    for name, path in (others or {}).items():
+        found[name] = spec.variant_forward(load_variant(path, spec).module)
     upstream = spec.upstream_forward()
     if upstream is not None:
         found["liger-kernel"] = upstream
@@ -117,9 +120,9 @@ def probe(out: Path, variant: str, shapes) -> None:
         (out / "probe.json").write_text(json.dumps(results, indent=1))
 
 
-def ncu_child(variant: str, shapes) -> None:
+def ncu_child(variant: str, shapes, others: dict[str, str]) -> None:
     """One backward of each contender inside cudaProfilerStart/Stop (warm-up and compilation stay outside)."""
-    spec, found = contenders(variant)
+    spec, found = contenders(variant, others)
     for shape, dtype in shapes:
         torch._dynamo.reset()
         found["torch.compile"] = torch.compile(spec.reference_forward(), dynamic=False)
@@ -139,12 +142,15 @@ def ncu_child(variant: str, shapes) -> None:
 
 
 def main() -> None:
-    if sys.argv[1] == "--ncu-child":
-        ncu_child(sys.argv[2], parse_shapes(sys.argv[3]))
+    args = [a for a in sys.argv[1:] if a != "--ncu-only"]
+    others = dict(a.split("=", 1) for a in args[3:])
+    if args[0] == "--ncu-child":
+        ncu_child(args[1], parse_shapes(args[2]), others)
         return
-    out, variant, shapes = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    out, variant, shapes = Path(args[0]), args[1], args[2]
     out.mkdir(parents=True, exist_ok=True)
-    probe(out, variant, parse_shapes(shapes))
+    if "--ncu-only" not in sys.argv:
+        probe(out, variant, parse_shapes(shapes))
     from liger_perf.measure.ncu import find_ncu
 
     ncu = find_ncu()
@@ -152,8 +158,9 @@ def main() -> None:
         print("no ncu: the NCU part is left out")
         return
     command = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--nvtx", "--target-processes", "all",
+               "--section", "WarpStateStats", "--section", "Occupancy", "--section", "LaunchStats",
                "--metrics", ",".join(NCU_METRICS), "--csv", "--page", "raw",
-               sys.executable, __file__, "--ncu-child", variant, shapes]
+               sys.executable, __file__, "--ncu-child", variant, shapes, *args[3:]]
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ})
     (out / "ncu.csv").write_text(done.stdout)
     (out / "ncu-stderr.txt").write_text(done.stderr[-20000:])
