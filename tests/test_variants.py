@@ -75,6 +75,9 @@ ALGORITHMS = {
     # A number of rows per program: the split leaves grid and tile as they are.
     "split_with_rows_per_program": ({"bwd_programs_per_sm": 4, "bwd_tile_elements": 1024, "bwd_rows_per_program": 8},
                                     {"bwd_tile_rows": 8, "bwd_programs_per_sm": 1}),
+    # At most 8 rows a program (the interpreter's 4 "SMs" would give 256 at 1021 rows), one row a step.
+    "capped_rows_per_program": ({"bwd_max_rows_per_program": 8, "bwd_dw_order": "before_dx"},
+                                {"bwd_max_rows_per_program": 8, "bwd_tile_rows": 1, "bwd_dw_before_dx": True}),
     # Gradients rounded where autograd rounds them (the baseline rounds them once).
     "gradients_rounded_as_autograd": ({"bwd_grad_rounding": "autograd", "bwd_tile_elements": 512},
                                       {"bwd_chunk_mode": 0, "bwd_tile_rows": 4}),
@@ -143,6 +146,42 @@ def test_programs_per_sm_splits_the_grid_and_each_program_s_tile(tmp_path, split
     assert runs["split"][0] > runs["one"][0]
     torch.testing.assert_close(runs["split"][2], runs["one"][2])
     torch.testing.assert_close(runs["split"][3], runs["one"][3], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("cap, rows_per_program", [(0, "auto"), (8, "auto"), (16, "auto"), (8, 4)])
+def test_the_row_cap_makes_more_programs_only_where_auto_rows_exceed_it(tmp_path, cap, rows_per_program):
+    """``bwd_max_rows_per_program``: "auto" rows per program (61 rows over the interpreter's 4 "SMs": 16 each)
+    capped at 8 give 8 programs; a cap of 16 or none leaves the 4; a number of rows per program ignores it. The
+    gradients stay the uncapped baseline's up to the order of the dW partials."""
+    import torch
+
+    spec = get_spec("fused_add_rms_norm")
+    path = tmp_path / "capped.py"
+    path.write_text(with_knobs(baseline_path(spec.name).read_text(),
+                               {"bwd_max_rows_per_program": cap, "bwd_rows_per_program": rows_per_program}))
+    module = load_variant(path, spec).module
+    kernel, grids = module._backward_kernel, []
+
+    class Recorded:  # records the backward's grid, launches the real kernel
+        def __getitem__(self, grid):
+            grids.append(grid)
+            return kernel[grid]
+
+    module._backward_kernel = Recorded()
+    generator = torch.Generator().manual_seed(3)
+    X, R = (torch.randn(61, 100, generator=generator, dtype=torch.float64).float().requires_grad_() for _ in range(2))
+    W = (1 + 0.1 * torch.randn(100, generator=generator)).requires_grad_()
+    Y, S = module.fused_add_rms_norm(X, R, W)
+    cotangent = torch.randn(61, 100, generator=generator)
+    (Y * cotangent).sum().backward()
+    assert module._multiprocessor_count(torch.device("cpu")) == 4
+    expected = {(0, "auto"): 4, (8, "auto"): 8, (16, "auto"): 4, (8, 4): 16}[(cap, rows_per_program)]
+    assert grids[0][0] == expected
+    S64, W64 = (X + R).detach().double().requires_grad_(), W.detach().double().requires_grad_()
+    Y64 = S64 * torch.rsqrt(S64.pow(2).mean(-1, keepdim=True) + 1e-6)
+    (Y64.float().double() * W64 * cotangent.double()).sum().backward()
+    torch.testing.assert_close(X.grad.double(), S64.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(W.grad.double(), W64.grad, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("tile", ["row", 512])

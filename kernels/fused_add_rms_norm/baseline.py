@@ -63,6 +63,14 @@ backward through the autograd context. The knobs reach the algorithms a kernel e
   16-warp program per SM, DRAM at 59 % of its peak). Only where the smaller programs fit on an SM together
   (registers per thread times their threads, at most 64 K): else the extra programs run as a second wave, slower.
   More programs with the tile unchanged were slower (2026-12-02, ``reports/evidence/2026-12-02-programs-per-sm/``).
+* ``bwd_max_rows_per_program``: with "auto" rows per program, at most this many rows a program (0: no cap), so
+  that a large row count runs many short programs (several resident on an SM, each with few rows) while a small
+  one keeps about one program per SM. ``torch.compile``'s backward is that design (Inductor's mixed-order
+  reduction: 16 rows a program, one row a step, 8 warps, a float32 partial of dW per program summed by a second
+  kernel; H200, ``reports/evidence/2026-12-04-inductor-probe/``): at 16384x2304 float32 it runs 1024 programs of
+  72 registers, three to an SM, at 80 % of DRAM's peak, where one program per SM (102 registers, one to an SM)
+  reaches 69 %. The cost: a partial of H floats per program, ``rows / cap`` of them (a sixteenth of a float32
+  tensor at a cap of 16), and a longer reduction.
 
 Per-shape specialisation: ``DISPATCH`` maps a shape bucket to the knobs that differ from ``KNOBS`` there. The
 bucket is ``"<row block>x<element bytes>"``: the row's width rounded up to a power of two (the block a program
@@ -96,6 +104,7 @@ KNOBS = {
     "bwd_weight_reload": False,  # True: W + offset loaded per row (or tile) from L2 instead of held in registers
     "bwd_dw_accumulator": "row",  # the tile loop's dW accumulator: "row" (summed over the tile every step) or "tile"
     "bwd_programs_per_sm": 1,  # programs an SM's rows are split between, each walking tiles this many times smaller
+    "bwd_max_rows_per_program": 0,  # with "auto" rows per program: at most this many (0: no cap), more programs
 }
 KNOB_CHOICES = {
     "BLOCK_SIZE": ["auto", 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
@@ -115,6 +124,7 @@ KNOB_CHOICES = {
     "bwd_weight_reload": [False, True],
     "bwd_dw_accumulator": ["row", "tile"],
     "bwd_programs_per_sm": [1, 2, 4],
+    "bwd_max_rows_per_program": [0, 8, 16, 32, 64],
 }
 #: Bucket -> knobs that differ from KNOBS at the shapes in it (see the module docstring); tuned one bucket at a time.
 DISPATCH = {}
@@ -521,6 +531,7 @@ def _launch_settings(n_cols, dtype, device):
         "fwd_chunked": fwd_chunked,
         "sm_count": _multiprocessor_count(device),
         "bwd_programs_per_sm": split,
+        "bwd_max_rows_per_program": knobs["bwd_max_rows_per_program"] if knobs["bwd_rows_per_program"] == "auto" else 0,
     }
 
 
@@ -586,6 +597,8 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
         rows_per_program = knobs["bwd_rows_per_program"]
         if rows_per_program == "auto":
             rows_per_program = math.ceil(n_rows / (settings["sm_count"] * settings["bwd_programs_per_sm"]))
+            if settings["bwd_max_rows_per_program"]:
+                rows_per_program = min(rows_per_program, settings["bwd_max_rows_per_program"])
         n_programs = triton.cdiv(n_rows, rows_per_program)
         dX = dY2 if ctx.in_place and dY2.is_contiguous() else torch.empty_like(S)
         dW_partial = torch.empty((n_programs, n_cols), dtype=torch.float32, device=S.device)

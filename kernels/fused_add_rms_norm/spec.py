@@ -102,6 +102,25 @@ _SPLIT_BWD = [
            "backward faster where two programs per SM still leave DRAM idle and four fit together"),
 ]
 
+# torch.compile's backward (Inductor's mixed-order reduction) runs many short programs: 16 rows each, one row a step,
+# a dW partial each; at 16384x2304 float32 three 72-register programs share an SM and DRAM runs at 80 % of its peak,
+# where the best's one program per SM (102 registers) reaches 69 % (H200, reports/evidence/2026-12-04-inductor-probe/).
+# The best with 16 rows a program, one row a step and dW added before dX: 80 registers, three to an SM, 81 %, 0.89 of
+# the best's time there; W reloaded per row did better in 16-bit types (0.90 at 16384x2304 and 12289x3584 bfloat16)
+# (reports/evidence/2026-12-04-ab-mixed-order-2/). A fixed 16 rows leaves SMs idle at 1024-2047 rows (1.2-2.2x
+# slower): the cap leaves "auto" rows per program (one program per SM) wherever they are fewer.
+_MANY_PROGRAMS_BWD = [
+    Remedy({"bwd_max_rows_per_program": 16, "bwd_tile_elements": "row", "bwd_dw_order": "before_dx"},
+           "at most 16 rows a backward program, one row a step, dW added before dX (torch.compile's design): "
+           "several short programs of fewer registers share an SM at large row counts",
+           "backward faster at 8k rows and more where DRAM is under 75 % busy (float32 1152-2560 columns); "
+           "unchanged at a few thousand rows"),
+    Remedy({"bwd_max_rows_per_program": 16, "bwd_tile_elements": "row", "bwd_dw_order": "before_dx",
+            "bwd_weight_reload": True},
+           "at most 16 rows a backward program, one row a step, dW added before dX, W + offset reloaded per row "
+           "from L2: fewer registers still", "backward faster at large row counts in 16-bit types"),
+]
+
 
 class FusedAddRMSNormSpec(KernelSpec):
     name = "fused_add_rms_norm"
@@ -136,11 +155,12 @@ class FusedAddRMSNormSpec(KernelSpec):
         "backward": {
             "spills": [*_FEWER_LIVE_BWD, *_CHUNKED_BWD, *_MORE_WARPS_BWD],
             "extra_launches": _FUSED_DW,
-            "register_limited_occupancy": [*_FEWER_LIVE_BWD, *_CHUNKED_BWD[2:3], *_MORE_WARPS_BWD, Remedy(
-                {"bwd_num_warps": 16}, "fewer warps per program leave more registers to each thread",
-                "backward: higher theoretical occupancy per SM at wide H")],
+            "register_limited_occupancy": [
+                *_MANY_PROGRAMS_BWD, *_FEWER_LIVE_BWD, *_CHUNKED_BWD[2:3], *_MORE_WARPS_BWD,
+                Remedy({"bwd_num_warps": 16}, "fewer warps per program leave more registers to each thread",
+                       "backward: higher theoretical occupancy per SM at wide H")],
             "under_one_wave": [*_TILE_BWD, *_FEWER_ROWS_BWD],
-            "low_achieved_occupancy": [*_TILE_BWD, *_SPLIT_BWD, *_FEWER_ROWS_BWD],
+            "low_achieved_occupancy": [*_MANY_PROGRAMS_BWD, *_TILE_BWD, *_SPLIT_BWD, *_FEWER_ROWS_BWD],
             "shared_memory_stalls": _SHARED_MEMORY_BWD,
             "memory_latency": [
                 Remedy({"num_stages": 2}, "software-pipeline the backward's row loop so the next row's loads are "
@@ -149,8 +169,9 @@ class FusedAddRMSNormSpec(KernelSpec):
                        "backward faster where memory latency, not bandwidth, limits"),
                 *_TILE_BWD[1:2],
                 *_SPLIT_BWD,
+                *_MANY_PROGRAMS_BWD,
             ],
-            "explore": [*_FUSED_DW, *_TILE_BWD, *_SPLIT_BWD, *_FEWER_ROWS_BWD, *_MORE_WARPS_BWD],
+            "explore": [*_MANY_PROGRAMS_BWD, *_FUSED_DW, *_TILE_BWD, *_SPLIT_BWD, *_FEWER_ROWS_BWD, *_MORE_WARPS_BWD],
         },
         "forward": {
             "spills": [Remedy({"fwd_column_chunked": True, "BLOCK_SIZE": 8192}, _CHUNK,
@@ -311,6 +332,9 @@ class FusedAddRMSNormSpec(KernelSpec):
                          None if chunking else knobs.get("num_stages", "auto"),  # it pipelines unchunked loops
                          knobs.get("bwd_rows_per_program", "auto"), fused_dw,
                          split,  # the programs "auto" rows per program make, times this
+                         # and their cap on a program's rows (more programs at large row counts)
+                         knobs.get("bwd_max_rows_per_program", 0) if knobs.get("bwd_rows_per_program", "auto") == "auto"
+                         else 0,
                          None if fused_dw else knobs.get("dw_reduction", "triton"),
                          knobs.get("bwd_grad_rounding", "once"),
                          # the register order and the weight's reload act on the unchunked loops only
