@@ -24,7 +24,8 @@
 #   COMMIT    the commit under test (the machine gets a copy of the working tree, without .git)
 #   LIMIT_S   seconds this call may take in all; each step stops in time for the results to come back
 # Steps (each writes into reports/evidence/<date>-<step>/ unless it says otherwise):
-#   selfcheck              liger-perf selfcheck --device cuda  -> reports/nvidia-h200/selfcheck.json
+#   selfcheck[:KERNEL]     liger-perf selfcheck --device cuda [--kernel KERNEL]  -> reports/nvidia-h200/selfcheck.json
+#                          (the fused kernel alone: 186-288 s of the whole check's 278-432 s, 2026-12-04)
 #   gate-evidence          scripts/gate_evidence.py: the row-reduction rule at the gate's bfloat16 seeds
 #   inductor-probe:SHAPES  scripts/inductor_probe.py: torch.compile's generated Triton for the backward, each
 #                          contender's backward kernels (torch.profiler) and one NCU pass of each, at SHAPES
@@ -103,7 +104,7 @@ for step in "$@"; do
   name=${step%%:*}; arg=${step#*:}; [ "$arg" = "$step" ] && arg=""
   dir="reports/evidence/$DAY-$name"
   case "$name" in
-    selfcheck) run "$dir" python3 -m liger_perf selfcheck --device cuda ;;
+    selfcheck) run "$dir" python3 -m liger_perf selfcheck --device cuda ${arg:+--kernel "$arg"} ;;
     gate-evidence) run "$dir" python3 scripts/gate_evidence.py "$dir/dw.json" ;;
     inductor-probe)  # torch.compile's generated backward beside the best's at SHAPES (ROWSxCOLS:DTYPE+...)
       best=$(python3 -c 'from liger_perf.record.history import best_variant_file

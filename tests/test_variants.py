@@ -75,9 +75,12 @@ ALGORITHMS = {
     # A number of rows per program: the split leaves grid and tile as they are.
     "split_with_rows_per_program": ({"bwd_programs_per_sm": 4, "bwd_tile_elements": 1024, "bwd_rows_per_program": 8},
                                     {"bwd_tile_rows": 8, "bwd_programs_per_sm": 1}),
-    # At most 8 rows a program (the interpreter's 4 "SMs" would give 256 at 1021 rows), one row a step.
-    "capped_rows_per_program": ({"bwd_max_rows_per_program": 8, "bwd_dw_order": "before_dx"},
-                                {"bwd_max_rows_per_program": 8, "bwd_tile_rows": 1, "bwd_dw_before_dx": True}),
+    # At most 8 rows a program (the interpreter's 4 "SMs" would give 256 at 1021 rows), walked one row a step
+    # there; the shapes of a few rows keep the 4-row tile and its dW tile.
+    "capped_rows_per_program": ({"bwd_max_rows_per_program": 8, "bwd_dw_order": "before_dx", "bwd_tile_elements": 512,
+                                 "bwd_dw_accumulator": "tile"},
+                                {"bwd_max_rows_per_program": 8, "bwd_tile_rows": 4, "bwd_dw_tile": True,
+                                 "bwd_dw_before_dx": True}),
     # Gradients rounded where autograd rounds them (the baseline rounds them once).
     "gradients_rounded_as_autograd": ({"bwd_grad_rounding": "autograd", "bwd_tile_elements": 512},
                                       {"bwd_chunk_mode": 0, "bwd_tile_rows": 4}),
@@ -149,34 +152,42 @@ def test_programs_per_sm_splits_the_grid_and_each_program_s_tile(tmp_path, split
 
 
 @pytest.mark.parametrize("cap, rows_per_program", [(0, "auto"), (8, "auto"), (16, "auto"), (8, 4)])
-def test_the_row_cap_makes_more_programs_only_where_auto_rows_exceed_it(tmp_path, cap, rows_per_program):
+def test_the_row_cap_makes_short_one_row_programs_only_where_auto_rows_exceed_it(tmp_path, cap, rows_per_program):
     """``bwd_max_rows_per_program``: "auto" rows per program (61 rows over the interpreter's 4 "SMs": 16 each)
-    capped at 8 give 8 programs; a cap of 16 or none leaves the 4; a number of rows per program ignores it. The
-    gradients stay the uncapped baseline's up to the order of the dW partials."""
+    capped at 8 give 8 programs, each walking one row a step with warps for one row, not the 4-row tile; a cap of 16
+    or none leaves the 4 programs and their tile; a number of rows per program ignores it. The gradients are the
+    float64 reference's within float32 rounding either way."""
     import torch
 
     spec = get_spec("fused_add_rms_norm")
     path = tmp_path / "capped.py"
     path.write_text(with_knobs(baseline_path(spec.name).read_text(),
-                               {"bwd_max_rows_per_program": cap, "bwd_rows_per_program": rows_per_program}))
+                               {"bwd_max_rows_per_program": cap, "bwd_rows_per_program": rows_per_program,
+                                "bwd_tile_elements": 512, "bwd_num_warps": "auto", "bwd_elements_per_thread": 4,
+                                "bwd_dw_accumulator": "tile"}))
     module = load_variant(path, spec).module
-    kernel, grids = module._backward_kernel, []
+    kernel, launches = module._backward_kernel, []
 
-    class Recorded:  # records the backward's grid, launches the real kernel
+    class Recorded:  # records the backward's grid and launch options, launches the real kernel
         def __getitem__(self, grid):
-            grids.append(grid)
-            return kernel[grid]
+            def launch(*args, **kwargs):
+                launches.append((grid[0], kwargs["TILE_ROWS"], kwargs["num_warps"], kwargs["DW_TILE"]))
+                return kernel[grid](*args, **kwargs)
+            return launch
 
     module._backward_kernel = Recorded()
     generator = torch.Generator().manual_seed(3)
-    X, R = (torch.randn(61, 100, generator=generator, dtype=torch.float64).float().requires_grad_() for _ in range(2))
+    X, R = (torch.randn(61, 100, generator=generator).requires_grad_() for _ in range(2))
     W = (1 + 0.1 * torch.randn(100, generator=generator)).requires_grad_()
     Y, S = module.fused_add_rms_norm(X, R, W)
     cotangent = torch.randn(61, 100, generator=generator)
     (Y * cotangent).sum().backward()
     assert module._multiprocessor_count(torch.device("cpu")) == 4
-    expected = {(0, "auto"): 4, (8, "auto"): 8, (16, "auto"): 4, (8, 4): 16}[(cap, rows_per_program)]
-    assert grids[0][0] == expected
+    # 512 elements of 128-column rows: a 4-row tile (its dW tile too), 4 warps at 4 elements a thread; one row:
+    # 1 warp, no dW tile.
+    expected = {(0, "auto"): (4, 4, 4, True), (8, "auto"): (8, 1, 1, False), (16, "auto"): (4, 4, 4, True),
+                (8, 4): (16, 4, 4, True)}[(cap, rows_per_program)]
+    assert launches[0] == expected
     S64, W64 = (X + R).detach().double().requires_grad_(), W.detach().double().requires_grad_()
     Y64 = S64 * torch.rsqrt(S64.pow(2).mean(-1, keepdim=True) + 1e-6)
     (Y64.float().double() * W64 * cotangent.double()).sum().backward()

@@ -64,13 +64,16 @@ backward through the autograd context. The knobs reach the algorithms a kernel e
   (registers per thread times their threads, at most 64 K): else the extra programs run as a second wave, slower.
   More programs with the tile unchanged were slower (2026-12-02, ``reports/evidence/2026-12-02-programs-per-sm/``).
 * ``bwd_max_rows_per_program``: with "auto" rows per program, at most this many rows a program (0: no cap), so
-  that a large row count runs many short programs (several resident on an SM, each with few rows) while a small
-  one keeps about one program per SM. ``torch.compile``'s backward is that design (Inductor's mixed-order
-  reduction: 16 rows a program, one row a step, 8 warps, a float32 partial of dW per program summed by a second
-  kernel; H200, ``reports/evidence/2026-12-04-inductor-probe/``): at 16384x2304 float32 it runs 1024 programs of
-  72 registers, three to an SM, at 80 % of DRAM's peak, where one program per SM (102 registers, one to an SM)
-  reaches 69 %. The cost: a partial of H floats per program, ``rows / cap`` of them (a sixteenth of a float32
-  tensor at a cap of 16), and a longer reduction.
+  that a large row count runs many short programs while a small one keeps about one program per SM. Where the cap
+  binds, a program walks its rows one at a time with warps sized for one row, whatever ``bwd_tile_elements`` says:
+  a program then holds one row's registers, and several share an SM. ``torch.compile``'s backward is that design
+  (Inductor's mixed-order reduction: 16 rows a program, one row a step, 8 warps, a float32 partial of dW per
+  program summed by a second kernel; H200, ``reports/evidence/2026-12-04-inductor-probe/``): at 16384x2304 float32
+  it runs 1024 programs of 72 registers, three to an SM, at 80 % of DRAM's peak, where one program per SM with a
+  two-row tile (102 registers, one to an SM) reaches 69 %. Where the cap does not bind (fewer rows than cap times
+  the programs "auto" makes) nothing changes: the multi-row tiles that fill one program per SM stay. The cost: a
+  partial of H floats per program, ``rows / cap`` of them (a sixteenth of a float32 tensor at a cap of 16), and a
+  longer reduction.
 
 Per-shape specialisation: ``DISPATCH`` maps a shape bucket to the knobs that differ from ``KNOBS`` there. The
 bucket is ``"<row block>x<element bytes>"``: the row's width rounded up to a power of two (the block a program
@@ -524,6 +527,9 @@ def _launch_settings(n_cols, dtype, device):
         "bwd_tile_rows": tile_rows,
         "bwd_num_warps": (_warps_for(tile_rows * bwd_block, knobs["bwd_elements_per_thread"]) if bwd_warps == "auto"
                           else bwd_warps),
+        # where bwd_max_rows_per_program binds, a step is one row (see the backward)
+        "bwd_one_row_num_warps": (_warps_for(bwd_block, knobs["bwd_elements_per_thread"]) if bwd_warps == "auto"
+                                  else bwd_warps),
         "num_stages": None if stages == "auto" else stages,
         "bwd_dw_before_dx": knobs["bwd_dw_order"] == "before_dx",
         "bwd_reload_w": bool(knobs["bwd_weight_reload"]),
@@ -595,10 +601,14 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
             dX = torch.empty_like(S).view(shape)
             return dX, dX, torch.zeros_like(W), None, None, None, None
         rows_per_program = knobs["bwd_rows_per_program"]
+        tile_rows, num_warps, dw_tile = settings["bwd_tile_rows"], settings["bwd_num_warps"], settings["bwd_dw_tile"]
         if rows_per_program == "auto":
             rows_per_program = math.ceil(n_rows / (settings["sm_count"] * settings["bwd_programs_per_sm"]))
-            if settings["bwd_max_rows_per_program"]:
-                rows_per_program = min(rows_per_program, settings["bwd_max_rows_per_program"])
+            cap = settings["bwd_max_rows_per_program"]
+            if cap and rows_per_program > cap:
+                # Many short programs: one row a step, so that each holds one row's registers and several share
+                # an SM (a multi-row tile is what fills one program per SM, the case the cap leaves).
+                rows_per_program, tile_rows, num_warps, dw_tile = cap, 1, settings["bwd_one_row_num_warps"], False
         n_programs = triton.cdiv(n_rows, rows_per_program)
         dX = dY2 if ctx.in_place and dY2.is_contiguous() else torch.empty_like(S)
         dW_partial = torch.empty((n_programs, n_cols), dtype=torch.float32, device=S.device)
@@ -618,10 +628,10 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
             dX.stride(0), dY2.stride(0), dS2.stride(0), S.stride(0), dW_partial.stride(0), group_partial.stride(0),
             n_rows, n_cols, ctx.offset, rows_per_program, n_programs, group_size,
             CASTING=ctx.mode, BLOCK_SIZE=settings["bwd_BLOCK_SIZE"], CHUNK_MODE=settings["bwd_chunk_mode"],
-            TILE_ROWS=settings["bwd_tile_rows"], NUM_STAGES=settings["num_stages"], FUSED_DW=fused_dw,
+            TILE_ROWS=tile_rows, NUM_STAGES=settings["num_stages"], FUSED_DW=fused_dw,
             REDUCE_COLS=min(1024, triton.next_power_of_2(n_cols)), ROUND_ONCE=knobs["bwd_grad_rounding"] == "once",
             DW_BEFORE_DX=settings["bwd_dw_before_dx"], RELOAD_W=settings["bwd_reload_w"],
-            DW_TILE=settings["bwd_dw_tile"], num_warps=settings["bwd_num_warps"],
+            DW_TILE=dw_tile, num_warps=num_warps,
         )
         if not fused_dw and knobs["dw_reduction"] == "triton":
             dW = torch.empty_like(W)

@@ -107,18 +107,18 @@ _SPLIT_BWD = [
 # where the best's one program per SM (102 registers) reaches 69 % (H200, reports/evidence/2026-12-04-inductor-probe/).
 # The best with 16 rows a program, one row a step and dW added before dX: 80 registers, three to an SM, 81 %, 0.89 of
 # the best's time there; W reloaded per row did better in 16-bit types (0.90 at 16384x2304 and 12289x3584 bfloat16)
-# (reports/evidence/2026-12-04-ab-mixed-order-2/). A fixed 16 rows leaves SMs idle at 1024-2047 rows (1.2-2.2x
-# slower): the cap leaves "auto" rows per program (one program per SM) wherever they are fewer.
+# (reports/evidence/2026-12-04-ab-mixed-order-2/). A fixed 16 rows, or one row a step, was 1.2-2.2x slower at
+# 1024-2047 rows: the cap acts only where "auto" rows per program exceed it, and only there walks one row a step.
 _MANY_PROGRAMS_BWD = [
-    Remedy({"bwd_max_rows_per_program": 16, "bwd_tile_elements": "row", "bwd_dw_order": "before_dx"},
-           "at most 16 rows a backward program, one row a step, dW added before dX (torch.compile's design): "
-           "several short programs of fewer registers share an SM at large row counts",
+    Remedy({"bwd_max_rows_per_program": 16, "bwd_dw_order": "before_dx"},
+           "at most 16 rows a backward program, one row a step where that cap binds, dW added before dX "
+           "(torch.compile's design): several short programs of fewer registers share an SM at large row counts",
            "backward faster at 8k rows and more where DRAM is under 75 % busy (float32 1152-2560 columns); "
-           "unchanged at a few thousand rows"),
-    Remedy({"bwd_max_rows_per_program": 16, "bwd_tile_elements": "row", "bwd_dw_order": "before_dx",
-            "bwd_weight_reload": True},
-           "at most 16 rows a backward program, one row a step, dW added before dX, W + offset reloaded per row "
-           "from L2: fewer registers still", "backward faster at large row counts in 16-bit types"),
+           "unchanged where rows are fewer than 16 a program"),
+    Remedy({"bwd_max_rows_per_program": 16, "bwd_dw_order": "before_dx", "bwd_weight_reload": True},
+           "at most 16 rows a backward program (one row a step where the cap binds), dW added before dX, "
+           "W + offset reloaded per row from L2: fewer registers still", "backward faster at large row counts in "
+           "16-bit types"),
 ]
 
 
@@ -305,6 +305,8 @@ class FusedAddRMSNormSpec(KernelSpec):
             # The in-launch dW reduction sums [8, min(1024, row)] float32 tiles after the rows are done.
             registers = max(registers, 24 + -(-8 * min(1024, row_block) // threads))
         launches = [Footprint("_backward_kernel", threads, pipelined + 4 * threads, registers, elements)]
+        # bwd_max_rows_per_program walks one row a step where it binds (fewer elements, registers): this model of
+        # the uncapped launch is the larger of the two, so what it rules out is ruled out for the capped one too.
         if hidden > knobs.get("bwd_fused_dw_max_cols", 0) and knobs.get("dw_reduction") == "triton":
             launches.append(Footprint("_sum_rows_kernel", 128, 0, None, 4096))  # baseline.REDUCTION_TILE_ELEMENTS
         return launches
