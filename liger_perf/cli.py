@@ -595,10 +595,11 @@ def plan_command(
     def say(text: str) -> None:
         console.print(text, markup=False, highlight=False, soft_wrap=True)
 
-    def pace(kind: str, each: bool = False, screened: int = 0) -> str:
-        """How long such a step takes here (the loop's own estimates: ``trial_pace``, and for a screening of
-        ``screened`` candidates ``screening_pace``), to size a GPU call by."""
-        seconds = loop.screening_pace(history, screened) if screened else trial_pace(history, suite, kind=kind)
+    def pace(kind: str, each: bool = False, screened: list | None = None) -> str:
+        """How long such a step takes here (the loop's own estimates: ``trial_pace``, and for a screening of the
+        ``screened`` proposals ``screening_pace``, by the cases their changes time), to size a GPU call by."""
+        seconds = (loop.screening_pace(history, [p.changes or {} for p in screened]) if screened
+                   else trial_pace(history, suite, kind=kind))
         return f" (about {seconds:.0f} s{' each' if each else ''} in the notebook, by this history's recent " \
                "ones)" if seconds else ""
 
@@ -625,7 +626,7 @@ def plan_command(
         return
     if step.screening:
         say(f"next: a screening of {count(len(step.screening), 'candidate')} against {best} in one notebook"
-            + pace("screening", screened=len(step.screening))
+            + pace("screening", screened=step.screening)
             + ("" if step.trials else "; those that may be faster then get full trials, the fastest first") + ":")
         show(step.screening)
     if step.trials:

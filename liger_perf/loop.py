@@ -376,7 +376,7 @@ class OptimizeLoop:
         stop: Stop | None = None
         # Screening times the candidates: a memory target is not screened (each proposal gets a full trial).
         batch = (max(free, self.screen) if self.guardrails.target != "memory" else free) if free > 0 else 0
-        screening_pace = self.screening_pace(trials, batch)
+        screening_pace = self.screening_pace(trials)
         if batch > free and not self._ends_in_time(screening_pace):
             # A step the deadline would cut off is not begun: its notebook would be half-written and its device
             # time lost (0056 on the H200, a trial begun 280 s before a call's end, was killed in its NCU profile).
@@ -401,18 +401,26 @@ class OptimizeLoop:
             proposed.append(step)
         return steps, proposed, free, stop
 
-    def screening_pace(self, trials: list[TrialResult], candidates: int) -> float | None:
-        """How long a screening of ``candidates`` takes here (``history.screening_pace``), from the cases it times:
-        under ``--buckets`` every candidate is a move in those buckets (``_in_scope``), and a screening of such
-        moves times their buckets' cases alone, the whole suite's where it has none there
-        (``run.screening.Screen``)."""
+    def screening_pace(self, trials: list[TrialResult], changes: list[dict] | None = None) -> float | None:
+        """How long a screening takes here (``history.screening_pace``), from the cases it times: those of the
+        buckets its candidates' ``changes`` name, where each names some (``run.screening.Screen``, which falls back
+        to the whole suite where none of those buckets has a case). Before the candidates are proposed
+        (``changes`` None) under ``--buckets``, every candidate will be a move in those buckets (``_in_scope``),
+        though perhaps in only one of them: their cases, or the whole suite's where any of them has none (the
+        larger estimate, so that no screening begins that the deadline would cut off)."""
         import torch
 
         from liger_perf.kernel.device import Device
+        from liger_perf.kernel.variants import target_buckets
 
         cases = self.spec.cases(self.suite or Device(self.mode, torch.device("cpu")).suite, "bench")
-        timed = [case for case in cases if dispatch_bucket(case.shape, case.dtype) in self.buckets] or cases
-        return screening_pace(trials, self.suite, timings=candidates * len(timed))
+        named = [target_buckets(c) for c in changes] if changes is not None else [set(self.buckets)]
+        scope = set().union(*named) if named and all(named) else set()
+        present = {dispatch_bucket(case.shape, case.dtype) for case in cases}
+        if changes is None and not scope <= present:
+            scope = set()
+        timed = [case for case in cases if dispatch_bucket(case.shape, case.dtype) in scope] or cases
+        return screening_pace(trials, self.suite, cases=len(timed))
 
     def request_pace(self, trials: list[TrialResult], request: TrialRequest) -> float | None:
         """How long ``request`` will take here, for its progress line: a screening by the timings it makes
@@ -420,8 +428,8 @@ class OptimizeLoop:
         from liger_perf.run.progress import pace_kind
 
         kind = pace_kind(request)
-        return (self.screening_pace(trials, len(request.screen)) if kind == "screening"
-                else trial_pace(trials, self.suite, kind=kind))
+        return (self.screening_pace(trials, [entry.changes or {} for entry in request.screen])
+                if kind == "screening" else trial_pace(trials, self.suite, kind=kind))
 
     def _out_of_time(self, what: str, pace: float | None) -> Stop:
         left = max(0.0, self.deadline - time.time())

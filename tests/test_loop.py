@@ -141,7 +141,7 @@ def test_the_plain_log_says_each_change_of_step_once_and_a_running_step_again_af
 
 def test_a_running_step_is_estimated_at_its_own_kind_s_pace(tmp_path):
     """A baseline trial takes about twice a candidate's (0067: 374 s against 189-229 s on the H200); the status
-    line estimates each step by the pace of its kind, and a screening by the timings it makes."""
+    line estimates each step by the pace of its kind, and a screening by the cases it times."""
     from liger_perf.propose import get_proposer
     from liger_perf.record.history import trial_pace
     from liger_perf.record.schema import ScreenEntry, Screening, TrialRequest
@@ -164,11 +164,13 @@ def test_a_running_step_is_estimated_at_its_own_kind_s_pace(tmp_path):
                         runner=PlanOnly("interpret", 1))
     cases = loop.spec.cases("interpret", "bench")
     history[1] = history[1].model_copy(update={"step_seconds": {"time": 200.0}, "screening": Screening(
-        target="forward", timing=[{"pass": "forward", "shape": "8x8", "dtype": "float32",
-                                   "contender": "0-a"}] * len(cases))})  # one candidate's: 17 s + 200 s
+        target="forward", timing=[{"pass": "forward", "shape": "x".join(map(str, c.shape)),
+                                   "dtype": str(c.dtype).removeprefix("torch."), "contender": "0-a"}
+                                  for c in cases])})  # one candidate at every case: 17 s + 200 s
     entries = [ScreenEntry(name=f"{i}-a", variant=f"/{i}.py") for i in range(2)]
+    # Two candidates at the same cases: the same 200 s of timing (a case's cost, not a candidate's).
     assert [loop.request_pace(history, r) for r in (request(), request(against="b.py"), request(
-        against="b.py", kind="screening", screen=entries))] == [374, 200, pytest.approx(17 + 2 * 200)]
+        against="b.py", kind="screening", screen=entries))] == [374, 200, pytest.approx(17 + len(cases) * 50)]
 
 
 @pytest.mark.slow
@@ -427,35 +429,43 @@ def test_a_round_packs_only_the_trials_that_end_before_the_deadline():
     assert trial_pace(trials, kind="baseline") == 95  # 50, 400, 90, 110, 95
 
 
-def test_a_screenings_pace_is_its_time_outside_the_timing_plus_its_timings_at_their_recent_pace():
-    """On the H200 a screening of one bucket's moves (0074: 32 timings, 61 s) took a quarter of one of the whole
-    tuning split (0070, 0072: 228 timings, 244 and 265 s), and the median of whole screenings kept such a screening
-    from starting with 169 s left (the fifteenth session's third call). A screening's pace is the recent ones'
-    median time outside their timing, plus the timings it makes at their median seconds each."""
+def test_a_screenings_pace_is_its_time_outside_the_timing_plus_its_cases_at_their_recent_pace():
+    """On the H200 a screening of one bucket's moves (0074: 8 cases, 61 s) took a quarter of one of the whole
+    tuning split (0070, 0072: 57 cases, 244 and 265 s), and the median of whole screenings kept such a screening
+    from starting with 169 s left (the fifteenth session's third call). Its timing costs per case, whatever the
+    number of candidates (0053, 0055, 0057: 148, 159, 157 s for two, three and four candidates at 50 cases). A
+    screening's pace is the recent ones' median time outside their timing, plus the cases it times at their median
+    seconds per timed case."""
     from liger_perf.record.history import screening_pace
 
-    def screening(elapsed_s: float, timing_s: float | None, timings: int, suite: str = ""):
-        row = {"shape": "8x8", "dtype": "float32", "pass": "backward", "contender": "0-a"}
+    def screening(elapsed_s: float, timing_s: float | None, cases: int, candidates: int = 2, suite: str = ""):
+        timing = [{"shape": f"{i + 1}x8", "dtype": "float32", "pass": "backward", "contender": f"{c}-a"}
+                  for i in range(cases) for c in range(candidates)]
         return make_trial(kind="screening", elapsed_s=elapsed_s, suite=suite,
                           step_seconds={"check": 5.0, **({"time": timing_s} if timing_s else {})},
-                          screening={"target": "backward", "timing": [row] * timings})
+                          screening={"target": "backward", "timing": timing})
 
-    # Outside the timing: 40, 60, 50 s (median 50); each timing: 1.0, 0.5, 0.8 s (median 0.8).
-    history = [screening(240, 200, 200), screening(160, 100, 200), screening(90, 40, 50)]
-    assert screening_pace(history, timings=32) == pytest.approx(50 + 32 * 0.8)
-    assert screening_pace(history, timings=228) == pytest.approx(50 + 228 * 0.8)
+    # Outside the timing: 40, 60, 50 s (median 50); a timed case: 4.0, 2.0, 2.5 s (median 2.5), though the second
+    # timed twice the candidates of the first (per timing: 2.0, 0.5, 0.83 s).
+    history = [screening(240, 200, 50), screening(160, 100, 50, candidates=4), screening(90, 40, 16, candidates=3)]
+    assert screening_pace(history, cases=8) == pytest.approx(50 + 8 * 2.5)
+    assert screening_pace(history, cases=57) == pytest.approx(50 + 57 * 2.5)
+    # Two screenings: the upper of the middle two, each (60 s outside, 4.0 s a case).
+    assert screening_pace(history[:2], cases=8) == pytest.approx(60 + 8 * 4.0)
+    # A timing longer than the notebook's own elapsed time (clocks of two processes) leaves nothing outside it.
+    assert screening_pace([screening(50, 80, 10)], cases=5) == pytest.approx(0 + 5 * 8.0)
     # Without the count, or with no screening that recorded its timing's seconds: the median screening.
     assert screening_pace(history) == 160
-    assert screening_pace([screening(240, None, 200), screening(90, None, 50)], timings=32) == 240
-    assert screening_pace([], timings=32) is None
+    assert screening_pace([screening(240, None, 200), screening(90, None, 50)], cases=8) == 240
+    assert screening_pace([], cases=8) is None
     # A screening without its timing's seconds is left out of the parts, not taken as all overhead.
-    assert screening_pace([*history, screening(500, None, 10)], timings=32) == pytest.approx(50 + 32 * 0.8)
-    # The last five only: of three slow old ones (900 s outside the timing, 10 s a timing), two are left.
-    old = screening(1000, 100, 10)
-    assert screening_pace([old, old, old, *history], timings=32) == pytest.approx(60 + 32 * 1.0)
+    assert screening_pace([*history, screening(500, None, 10)], cases=8) == pytest.approx(50 + 8 * 2.5)
+    # The last five only: of three slow old ones (900 s outside the timing, 20 s a case), two are left.
+    old = screening(1000, 100, 5)
+    assert screening_pace([old, old, old, *history], cases=8) == pytest.approx(60 + 8 * 4.0)
     # Another suite's screenings do not count (two of them would move both medians).
     other = screening(30, 29, 1000, suite="models-tune")
-    assert screening_pace([*history, other, other], timings=32) == pytest.approx(50 + 32 * 0.8)
+    assert screening_pace([*history, other, other], cases=8) == pytest.approx(50 + 8 * 2.5)
 
 
 def test_a_baseline_trial_the_deadline_would_cut_off_is_not_begun(tmp_path, monkeypatch):

@@ -375,11 +375,10 @@ def test_no_screening_or_trial_begins_that_the_recent_pace_says_would_end_after_
 
 
 
-def test_a_screening_is_begun_by_the_timings_it_makes_not_by_the_last_screenings_length(tmp_path):
-    """The last screening timed one candidate (90 of its 100 s); the next one times three, three times as many
-    timings: 10 + 3 x 90 = 280 s. With 150 s left it is not begun (the median screening's 100 s would have begun
-    it, and the deadline would have cut it off); with 300 s left it is. Under --buckets only their cases count
-    (``OptimizeLoop.screening_pace``, the fused kernel below)."""
+def test_a_screening_is_begun_by_the_cases_it_times_not_by_the_last_screenings_length(tmp_path):
+    """The last screening timed one case (90 of its 100 s); the next one times the whole suite's four: 10 + 4 x 90
+    = 370 s. With 300 s left it is not begun (the median screening's 100 s would have begun it, and the deadline
+    would have cut it off); with 400 s left it is. Under --buckets only their cases count (below)."""
     import time
 
     from liger_perf import loop as loop_module
@@ -388,9 +387,9 @@ def test_a_screening_is_begun_by_the_timings_it_makes_not_by_the_last_screenings
         runner = _ScreeningRunner(keep=set())
         loop = loop_module.OptimizeLoop("relu_squared", Guardrails(), _endless(), device="interpret", budget=5,
                                         root=tmp_path, runner=runner, screen=3, deadline=time.time() + seconds_left)
-        cases = loop.spec.cases("interpret", "bench")
-        timing = [{"shape": "x".join(map(str, c.shape)), "dtype": str(c.dtype).removeprefix("torch."),
-                   "pass": "forward", "contender": "0-a"} for c in cases]
+        case = loop.spec.cases("interpret", "bench")[0]
+        timing = [{"shape": "x".join(map(str, case.shape)), "dtype": str(case.dtype).removeprefix("torch."),
+                   "pass": "forward", "contender": f"{c}-a"} for c in range(3)]
         screening = _screening(1, {"sha256": "b", "source": "x"}, []).model_copy(update={
             "elapsed_s": 100, "device": "interpret", "step_seconds": {"time": 90.0},
             "screening": Screening(target="forward", timing=timing)})
@@ -398,34 +397,47 @@ def test_a_screening_is_begun_by_the_timings_it_makes_not_by_the_last_screenings
                             best_file=baseline_path("relu_squared"), budget_left=5)
         return steps, runner.requests
 
-    stop, requests = round_with(150)
+    stop, requests = round_with(300)
     assert isinstance(stop, loop_module.Stop) and not requests
-    assert "a screening takes about 280 s here" in stop.reason
-    _, requests = round_with(300)
+    assert "a screening takes about 370 s here" in stop.reason
+    _, requests = round_with(400)
     assert [r.kind for r in requests] == ["screening"]
 
 
-def test_under_buckets_a_screenings_pace_counts_only_their_cases(tmp_path):
-    """A screening of moves in one bucket times that bucket's cases alone (``run.screening.Screen``), so its pace
-    counts those: the fused kernel's interpreter suite has one case in bucket 256x4 of its four; a bucket with no
-    case there is screened over the whole suite, as without --buckets."""
+def test_a_screenings_pace_counts_the_cases_its_candidates_buckets_time(tmp_path):
+    """A screening of moves in named buckets times those buckets' cases alone (``run.screening.Screen``): the fused
+    kernel's interpreter suite has one case in bucket 256x4 of its four. Before the candidates exist, --buckets
+    stands for them, and a bucket without a case (32768x2) makes the estimate the whole suite's, as Screen falls
+    back to it where the candidates name only such buckets. Once they exist (a request's progress line, the plan),
+    their own changes decide, as in Screen: a move to a default times the whole suite."""
     from liger_perf import loop as loop_module
+    from liger_perf.record.schema import TrialRequest
 
-    timing = [{"shape": "8x8", "dtype": "float32", "pass": "backward", "contender": "0-a"}] * 8
+    timing = [{"shape": "8x8", "dtype": "float32", "pass": "backward", "contender": f"{c}-a"} for c in range(4)]
     history = [TrialResult.model_validate({
         "kernel": "fused_add_rms_norm", "status": "complete", "kind": "screening", "device": "interpret",
         "trial_id": 1, "variant": {"sha256": "batch"}, "elapsed_s": 50, "step_seconds": {"time": 40.0},
-        "screening": {"target": "backward", "timing": timing}})]  # 10 s outside the timing, 5 s a timing
+        "screening": {"target": "backward", "timing": timing}})]  # 10 s outside the timing, 40 s a case
 
-    def pace(buckets: tuple[str, ...]) -> float:
-        loop = loop_module.OptimizeLoop("fused_add_rms_norm", Guardrails(), _endless(), device="interpret",
+    def loop_for(buckets: tuple[str, ...]):
+        return loop_module.OptimizeLoop("fused_add_rms_norm", Guardrails(), _endless(), device="interpret",
                                         budget=5, root=tmp_path, runner=_ScreeningRunner(keep=set()),
                                         buckets=buckets)
-        return loop.screening_pace(history, 2)
 
-    assert pace(("256x4",)) == pytest.approx(10 + 2 * 1 * 5)
-    assert pace(()) == pytest.approx(10 + 2 * 4 * 5)
-    assert pace(("32768x2",)) == pytest.approx(10 + 2 * 4 * 5)
+    assert loop_for(("256x4",)).screening_pace(history) == pytest.approx(10 + 1 * 40)
+    assert loop_for(()).screening_pace(history) == pytest.approx(10 + 4 * 40)
+    assert loop_for(("32768x2",)).screening_pace(history) == pytest.approx(10 + 4 * 40)
+    assert loop_for(("256x4", "32768x2")).screening_pace(history) == pytest.approx(10 + 4 * 40)
+    loop = loop_for(())
+    one_bucket = [{"num_warps@256x4": 8}, {"BLOCK_SIZE@256x4": 128}]
+    assert loop.screening_pace(history, one_bucket) == pytest.approx(10 + 1 * 40)
+    assert loop.screening_pace(history, [*one_bucket, {"num_warps": 8}]) == pytest.approx(10 + 4 * 40)
+    assert loop.screening_pace(history, [{"num_warps@32768x2": 8}]) == pytest.approx(10 + 4 * 40)
+    # The progress line of a screening request: its entries' changes, as the notebook's Screen reads them.
+    request = TrialRequest(kernel="fused_add_rms_norm", variant="/best.py", kind="screening", suite="",
+                           screen=[{"name": f"c{i}", "variant": f"/c{i}.py", "changes": c}
+                                   for i, c in enumerate(one_bucket)])
+    assert loop.request_pace(history, request) == pytest.approx(10 + 1 * 40)
 
 
 def test_a_kept_candidate_screened_against_an_earlier_best_is_made_again_on_the_current_best(tmp_path):

@@ -405,24 +405,27 @@ def trial_pace(trials: list[TrialResult], suite: str = "", kind: str = "experime
     return sorted(recent)[len(recent) // 2] if recent else None
 
 
-def screening_pace(trials: list[TrialResult], suite: str = "", timings: int | None = None) -> float | None:
-    """How long a screening of ``suite`` that makes ``timings`` timings (one per candidate and timed case) takes
-    here: the last five complete screenings' median time outside their timing, plus ``timings`` times their median
-    seconds per timing. A screening of one bucket's moves times that bucket's cases alone: on the H200, 0074's took
-    61 s where the whole tuning split's had taken 244-265 s (0070, 0072), so one median of whole screenings would
-    keep a short one from starting. Without ``timings``, or before any screening recorded its timing's seconds,
-    ``trial_pace`` of the screenings."""
+def screening_pace(trials: list[TrialResult], suite: str = "", cases: int | None = None) -> float | None:
+    """How long a screening of ``suite`` that times ``cases`` cases takes here: the last five complete screenings'
+    median time outside their timing, plus ``cases`` times their median seconds per timed case. Per case, not per
+    candidate and case: each case's inputs are drawn and the current best is timed beside the candidates whatever
+    their number (H200: 148, 159 and 157 s of timing for two, three and four candidates at the same 50 cases,
+    0053, 0055, 0057). A screening of one bucket's moves times that bucket's cases alone: 0074's took 61 s where
+    the whole tuning split's had taken 244-265 s (0070, 0072), so one median of whole screenings would keep a short
+    one from starting. Without ``cases``, or before any screening recorded its timing's seconds, ``trial_pace`` of
+    the screenings."""
     recent = [t for t in trials if t.kind == "screening" and t.status == "complete" and t.elapsed_s
               and measures_suite(t.suite, suite)][-5:]
-    parts = [(max(0.0, t.elapsed_s - t.step_seconds["time"]), t.step_seconds["time"] / len(t.screening.timing))
+    parts = [(max(0.0, t.elapsed_s - t.step_seconds["time"]),
+              t.step_seconds["time"] / len({row.key for row in t.screening.timing}))
              for t in recent if t.screening is not None and t.screening.timing and t.step_seconds.get("time")]
-    if timings is None or not parts:
+    if cases is None or not parts:
         return trial_pace(trials, suite, kind="screening")
 
     def upper_median(values: list[float]) -> float:
         return sorted(values)[len(values) // 2]
 
-    return upper_median([outside for outside, _ in parts]) + timings * upper_median([each for _, each in parts])
+    return upper_median([outside for outside, _ in parts]) + cases * upper_median([each for _, each in parts])
 
 
 def best_variant_file(kernel: str, root: Path) -> Path:
