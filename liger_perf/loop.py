@@ -411,14 +411,14 @@ class OptimizeLoop:
         import torch
 
         from liger_perf.kernel.device import Device
-        from liger_perf.kernel.variants import target_buckets
+        from liger_perf.kernel.variants import screened_buckets
 
         cases = self.spec.cases(self.suite or Device(self.mode, torch.device("cpu")).suite, "bench")
-        named = [target_buckets(c) for c in changes] if changes is not None else [set(self.buckets)]
-        scope = set().union(*named) if named and all(named) else set()
-        present = {dispatch_bucket(case.shape, case.dtype) for case in cases}
-        if changes is None and not scope <= present:
-            scope = set()
+        if changes is not None:
+            scope = screened_buckets(changes, cases)
+        else:
+            present = {dispatch_bucket(case.shape, case.dtype) for case in cases}
+            scope = set(self.buckets) if set(self.buckets) <= present else set()
         timed = [case for case in cases if dispatch_bucket(case.shape, case.dtype) in scope] or cases
         return screening_pace(trials, self.suite, cases=len(timed))
 

@@ -12,10 +12,7 @@ import math
 import sys
 from collections import defaultdict
 
-
-def bucket(shape: str, dtype: str) -> str:
-    cols = int(shape.split("x")[-1])
-    return f"{1 << (cols - 1).bit_length()}x{4 if dtype == 'float32' else 2}"
+from liger_perf.kernel.variants import dispatch_bucket
 
 
 def main() -> None:
@@ -36,9 +33,9 @@ def main() -> None:
                 cells.append("-")
                 continue
             cells.append(f"{row['ratio']:.3f} [{row['ci_low']:.2f}, {row['ci_high']:.2f}]")
-            logs[bucket(shape, dtype)][name].append(math.log(row["ratio"]))
+            logs[dispatch_bucket(shape, dtype)][name].append(math.log(row["ratio"]))
         floor = rows[reference]["bandwidth_fraction"] * 100
-        print(f"{shape} {dtype} {bucket(shape, dtype)} | " + " | ".join(cells) + f" | {floor:.0f} %")
+        print(f"{shape} {dtype} {dispatch_bucket(shape, dtype)} | " + " | ".join(cells) + f" | {floor:.0f} %")
     print("\ngeomean per bucket:")
     for name_of_bucket, per_name in sorted(logs.items()):
         means = ", ".join(f"{n} {math.exp(sum(v) / len(v)):.3f}" for n, v in per_name.items())

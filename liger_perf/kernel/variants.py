@@ -163,6 +163,17 @@ def target_buckets(changes: dict[str, Any] | None) -> set[str]:
     return set(buckets) if buckets and None not in buckets else set()
 
 
+def screened_buckets(changes: list[dict[str, Any] | None], cases) -> set[str]:
+    """The dispatch buckets a screening of candidates with these ``changes`` times: those the changes name, where
+    every candidate is a move in named buckets (``target_buckets``) and some of ``cases`` falls in them; else none
+    (the whole suite)."""
+    named = [target_buckets(c) for c in changes]
+    if not named or not all(named):
+        return set()
+    scope = set().union(*named)
+    return scope if any(dispatch_bucket(case.shape, case.dtype) in scope for case in cases) else set()
+
+
 def bucket_columns(bucket: str) -> str:
     """The widths a bucket covers: ``"8192x2"`` -> ``"4097-8192"``."""
     block = int(bucket.partition("x")[0])

@@ -203,16 +203,13 @@ class Screen(Trial):
                           f"({plan.confidence:.0%}).")
 
     def _buckets_screened(self, cases) -> set[str]:
-        """The dispatch buckets the screening times: those the changes of the candidates left after the quick gate
-        name, where every one of them is such a move and some case of the suite falls in them; else none (the
-        whole suite)."""
-        from liger_perf.kernel.variants import dispatch_bucket, target_buckets
+        """The dispatch buckets the screening times (``variants.screened_buckets``): those the changes of the
+        candidates left after the quick gate name, where every one of them is such a move and some case of the
+        suite falls in them; else none (the whole suite)."""
+        from liger_perf.kernel.variants import screened_buckets
 
-        named = [target_buckets(entry.get("changes")) for entry in self.entries if entry["name"] in self.modules]
-        if not named or not all(named):
-            return set()
-        scope = set().union(*named)
-        return scope if any(dispatch_bucket(case.shape, case.dtype) in scope for case in cases) else set()
+        return screened_buckets([entry.get("changes") for entry in self.entries if entry["name"] in self.modules],
+                                cases)
 
     def _smoke(self, cases) -> None:
         """Each candidate's every timed call once, on its own, before they are timed together: a candidate that
