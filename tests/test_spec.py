@@ -88,14 +88,26 @@ def test_the_fused_launch_model_says_a_pass_is_unchanged_only_where_its_launches
         return {"forward": forward, "backward": list(launches)}
 
     defaults, choices = dict(baseline.KNOBS), baseline.KNOB_CHOICES
-    shapes = [(8, width) for width in (896, 2000, 4096, 5120, 12288, 16384, 32768)] + [(2, 4, 5120)]
+    # 8 rows never exceed a row cap; 300 over the interpreter's 4 "SMs" exceed every cap (75 rows a program, or
+    # 19 at 4 programs an SM), so there the capped one-row walk runs.
+    shapes = ([(8, width) for width in (896, 2000, 4096, 5120, 12288, 16384, 32768)] + [(2, 4, 5120)]
+              + [(300, width) for width in (896, 2000, 4096)] + [(3, 100, 1024)])
     rng = random.Random(0)
     compared = {"forward": 0, "backward": 0}
-    for _ in range(400):
-        before = {k: rng.choice(choices[k]) if rng.random() < 0.3 else v for k, v in defaults.items()}
-        knob = rng.choice(sorted(choices))
-        after = {**before, knob: rng.choice(choices[knob])}
-        shape, dtype = rng.choice(shapes), rng.choice([torch.float32, torch.bfloat16, torch.float16])
+    # Moves the random draws almost never make: where the row cap binds, warps a 16384-element tile already has
+    # (16) but its one-row walk (2048 elements: 8 warps "auto") does not.
+    capped = {**defaults, "bwd_tile_elements": 16384, "bwd_max_rows_per_program": 16}
+    targeted = [(capped, {**capped, "bwd_num_warps": 16}, (300, 2000), torch.bfloat16),
+                (capped, {**capped, "bwd_elements_per_thread": 32}, (300, 2000), torch.float32)]
+    for draw in range(400 + len(targeted)):
+        if draw < len(targeted):
+            before, after, shape, dtype = targeted[draw]
+            knob = next(k for k in after if after[k] != before[k])
+        else:
+            before = {k: rng.choice(choices[k]) if rng.random() < 0.3 else v for k, v in defaults.items()}
+            knob = rng.choice(sorted(choices))
+            after = {**before, knob: rng.choice(choices[knob])}
+            shape, dtype = rng.choice(shapes), rng.choice([torch.float32, torch.bfloat16, torch.float16])
         try:
             real = run(before, shape, dtype), run(after, shape, dtype)
         except Exception:  # noqa: BLE001 - a setting the kernel refuses at this shape (the gate's business)
@@ -106,3 +118,25 @@ def test_the_fused_launch_model_says_a_pass_is_unchanged_only_where_its_launches
                 compared[pass_name] += 1
                 assert real[0][pass_name] == real[1][pass_name], (pass_name, knob, after[knob], shape, dtype, before)
     assert compared["forward"] > 100 and compared["backward"] > 50, compared
+
+
+def test_the_fused_launch_model_lists_the_one_row_walk_wherever_the_row_cap_may_bind():
+    """Where ``bwd_max_rows_per_program`` can bind, the backward walks one row a step with one row's warps; the
+    model lists that launch beside the tile's, since with the in-launch dW sum its fewer threads need more
+    registers each (a launch model that kept the tile's alone would call that launch smaller in every way)."""
+    spec = get_spec("fused_add_rms_norm")
+    knobs = {"bwd_tile_elements": 2048, "bwd_fused_dw_max_cols": 1024, "bwd_max_rows_per_program": 16}
+
+    def backward_launches(knobs, rows):
+        return [f for f in spec.launch_footprints(knobs, "backward", (rows, 1024), torch.bfloat16)
+                if f.kernel == "_backward_kernel"]
+
+    tile, one_row = backward_launches(knobs, 4096)
+    assert (tile.elements, one_row.elements) == (2048, 1024)
+    assert one_row.threads < tile.threads and one_row.registers > tile.registers
+    # 16 rows, or 32 over two programs an SM, never exceed the cap; nor does a number of rows per program
+    assert len(backward_launches(knobs, 16)) == 1
+    assert len(backward_launches({**knobs, "bwd_tile_elements": 4096, "bwd_programs_per_sm": 2}, 32)) == 1
+    assert len(backward_launches({**knobs, "bwd_tile_elements": 4096, "bwd_programs_per_sm": 2}, 33)) == 2
+    assert len(backward_launches({**knobs, "bwd_rows_per_program": 64}, 4096)) == 1
+    assert len(backward_launches({**knobs, "bwd_max_rows_per_program": 0}, 4096)) == 1

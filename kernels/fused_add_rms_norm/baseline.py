@@ -31,7 +31,8 @@ backward through the autograd context. The knobs reach the algorithms a kernel e
   ``sum(m * S)``, then columns outermost with a chunk of ``dW`` in registers (re-reads whole rows from DRAM);
 * ``fwd_column_chunked``: the forward's two passes over a chunked row (the second re-reads ``S`` from L2);
 * ``dw_reduction``: the partials summed by ``torch.sum`` plus a cast, or by one Triton kernel whose programs each
-  hold every partial of their columns in one tile (up to 512 partials);
+  hold up to 512 partials of their columns in one tile (every partial of one or two programs per SM; the many
+  programs of ``bwd_max_rows_per_program`` take several such tiles);
 * ``bwd_fused_dw_max_cols``: up to this H the reduction costs no launch of its own. Each program takes a ticket
   from a counter in its group of about sqrt(programs) after storing its partial; the group's last program sums
   the group's partials into a group partial, and the last group to finish sums the group partials into ``dW``
@@ -548,7 +549,8 @@ REDUCTION_TILE_ELEMENTS = 4096
 def _reduction_tile(n_partials):
     """``(BLOCK_PARTIALS, BLOCK_COLS)`` of ``_sum_rows_kernel``: up to 512 partials (one or two per SM, the
     default grid and ``bwd_programs_per_sm = 2``, fit) in one tile, so each program issues all its loads at once
-    and waits for memory once; the columns narrowed to match, which also spreads a row over more programs. A
+    and waits for memory once; the columns narrowed to match, which also spreads a row over more programs (more
+    partials, as a row cap makes at large row counts, are walked 512 at a time). A
     serial walk over [32, 128] tiles made the reduction latency-bound: 8.3 us for 131 partials of 896 columns in
     7 programs (H200, trial 0061's NCU profile at 12289x896 bfloat16), against 34.8 us for the backward kernel
     itself."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import torch
@@ -106,19 +107,23 @@ _SPLIT_BWD = [
 # a dW partial each; at 16384x2304 float32 three 72-register programs share an SM and DRAM runs at 80 % of its peak,
 # where the best's one program per SM (102 registers) reaches 69 % (H200, reports/evidence/2026-12-04-inductor-probe/).
 # The best with 16 rows a program, one row a step and dW added before dX: 80 registers, three to an SM, 81 %, 0.89 of
-# the best's time there; W reloaded per row did better in 16-bit types (0.90 at 16384x2304 and 12289x3584 bfloat16)
-# (reports/evidence/2026-12-04-ab-mixed-order-2/). A fixed 16 rows, or one row a step, was 1.2-2.2x slower at
-# 1024-2047 rows: the cap acts only where "auto" rows per program exceed it, and only there walks one row a step.
+# the best's time there (reports/evidence/2026-12-04-ab-mixed-order-2/, a stand-in with 16 rows a program
+# fixed); with W reloaded per row, 0.90 at 16384x2304 and 12289x3584 bfloat16 and 0.93 at 16384x3840 and 26214x2560
+# bfloat16, where W held was 1.00-1.08 (2304-3840 columns; at 1152-1536 columns reloading was no better). That
+# stand-in was 1.2-2.2x slower at 1024-2047 rows, where its fixed 16 rows a program also left SMs idle (64-128
+# programs on 132 SMs): the cap acts only where "auto" rows per program exceed it, and only there walks one row a
+# step. At 4608-7168 columns 16-bit it was 1.2-1.4x slower, and 1.03 at 43690x1536 float32.
 _MANY_PROGRAMS_BWD = [
     Remedy({"bwd_max_rows_per_program": 16, "bwd_dw_order": "before_dx"},
            "at most 16 rows a backward program, one row a step where that cap binds, dW added before dX "
            "(torch.compile's design): several short programs of fewer registers share an SM at large row counts",
-           "backward faster at 8k rows and more where DRAM is under 75 % busy (float32 1152-2560 columns); "
-           "unchanged where rows are fewer than 16 a program"),
+           "backward faster at large row counts where the best stays under about 80 % of the copy floor "
+           "(0.89-0.96 at 8192-26214 rows of 1536-2560 float32 columns); unchanged where rows are fewer than "
+           "16 a program"),
     Remedy({"bwd_max_rows_per_program": 16, "bwd_dw_order": "before_dx", "bwd_weight_reload": True},
            "at most 16 rows a backward program (one row a step where the cap binds), dW added before dX, "
-           "W + offset reloaded per row from L2: fewer registers still", "backward faster at large row counts in "
-           "16-bit types"),
+           "W + offset reloaded per row from L2: fewer registers still", "backward faster at large row counts of "
+           "2304-3840 columns in 16-bit types"),
 ]
 
 
@@ -291,25 +296,41 @@ class FusedAddRMSNormSpec(KernelSpec):
         split = knobs.get("bwd_programs_per_sm", 1) if knobs.get("bwd_rows_per_program", "auto") == "auto" else 1
         tile_rows = 1 if chunking or tile == "row" else max(1, tile // split // bwd_block)
         bwd_warps = warps if knobs.get("bwd_num_warps", "same") == "same" else knobs["bwd_num_warps"]
-        elements = tile_rows * bwd_block
-        if bwd_warps == "auto":
-            bwd_warps = warps_for(elements, knobs.get("bwd_elements_per_thread", "auto"))
-        threads = 32 * bwd_warps
-        per_thread = -(-elements // threads)
         stages = knobs.get("num_stages", "auto")
-        pipelined = 0 if chunking or stages == "auto" else (stages - 1) * elements * 3 * size
-        registers = 24 + (3 if chunking else 6) * per_thread
-        if tile_rows > 1 and knobs.get("bwd_dw_accumulator", "row") == "tile":
-            registers += per_thread  # the float32 dW tile beside the loaded one
-        if hidden <= knobs.get("bwd_fused_dw_max_cols", 0):
-            # The in-launch dW reduction sums [8, min(1024, row)] float32 tiles after the rows are done.
-            registers = max(registers, 24 + -(-8 * min(1024, row_block) // threads))
-        launches = [Footprint("_backward_kernel", threads, pipelined + 4 * threads, registers, elements)]
-        # bwd_max_rows_per_program walks one row a step where it binds (fewer elements, registers): this model of
-        # the uncapped launch is the larger of the two, so what it rules out is ruled out for the capped one too.
+
+        def backward(rows_a_step, dw_tile):
+            elements = rows_a_step * bwd_block
+            threads = 32 * (warps_for(elements, knobs.get("bwd_elements_per_thread", "auto")) if bwd_warps == "auto"
+                             else bwd_warps)
+            per_thread = -(-elements // threads)
+            pipelined = 0 if chunking or stages == "auto" else (stages - 1) * elements * 3 * size
+            registers = 24 + (3 if chunking else 6) * per_thread
+            if dw_tile:
+                registers += per_thread  # the float32 dW tile beside the loaded one
+            if hidden <= knobs.get("bwd_fused_dw_max_cols", 0):
+                # The in-launch dW reduction sums [8, min(1024, row)] float32 tiles after the rows are done.
+                registers = max(registers, 24 + -(-8 * min(1024, row_block) // threads))
+            return Footprint("_backward_kernel", threads, pipelined + 4 * threads, registers, elements)
+
+        launches = [backward(tile_rows, tile_rows > 1 and knobs.get("bwd_dw_accumulator", "row") == "tile")]
+        if tile_rows > 1 and self._row_cap_may_bind(knobs, shape):
+            # Where bwd_max_rows_per_program binds, the same kernel walks one row a step with warps for one row and
+            # no dW tile. Whether it binds depends on the SM count too, which the model does not know, so both
+            # launches are listed: neither is smaller in every respect (fewer threads leave the in-launch dW sum
+            # more registers a thread).
+            launches.append(backward(1, False))
         if hidden > knobs.get("bwd_fused_dw_max_cols", 0) and knobs.get("dw_reduction") == "triton":
             launches.append(Footprint("_sum_rows_kernel", 128, 0, None, 4096))  # baseline.REDUCTION_TILE_ELEMENTS
         return launches
+
+    @staticmethod
+    def _row_cap_may_bind(knobs, shape):
+        """Whether ``bwd_max_rows_per_program`` can bind at ``shape`` on some GPU: "auto" rows per program are
+        ceil(rows / (SMs x programs per SM)), over the cap only where rows exceed cap x programs per SM."""
+        if knobs.get("bwd_rows_per_program", "auto") != "auto":
+            return False
+        cap, split = knobs.get("bwd_max_rows_per_program", 0), knobs.get("bwd_programs_per_sm", 1)
+        return bool(cap) and math.prod(shape[:-1]) > cap * split
 
     def effective_settings(self, knobs, shape, dtype):
         """``baseline.py``'s ``_launch_settings`` and the backward's choices, from the knobs alone: what a launch
@@ -326,7 +347,9 @@ class FusedAddRMSNormSpec(KernelSpec):
         split = knobs.get("bwd_programs_per_sm", 1) if knobs.get("bwd_rows_per_program", "auto") == "auto" else 1
         tile_rows = 1 if chunking or tile == "row" else max(1, tile // split // bwd_block)
         fused_dw = hidden <= knobs.get("bwd_fused_dw_max_cols", 0)
-        footprint = self.launch_footprints(knobs, "backward", shape, dtype)[0]
+        backward = [f for f in self.launch_footprints(knobs, "backward", shape, dtype)
+                    if f.kernel == "_backward_kernel"]
+        footprint, one_row = backward[0], (backward[1] if len(backward) > 1 else None)
         forward = self.launch_footprints(knobs, "forward", shape, dtype)[0]
         return {
             "forward": (fwd_block, fwd_chunked, forward.threads, knobs.get("fwd_rows_per_program", 1)),
@@ -343,7 +366,9 @@ class FusedAddRMSNormSpec(KernelSpec):
                          None if chunking else knobs.get("bwd_dw_order", "after_dx"),
                          None if chunking else bool(knobs.get("bwd_weight_reload", False)),
                          # the dW tile exists only where a step is a tile of rows
-                         tile_rows > 1 and knobs.get("bwd_dw_accumulator", "row") == "tile"),
+                         tile_rows > 1 and knobs.get("bwd_dw_accumulator", "row") == "tile",
+                         # where the row cap may bind: the warps of its one-row walk (no tile, no dW tile)
+                         one_row.threads if one_row else None),
         }
 
     def upstream_forward(self):
