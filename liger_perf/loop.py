@@ -610,9 +610,14 @@ class OptimizeLoop:
         """Trials the loop runs again by itself: an inconclusive one, measured once more with twice the
         repetitions (never accepted as it was); one rejected only on suspicions of the current best's measurements,
         once more (``recheck_owed``); and one superseded by a better candidate of its round, trialled against that
-        one; each only while no later trial ran the same source."""
+        one; each only while no later trial ran the same source. Those measured against today's baseline or its
+        chain come first: after a baseline change, an inconclusive carry-over is re-measured before the older
+        chain's owed re-runs (on 2026-12-04 the plan put 0052's, from two baselines back, ahead of 0077's), and
+        once it is accepted those of its moves it made need no re-run."""
         experiments = [t for t in trials if t.status != HARNESS_ERROR and t.kind == "experiment" and t.against]
-        reruns = []
+        _, chain = accepted_chain(trials, self.baseline_sha)
+        todays = {self.baseline_sha, best.variant_sha} | {t.variant_sha for t in chain}
+        reruns, older = [], []
         for i, t in enumerate(experiments):
             if any(later.variant_sha == t.variant_sha for later in experiments[i + 1:]):
                 continue
@@ -648,10 +653,10 @@ class OptimizeLoop:
             # Only a re-run still owed waits (and says so): not one the best made since.
             if self._waits_outside_buckets(t, name[:60]):
                 continue
-            reruns.append(Proposal(name=name[:60], source=source,
-                                   hypothesis=f"re-run of trial {t.trial_id:04d}, {why}: {t.hypothesis}",
-                                   prediction=t.prediction, changes=changes, diagnosis=diagnosis))
-        return reruns
+            (reruns if t.against_sha in todays else older).append(
+                Proposal(name=name[:60], source=source, hypothesis=f"re-run of trial {t.trial_id:04d}, {why}: "
+                         f"{t.hypothesis}", prediction=t.prediction, changes=changes, diagnosis=diagnosis))
+        return [*reruns, *older]
 
     def _kept_by_screening(self, trials: list[TrialResult], best: TrialResult) -> list[Proposal]:
         """Candidates an earlier screening kept that no trial has run yet (a loop stopped between a screening and
