@@ -415,6 +415,21 @@ def test_a_plain_change_leaves_a_table_it_does_not_touch_as_written():
     assert "# tuned by trial 12" in with_knobs(commented, {"num_stages": 2})
 
 
+def test_a_move_of_two_knobs_in_one_bucket_is_made_by_its_changes_in_any_order():
+    """``judge.made_by`` (the ``--buckets`` scope check, a move confined to its bucket) asks with the changes
+    sorted; the rules proposer's two-knob remedy wrote them in its own order (2026-12-04: a run stopped on
+    ``bwd_max_rows_per_program@4096x4=16`` with ``bwd_dw_order@4096x4``, a move inside its bucket)."""
+    from liger_perf.judge import made_by
+
+    base = with_knobs(baseline_path("fused_add_rms_norm").read_text(), {"num_warps@8192x2": 8})
+    changes = {"bwd_max_rows_per_program@4096x4": 16, "bwd_dw_order@4096x4": "before_dx"}
+    written = with_knobs(base, changes)
+    assert written != with_knobs(base, dict(sorted(changes.items())))  # the entry's knobs in the changes' order
+    assert made_by(written, base, changes) and made_by(written, base, dict(reversed(changes.items())))
+    assert not made_by(written, base, {**changes, "bwd_max_rows_per_program@4096x4": 32})
+    assert not made_by(written, base, {"bwd_max_rows_per_program@4096x4": 16})
+
+
 def test_the_bucket_cases_count_every_row_knob_and_stay_inside_even_a_tiny_bucket():
     spec = get_spec("fused_add_rms_norm")
     knobs = {**read_knobs(baseline_path(spec.name).read_text())[0], "bwd_rows_per_program": 16}

@@ -287,11 +287,15 @@ def _read_dispatch_node(nodes: dict[str, ast.Assign], knobs: dict, choices: dict
 
 def canonical_source(source: str, path: str | Path = "<variant>") -> str:
     """The source with its ``DISPATCH`` table written as ``with_knobs`` writes one: two variants that differ only
-    in how their tables are laid out (spacing, order, comments inside) read the same."""
+    in how their tables are laid out (spacing, order of buckets or of an entry's knobs, comments inside) read the
+    same. (``with_knobs`` writes an entry's knobs in the order of the changes: the rules proposer's two-knob
+    remedy in one bucket read as a different source from the same changes sorted, and a ``--buckets`` run
+    stopped on it, 2026-12-04.)"""
     nodes = _knob_literals(parse_source(source, path), path)
     if "DISPATCH" not in nodes:
         return source
     table = _read_dispatch_node(nodes, *_read_knob_nodes(nodes, path), path)
+    table = {bucket: dict(sorted(entry.items())) for bucket, entry in table.items()}
     start, end = _byte_span(source, nodes["DISPATCH"].value)
     encoded = source.encode()
     return (encoded[:start] + _dispatch_text(table).encode() + encoded[end:]).decode()
