@@ -277,6 +277,33 @@ def test_a_changed_baseline_carries_the_previous_best_over_as_its_first_candidat
     assert "is not carried over" in loop.events[-1].message and loop.events[-1].kind == "carry-over"
 
 
+def test_after_a_baseline_change_the_carry_over_s_re_measure_comes_before_an_older_chain_s_re_runs(tmp_path):
+    """An inconclusive carry-over is re-measured first: it is today's chain, and once accepted it makes the older
+    chain's owed re-runs of its moves needless (the H200 history's plan put 0052's re-run, from two baselines
+    back, before 0077's re-measure). The older one still follows, made again on today's best."""
+    from liger_perf.kernel.variants import with_knobs
+
+    new = baseline_path("fused_add_rms_norm").read_text()
+    old = new.replace("# Tunable knobs:", "# (the old baseline)\n# Tunable knobs:")
+    trial = _source_trial
+    history = [trial(0, old),
+               trial(1, with_knobs(old, {"num_stages": 2}), old, "inconclusive", changes={"num_stages": 2}),
+               trial(2, with_knobs(old, {"bwd_tile_elements": 8192}), old, "inconclusive",
+                     changes={"bwd_tile_elements": 8192}),
+               trial(3, new),
+               trial(4, with_knobs(new, {"bwd_tile_elements": 8192}), new, "inconclusive",
+                     changes={"bwd_tile_elements": 8192})]
+    loop = OptimizeLoop("fused_add_rms_norm", Guardrails(target="backward"), RulesProposer(), device="interpret",
+                        root=tmp_path)
+    reruns = loop._reruns(history, history[3])
+    # (t2's move is the carry-over's, which ran it on today's baseline: no re-run of its own is owed)
+    assert [r.name for r in reruns] == ["t4-remeasure", "t1-remeasure"]
+    assert reruns[1].source == with_knobs(new, {"num_stages": 2}) and reruns[1].changes == {"num_stages": 2}
+    # once the carry-over is accepted, the older chain's re-run follows on it
+    accepted = history[4].model_copy(update={"verdict": "accepted"})
+    assert [r.name for r in loop._reruns([*history[:4], accepted], accepted)] == ["t1-remeasure"]
+
+
 def test_until_a_changed_baseline_is_measured_bench_and_patch_keep_the_latest_earlier_best(tmp_path, monkeypatch):
     """A baseline change must not hand models the new code without the tuned knobs before the loop has measured
     it: `bench` and `patch` keep the latest earlier baseline's best (not an older one) while no trial against the
