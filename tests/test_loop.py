@@ -487,6 +487,8 @@ def test_a_screenings_pace_is_its_time_outside_the_timing_plus_its_cases_at_thei
     assert screening_pace([], cases=8) is None
     # A screening without its timing's seconds is left out of the parts, not taken as all overhead.
     assert screening_pace([*history, screening(500, None, 10)], cases=8) == pytest.approx(50 + 8 * 2.5)
+    # Nor do five of them (a screening whose candidates all failed their gate times nothing) hide the timed ones.
+    assert screening_pace([*history, *[screening(500, None, 10)] * 5], cases=8) == pytest.approx(50 + 8 * 2.5)
     # The last five only: of three slow old ones (900 s outside the timing, 20 s a case), two are left.
     old = screening(1000, 100, 5)
     assert screening_pace([old, old, old, *history], cases=8) == pytest.approx(60 + 8 * 4.0)

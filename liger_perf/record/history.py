@@ -414,11 +414,13 @@ def screening_pace(trials: list[TrialResult], suite: str = "", cases: int | None
     the whole tuning split's had taken 244-265 s (0070, 0072), so one median of whole screenings would keep a short
     one from starting. Without ``cases``, or before any screening recorded its timing's seconds, ``trial_pace`` of
     the screenings."""
-    recent = [t for t in trials if t.kind == "screening" and t.status == "complete" and t.elapsed_s
-              and measures_suite(t.suite, suite)][-5:]
+    # The last five that timed something: one whose candidates all failed their gate timed nothing, and five such
+    # must not hide the timed ones behind the whole-screening median.
+    timed = [t for t in trials if t.kind == "screening" and t.status == "complete" and t.elapsed_s
+             and measures_suite(t.suite, suite) and t.screening is not None and t.screening.timing
+             and t.step_seconds.get("time")][-5:]
     parts = [(max(0.0, t.elapsed_s - t.step_seconds["time"]),
-              t.step_seconds["time"] / len({row.key for row in t.screening.timing}))
-             for t in recent if t.screening is not None and t.screening.timing and t.step_seconds.get("time")]
+              t.step_seconds["time"] / len({row.key for row in t.screening.timing})) for t in timed]
     if cases is None or not parts:
         return trial_pace(trials, suite, kind="screening")
 
