@@ -10,7 +10,7 @@ import pytest
 
 from liger_perf.record.schema import VERDICTS
 from liger_perf.judge.guardrails import Guardrails
-from liger_perf.record.history import load_trials
+from liger_perf.record.history import accepted_chain, load_trials
 from liger_perf.loop import OptimizeLoop
 from liger_perf.propose.rules import RulesProposer
 from liger_perf.kernel.registry import baseline_path
@@ -300,8 +300,10 @@ def test_after_a_baseline_change_the_carry_over_s_re_measure_comes_before_an_old
     assert [r.name for r in reruns] == ["t4-remeasure", "t1-remeasure"]
     assert reruns[1].source == with_knobs(new, {"num_stages": 2}) and reruns[1].changes == {"num_stages": 2}
     # once the carry-over is accepted, the older chain's re-run follows on it
-    accepted = history[4].model_copy(update={"verdict": "accepted"})
-    assert [r.name for r in loop._reruns([*history[:4], accepted], accepted)] == ["t1-remeasure"]
+    accepted = history[4].model_copy(update={"judged": history[4].judged.model_copy(update={"verdict": "accepted"})})
+    assert accepted_chain([*history[:4], accepted], history[3].variant_sha)[1] == [accepted]
+    (rerun,) = loop._reruns([*history[:4], accepted], accepted)
+    assert rerun.name == "t1-remeasure" and rerun.source == with_knobs(accepted.variant.source, {"num_stages": 2})
 
 
 def test_until_a_changed_baseline_is_measured_bench_and_patch_keep_the_latest_earlier_best(tmp_path, monkeypatch):

@@ -88,8 +88,8 @@ def test_the_fused_launch_model_says_a_pass_is_unchanged_only_where_its_launches
         return {"forward": forward, "backward": list(launches)}
 
     defaults, choices = dict(baseline.KNOBS), baseline.KNOB_CHOICES
-    # 8 rows never exceed a row cap; 300 over the interpreter's 4 "SMs" exceed every cap (75 rows a program, or
-    # 19 at 4 programs an SM), so there the capped one-row walk runs.
+    # 8 rows never exceed a row cap; 300 over the interpreter's 4 "SMs" exceed caps up to 64 at one program an SM
+    # (75 rows a program), 32 at two (38) and 16 at four (19): there the capped one-row walk runs.
     shapes = ([(8, width) for width in (896, 2000, 4096, 5120, 12288, 16384, 32768)] + [(2, 4, 5120)]
               + [(300, width) for width in (896, 2000, 4096)] + [(3, 100, 1024)])
     rng = random.Random(0)
