@@ -402,7 +402,12 @@ def trial_pace(trials: list[TrialResult], suite: str = "", kind: str = "experime
 
     recent = [t.elapsed_s for t in trials if of_kind(t) and t.status == "complete" and t.elapsed_s
               and measures_suite(t.suite, suite)][-5:]
-    return sorted(recent)[len(recent) // 2] if recent else None
+    return _upper_median(recent) if recent else None
+
+
+def _upper_median(values: list[float]) -> float:
+    """The median, or the upper of the two middle values of an even count."""
+    return sorted(values)[len(values) // 2]
 
 
 def screening_pace(trials: list[TrialResult], suite: str = "", cases: int | None = None) -> float | None:
@@ -423,11 +428,7 @@ def screening_pace(trials: list[TrialResult], suite: str = "", cases: int | None
               t.step_seconds["time"] / len({row.key for row in t.screening.timing})) for t in timed]
     if cases is None or not parts:
         return trial_pace(trials, suite, kind="screening")
-
-    def upper_median(values: list[float]) -> float:
-        return sorted(values)[len(values) // 2]
-
-    return upper_median([outside for outside, _ in parts]) + cases * upper_median([each for _, each in parts])
+    return _upper_median([outside for outside, _ in parts]) + cases * _upper_median([each for _, each in parts])
 
 
 def best_variant_file(kernel: str, root: Path) -> Path:
