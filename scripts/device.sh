@@ -38,7 +38,8 @@
 #   loop:KERNEL,TARGET,MIN[,SUITE[,BUDGET[,REPS[,BUCKETS]]]]  the optimize loop on the committed history
 #                          (notebooks/nvidia-h200/KERNEL), timing SUITE (e.g. models-tune) if given, REPS timed
 #                          repetitions per contender if given (a model-suite trial at the default 100 took 400 s),
-#                          tuning only BUCKETS if given (--buckets, "+" between them: 2048x2+1024x2).
+#                          tuning only BUCKETS if given (--buckets, "+" between them: 2048x2+1024x2);
+#                          LOOP_ARGS="--screen 7": more options of optimize (word-split).
 #                          MIN "auto": the time this call has left less MARGIN_S (default 90 s: the loop's pace is a
 #                          median of the notebooks' own times, which leave out Papermill's start and the judge, and an
 #                          accepted trial runs longer than a rejected one: 0054 took 306 s in its notebook against a
@@ -140,7 +141,7 @@ print(best_variant_file("fused_add_rms_norm", Store(device="nvidia-h200").notebo
       # A log per call (the loop resumes across calls into one folder; log.txt would overwrite the last one's).
       RUN_LOG="log-$(date +%H%M%S).txt" run "$dir-$kernel" python3 -m liger_perf optimize "$kernel" \
         --target "$target" --device cuda --max-minutes "$minutes" ${suite:+--suite "$suite"} ${budget:+--budget "$budget"} \
-        ${reps:+--repetitions "$reps"} ${buckets:+--buckets "${buckets//+/,}"} ;;
+        ${reps:+--repetitions "$reps"} ${buckets:+--buckets "${buckets//+/,}"} ${LOOP_ARGS:-} ;;
     aa) dir=${AA_ROOT:-"$dir-$LIGER_PERF_GIT_COMMIT"}  # one root per commit: calls at the same commit resume it
       run "$dir" python3 scripts/aa_trials.py fused_add_rms_norm --trials "${arg:-20}" --root "$dir" \
           --deadline-s "$(( $(left) > 111 ? $(left) - 110 : 1 ))" ;;  # 0 would mean no deadline
