@@ -376,7 +376,7 @@ class OptimizeLoop:
         stop: Stop | None = None
         # Screening times the candidates: a memory target is not screened (each proposal gets a full trial).
         batch = (max(free, self.screen) if self.guardrails.target != "memory" else free) if free > 0 else 0
-        screening_pace = self.screening_pace(trials)
+        screening_pace = self.screening_pace(trials, candidates=batch)
         if batch > free and not self._ends_in_time(screening_pace):
             # A step the deadline would cut off is not begun: its notebook would be half-written and its device
             # time lost (0056 on the H200, a trial begun 280 s before a call's end, was killed in its NCU profile).
@@ -401,8 +401,10 @@ class OptimizeLoop:
             proposed.append(step)
         return steps, proposed, free, stop
 
-    def screening_pace(self, trials: list[TrialResult], changes: list[dict] | None = None) -> float | None:
-        """How long a screening takes here (``history.screening_pace``), from the cases it times: those of the
+    def screening_pace(self, trials: list[TrialResult], changes: list[dict] | None = None,
+                       candidates: int | None = None) -> float | None:
+        """How long a screening takes here (``history.screening_pace``), from its candidates (one per ``changes``,
+        else ``candidates``, the batch about to be asked for) and the cases it times: those of the
         buckets its candidates' ``changes`` name, where each names some (``run.screening.Screen``, which falls back
         to the whole suite where none of those buckets has a case). Before the candidates are proposed
         (``changes`` None) under ``--buckets``, every candidate will be a move in those buckets (``_in_scope``),
@@ -420,7 +422,8 @@ class OptimizeLoop:
             present = {dispatch_bucket(case.shape, case.dtype) for case in cases}
             scope = set(self.buckets) if set(self.buckets) <= present else set()
         timed = [case for case in cases if dispatch_bucket(case.shape, case.dtype) in scope] or cases
-        return screening_pace(trials, self.suite, cases=len(timed))
+        return screening_pace(trials, self.suite, cases=len(timed),
+                              candidates=len(changes) if changes is not None else candidates)
 
     def request_pace(self, trials: list[TrialResult], request: TrialRequest) -> float | None:
         """How long ``request`` will take here, for its progress line: a screening by the timings it makes

@@ -392,17 +392,37 @@ def latest_best(kernel: str, root: Path) -> TrialResult | None:
     return kept_best(kernel, root)[1]
 
 
+#: The steps a candidate's trial runs in full only where its timing would be accepted: the full gate, and the full
+#: NCU profile where a rejected trial profiles lightly (``run.trial``'s ``finish_gate`` and ``profile``).
+ACCEPTANCE_STEPS = ("full_gate", "profile")
+
+
 def trial_pace(trials: list[TrialResult], suite: str = "", kind: str = "experiment") -> float | None:
-    """How long a trial of ``suite`` takes here: the median wall time of the last five complete trials of ``kind``
-    (``"screening"``: the screenings; ``"baseline"``: the baseline trials, which time the peers too and run the
-    full gate and NCU) that timed it (the upper of the two middle ones for an even count), or None before there
-    are any."""
+    """How long a trial of ``suite`` may take here: the median wall time of the last five complete trials of
+    ``kind`` (``"screening"``: the screenings; ``"baseline"``: the baseline trials, which time the peers too and run
+    the full gate and NCU) that timed it (the upper of the two middle ones for an even count), or None before there
+    are any. A candidate's trial (``"experiment"``) may be accepted, which costs the full gate and the full NCU
+    profile: its pace is the recent ones' median time outside those two steps plus the median of those two steps
+    in the last five that ran the full gate (H200: 0084 began with 250 s left by the plain median of five trials,
+    four of them rejected or inconclusive; its provisional "accepted" then ran the full gate, and the call's limit
+    killed it there, twice: reports/evidence/2026-12-04-killed-0084/)."""
     def of_kind(t: TrialResult) -> bool:
         return t.kind == "experiment" and not t.against if kind == "baseline" else t.kind == kind
 
-    recent = [t.elapsed_s for t in trials if of_kind(t) and t.status == "complete" and t.elapsed_s
+    recent = [t for t in trials if of_kind(t) and t.status == "complete" and t.elapsed_s
               and measures_suite(t.suite, suite)][-5:]
-    return _upper_median(recent) if recent else None
+    if not recent:
+        return None
+    gated = [t for t in trials if of_kind(t) and t.status == "complete" and t.elapsed_s
+             and measures_suite(t.suite, suite) and t.step_seconds.get("full_gate")][-5:]
+    if kind != "experiment" or not gated:
+        return _upper_median([t.elapsed_s for t in recent])
+
+    def acceptance(t: TrialResult) -> float:
+        return sum(t.step_seconds.get(step, 0.0) for step in ACCEPTANCE_STEPS)
+
+    return (_upper_median([max(0.0, t.elapsed_s - acceptance(t)) for t in recent])
+            + _upper_median([acceptance(t) for t in gated]))
 
 
 def _upper_median(values: list[float]) -> float:
@@ -410,9 +430,13 @@ def _upper_median(values: list[float]) -> float:
     return sorted(values)[len(values) // 2]
 
 
-def screening_pace(trials: list[TrialResult], suite: str = "", cases: int | None = None) -> float | None:
+def screening_pace(trials: list[TrialResult], suite: str = "", cases: int | None = None,
+                   candidates: int | None = None) -> float | None:
     """How long a screening of ``suite`` that times ``cases`` cases takes here: the last five complete screenings'
-    median time outside their timing, plus ``cases`` times their median seconds per timed case. Per case, not per
+    median time outside their timing, plus ``cases`` times their median seconds per timed case. Outside the timing
+    each candidate is imported, compiled and quick-gated: with ``candidates``, that part is their number times the
+    recent ones' median per candidate (H200: 0080's four took 48 s outside the timing, 0083's seven 90 s, where the
+    pace of 78 s in all let 0083 begin and run 126 s). Per case, not per
     candidate and case: each case's inputs are drawn and the current best is timed beside the candidates whatever
     their number (H200: 148, 159 and 157 s of timing for two, three and four candidates at the same 50 cases,
     0053, 0055, 0057). A screening of one bucket's moves times that bucket's cases alone: 0074's took 61 s where
@@ -425,10 +449,15 @@ def screening_pace(trials: list[TrialResult], suite: str = "", cases: int | None
              and measures_suite(t.suite, suite) and t.screening is not None and t.screening.timing
              and t.step_seconds.get("time")][-5:]
     parts = [(max(0.0, t.elapsed_s - t.step_seconds["time"]),
-              t.step_seconds["time"] / len({row.key for row in t.screening.timing})) for t in timed]
+              t.step_seconds["time"] / len({row.key for row in t.screening.timing}),
+              len(t.screening.rows)) for t in timed]
     if cases is None or not parts:
         return trial_pace(trials, suite, kind="screening")
-    return _upper_median([outside for outside, _ in parts]) + cases * _upper_median([each for _, each in parts])
+    if candidates is not None and all(count for _, _, count in parts):
+        outside = candidates * _upper_median([outside / count for outside, _, count in parts])
+    else:
+        outside = _upper_median([outside for outside, _, _ in parts])
+    return outside + cases * _upper_median([each for _, each, _ in parts])
 
 
 def best_variant_file(kernel: str, root: Path) -> Path:
