@@ -459,31 +459,42 @@ def test_a_round_packs_only_the_trials_that_end_before_the_deadline():
 
 
 def test_a_candidate_s_trial_is_paced_as_one_that_may_be_accepted():
-    """A rejected trial skips the full gate and profiles lightly; an accepted one runs both (H200: 0084 began with
-    250 s left by the median of five trials, four not accepted, and was killed in its full gate, twice). A
-    candidate's pace is the recent trials' median time outside those steps plus the median of those steps in the
+    """A rejected trial skips the full gate and profiles lightly; an accepted one runs both (H200: 0084 began by a
+    pace of 250 s, the median of five trials, four not accepted, and was killed in its full gate, twice). A
+    candidate's pace is the recent trials' median time outside those steps plus the longest those steps took in the
     last five that ran the full gate; a baseline trial always runs them, so its pace stays its plain median."""
     from liger_perf.record.history import trial_pace
 
-    def trial(elapsed_s, full_gate, profile, against=True):
+    def trial(elapsed_s, full_gate, profile, against=True, **fields):
+        # A skipped full gate still records its few milliseconds, and says "not run" in the gate's record.
+        gated = full_gate >= 1
         return make_trial(kind="experiment", elapsed_s=elapsed_s, against={"sha256": "b"} if against else None,
                           step_seconds={"precompile": 30.0, "time": 150.0, "full_gate": full_gate,
-                                        "profile": profile})
+                                        "profile": profile},
+                          correctness={"passed": True, "stage": "full" if gated else "quick",
+                                       "full_gate": "" if gated else "not run: rejected"}, **fields)
 
-    # Outside the two steps: 230, 155, 228, 177, 211 s (median 211); the gated ones' two steps: 175, 115 (upper 175).
-    recent = [trial(252, 0, 22), trial(177, 0, 22), trial(250, 0, 22), trial(292, 56, 59), trial(235, 0, 24)]
+    # Outside the two steps: 230, 155, 228, 177, 211 s (median 211); the gated ones' two steps: 175 and 115 s.
+    recent = [trial(252, 0, 22), trial(177, 0.01, 22), trial(250, 0, 22), trial(292, 56, 59), trial(235, 0, 24)]
     history = [trial(378, 95, 80), *recent]
     assert trial_pace(history) == pytest.approx(211 + 175)
-    assert trial_pace(history) > max(t.elapsed_s for t in recent)  # the plain median (250) killed 0084
-    # Before any trial ran the full gate (or recorded its steps): the plain median.
-    assert trial_pace(recent[:3]) == 250
+    # Before any trial ran the full gate, or recorded its steps: the plain median. A skipped gate's milliseconds
+    # do not make a trial gated (counted, the longest light profile, 80 s, would be added to 230 s outside).
+    assert trial_pace([trial(200, 0.01, 80), trial(260, 0.01, 20), trial(250, 0.01, 20)]) == 250
     assert trial_pace([make_trial(kind="experiment", elapsed_s=s) for s in (90, 110, 100)]) == 100
-    # A baseline trial's pace is its kind's plain median: it runs the full gate and NCU whatever the verdict.
-    baselines = [trial(330, 60, 45, against=False), trial(300, 50, 40, against=False)]
+    # The last five gated trials only: an old slow gate is forgotten.
+    old_gate = trial(900, 600, 80)
+    assert trial_pace([old_gate, *[trial(292, 56, 59)] * 5, *recent]) == pytest.approx(211 + 115)
+    assert trial_pace([old_gate, *[trial(292, 56, 59)] * 3, *recent]) == pytest.approx(211 + 680)
+    # Nor does a crashed trial's, or another suite's, gate count.
+    crashed, other_suite = trial(900, 600, 80, status="crashed"), trial(900, 600, 80, suite="models-tune")
+    assert trial_pace([crashed, other_suite, *history]) == pytest.approx(211 + 175)
+    # A trial whose two steps outran its recorded time (clocks of two processes) leaves nothing outside them.
+    assert trial_pace([trial(100, 90, 30)]) == pytest.approx(0 + 120)
+    # A baseline trial's pace is its kind's plain median (330 s): it runs the full gate and NCU whatever the verdict,
+    # where the candidates' rule would add the longest of their two steps (190 s) to the median outside (225 s).
+    baselines = [trial(330, 60, 45, against=False), trial(300, 150, 40, against=False)]
     assert trial_pace([*history, *baselines], kind="baseline") == 330
-    # The steps of the last five gated trials only: an old slow gate is forgotten.
-    slow_gate = [trial(900, 600, 80)] + [trial(292, 56, 59)] * 5
-    assert trial_pace([*slow_gate, *recent]) == pytest.approx(211 + 115)
 
 
 def test_a_screenings_pace_is_its_time_outside_the_timing_plus_its_cases_at_their_recent_pace():
@@ -495,13 +506,15 @@ def test_a_screenings_pace_is_its_time_outside_the_timing_plus_its_cases_at_thei
     seconds per timed case."""
     from liger_perf.record.history import screening_pace
 
-    def screening(elapsed_s: float, timing_s: float | None, cases: int, candidates: int = 2, suite: str = ""):
+    def screening(elapsed_s: float, timing_s: float | None, cases: int, candidates: int = 2, suite: str = "",
+                  rows: bool = True):
         timing = [{"shape": f"{i + 1}x8", "dtype": "float32", "pass": "backward", "contender": f"{c}-a"}
                   for i in range(cases) for c in range(candidates)]
         return make_trial(kind="screening", elapsed_s=elapsed_s, suite=suite,
                           step_seconds={"check": 5.0, **({"time": timing_s} if timing_s else {})},
                           screening={"target": "backward", "timing": timing,
-                                     "rows": [{"name": f"c{c}", "sha256": f"{c}"} for c in range(candidates)]})
+                                     "rows": [{"name": f"c{c}", "sha256": f"{c}"}
+                                              for c in range(candidates if rows else 0)]})
 
     # Outside the timing: 40, 60, 50 s (median 50); a timed case: 4.0, 2.0, 2.5 s (median 2.5), though the second
     # timed twice the candidates of the first (per timing: 2.0, 0.5, 0.83 s).
@@ -526,9 +539,14 @@ def test_a_screenings_pace_is_its_time_outside_the_timing_plus_its_cases_at_thei
     # Another suite's screenings do not count (two of them would move both medians).
     other = screening(30, 29, 1000, suite="models-tune")
     assert screening_pace([*history, other, other], cases=8) == pytest.approx(50 + 8 * 2.5)
-    # With the candidates' number, the part outside the timing is per candidate: 40/2, 60/4, 50/3 s (median 16.7).
-    assert screening_pace(history, cases=8, candidates=7) == pytest.approx(7 * 50 / 3 + 8 * 2.5)
-    assert screening_pace(history, cases=8, candidates=7) > screening_pace(history, cases=8)
+    # With the candidates' number, the part outside the timing is per variant, the current best's and each
+    # candidate's: 40/3, 60/5, 50/4 s (median 12.5), so 8 x 12.5 for seven candidates.
+    assert screening_pace(history, cases=8, candidates=7) == pytest.approx(8 * 12.5 + 8 * 2.5)
+    # A screening that recorded no candidates counts in the plain median only; none, or no count: the plain one.
+    assert screening_pace([*history, screening(70, 10, 8, rows=False)], cases=8, candidates=7) == \
+        pytest.approx(8 * 12.5 + 8 * 2.5)
+    assert screening_pace([screening(70, 10, 8, rows=False)], cases=8, candidates=7) == pytest.approx(60 + 8 * 1.25)
+    assert screening_pace(history, cases=8, candidates=0) == screening_pace(history, cases=8)
 
 
 def test_a_baseline_trial_the_deadline_would_cut_off_is_not_begun(tmp_path, monkeypatch):

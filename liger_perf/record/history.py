@@ -402,10 +402,12 @@ def trial_pace(trials: list[TrialResult], suite: str = "", kind: str = "experime
     ``kind`` (``"screening"``: the screenings; ``"baseline"``: the baseline trials, which time the peers too and run
     the full gate and NCU) that timed it (the upper of the two middle ones for an even count), or None before there
     are any. A candidate's trial (``"experiment"``) may be accepted, which costs the full gate and the full NCU
-    profile: its pace is the recent ones' median time outside those two steps plus the median of those two steps
-    in the last five that ran the full gate (H200: 0084 began with 250 s left by the plain median of five trials,
-    four of them rejected or inconclusive; its provisional "accepted" then ran the full gate, and the call's limit
-    killed it there, twice: reports/evidence/2026-12-04-killed-0084/)."""
+    profile: its pace is the recent ones' median time outside those two steps plus the longest those two steps took
+    in the last five that ran the full gate (a trial killed in them loses all it measured; one over-estimated only
+    waits for the next call). H200: 0084 began by a pace of 250 s, the plain median of five trials of which four
+    skipped the full gate (their timing was not accepted); its provisional "accepted" then ran the full gate, and
+    the call's limit killed it there, twice (reports/evidence/2026-12-04-killed-0084/). A median is still beaten
+    by a slow trial: the call's margin (``scripts/device.sh``'s ``MARGIN_S``) is for that."""
     def of_kind(t: TrialResult) -> bool:
         return t.kind == "experiment" and not t.against if kind == "baseline" else t.kind == kind
 
@@ -413,16 +415,25 @@ def trial_pace(trials: list[TrialResult], suite: str = "", kind: str = "experime
               and measures_suite(t.suite, suite)][-5:]
     if not recent:
         return None
+    if kind != "experiment":
+        return _upper_median([t.elapsed_s for t in recent])
     gated = [t for t in trials if of_kind(t) and t.status == "complete" and t.elapsed_s
-             and measures_suite(t.suite, suite) and t.step_seconds.get("full_gate")][-5:]
-    if kind != "experiment" or not gated:
+             and measures_suite(t.suite, suite) and _ran_the_full_gate(t)][-5:]
+    if not gated:
         return _upper_median([t.elapsed_s for t in recent])
 
     def acceptance(t: TrialResult) -> float:
         return sum(t.step_seconds.get(step, 0.0) for step in ACCEPTANCE_STEPS)
 
     return (_upper_median([max(0.0, t.elapsed_s - acceptance(t)) for t in recent])
-            + _upper_median([acceptance(t) for t in gated]))
+            + max(acceptance(t) for t in gated))
+
+
+def _ran_the_full_gate(trial: TrialResult) -> bool:
+    """Whether a staged trial ran its full gate as a step of its own (a skipped one records its few milliseconds
+    too, and "not run: ..." in ``correctness.full_gate``)."""
+    return ("full_gate" in trial.step_seconds and trial.correctness is not None
+            and trial.correctness.stage == "full")
 
 
 def _upper_median(values: list[float]) -> float:
@@ -434,9 +445,10 @@ def screening_pace(trials: list[TrialResult], suite: str = "", cases: int | None
                    candidates: int | None = None) -> float | None:
     """How long a screening of ``suite`` that times ``cases`` cases takes here: the last five complete screenings'
     median time outside their timing, plus ``cases`` times their median seconds per timed case. Outside the timing
-    each candidate is imported, compiled and quick-gated: with ``candidates``, that part is their number times the
-    recent ones' median per candidate (H200: 0080's four took 48 s outside the timing, 0083's seven 90 s, where the
-    pace of 78 s in all let 0083 begin and run 126 s). Per case, not per
+    each candidate is imported, compiled and quick-gated beside the current best: with ``candidates`` (one or
+    more), that part is their number plus one times the recent ones' median per such variant (H200: 0080's four
+    took 48 s outside the timing, 0083's seven 90 s, where the pace of 78 s in all let 0083 begin and run 126 s;
+    0053's two, 33 s). Screenings that recorded no candidates count in the plain median only. Per case, not per
     candidate and case: each case's inputs are drawn and the current best is timed beside the candidates whatever
     their number (H200: 148, 159 and 157 s of timing for two, three and four candidates at the same 50 cases,
     0053, 0055, 0057). A screening of one bucket's moves times that bucket's cases alone: 0074's took 61 s where
@@ -453,8 +465,9 @@ def screening_pace(trials: list[TrialResult], suite: str = "", cases: int | None
               len(t.screening.rows)) for t in timed]
     if cases is None or not parts:
         return trial_pace(trials, suite, kind="screening")
-    if candidates is not None and all(count for _, _, count in parts):
-        outside = candidates * _upper_median([outside / count for outside, _, count in parts])
+    per_variant = [outside / (count + 1) for outside, _, count in parts if count]
+    if candidates and per_variant:
+        outside = (candidates + 1) * _upper_median(per_variant)
     else:
         outside = _upper_median([outside for outside, _, _ in parts])
     return outside + cases * _upper_median([each for _, each, _ in parts])
