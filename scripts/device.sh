@@ -41,10 +41,10 @@
 #                          tuning only BUCKETS if given (--buckets, "+" between them: 2048x2+1024x2);
 #                          LOOP_ARGS="--screen 7": more options of optimize (word-split).
 #                          MIN "auto": the time this call has left less MARGIN_S (default 90 s: the loop's pace is a
-#                          median of the notebooks' own times, which leave out Papermill's start and the judge, and an
-#                          accepted trial runs longer than a rejected one: 0054 took 306 s in its notebook against a
-#                          pace of 261 s). The loop begins no screening or trial that its recent pace says would end
-#                          after --max-minutes (a fixed MIN let trials begin that the call's limit killed: 0044, and
+#                          median of the notebooks' own times, which leave out Papermill's start and the judge, and a
+#                          slow trial beats a median: 0054 took 306 s in its notebook against a pace of 261 s; since
+#                          2026-12-04 a candidate's pace counts the full gate and profile an accepted one runs).
+#                          The loop begins no screening or trial that its recent pace says would end after --max-minutes (a fixed MIN let trials begin that the call's limit killed: 0044, and
 #                          0056 after a screening of three)
 #   aa:N                   N A/A trials of the fused best against a comment-only copy of itself (no NCU), in
 #                          reports/evidence/<date>-aa-COMMIT/ (a later call at the same commit resumes them;

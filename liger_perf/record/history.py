@@ -411,15 +411,13 @@ def trial_pace(trials: list[TrialResult], suite: str = "", kind: str = "experime
     def of_kind(t: TrialResult) -> bool:
         return t.kind == "experiment" and not t.against if kind == "baseline" else t.kind == kind
 
-    recent = [t for t in trials if of_kind(t) and t.status == "complete" and t.elapsed_s
-              and measures_suite(t.suite, suite)][-5:]
+    done = [t for t in trials if of_kind(t) and t.status == "complete" and t.elapsed_s
+            and measures_suite(t.suite, suite)]
+    recent = done[-5:]
     if not recent:
         return None
-    if kind != "experiment":
-        return _upper_median([t.elapsed_s for t in recent])
-    gated = [t for t in trials if of_kind(t) and t.status == "complete" and t.elapsed_s
-             and measures_suite(t.suite, suite) and _ran_the_full_gate(t)][-5:]
-    if not gated:
+    gated = [t for t in done if _ran_the_full_gate(t)][-5:]
+    if kind != "experiment" or not gated:
         return _upper_median([t.elapsed_s for t in recent])
 
     def acceptance(t: TrialResult) -> float:
