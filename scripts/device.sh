@@ -44,8 +44,9 @@
 #                          median of the notebooks' own times, which leave out Papermill's start and the judge, and a
 #                          slow trial beats a median: 0054 took 306 s in its notebook against a pace of 261 s; since
 #                          2026-12-04 a candidate's pace counts the full gate and profile an accepted one runs).
-#                          The loop begins no screening or trial that its recent pace says would end after --max-minutes (a fixed MIN let trials begin that the call's limit killed: 0044, and
-#                          0056 after a screening of three)
+#                          The loop begins no screening or trial that its recent pace says would end after
+#                          --max-minutes (a fixed MIN let trials begin that the call's limit killed: 0044, and 0056
+#                          after a screening of three)
 #   aa:N                   N A/A trials of the fused best against a comment-only copy of itself (no NCU), in
 #                          reports/evidence/<date>-aa-COMMIT/ (a later call at the same commit resumes them;
 #                          AA_ROOT=DIR resumes DIR instead, e.g. across midnight or a commit that no gated file differs in)
