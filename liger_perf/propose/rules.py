@@ -45,6 +45,7 @@ value again (a trial that improved the target but broke a guardrail elsewhere ru
 
 from __future__ import annotations
 
+import ast
 import math
 from dataclasses import dataclass
 
@@ -406,6 +407,17 @@ class RulesProposer:
         # slot on the in-launch dW sum, clearly slower where it had been screened, while the split of each SM's
         # rows waited fourth. (Read only when some bucket is explored: it rewrites every screened source.)
         measured = _moves_measured(context.trials, context.target) if explored else {}
+        # A move the history measured faster beyond its interval in some bucket joins the spec's list in every
+        # explored bucket, ranked with it: what won next door is a better guess than the spec's untried ones.
+        # 2026-12-04: num_stages 3 was accepted in 2048x2 (0071) and 4096x2 (0085, 1.28x), but no rule offered it
+        # in a bucket whose profiled case trips no diagnosis.
+        carried = carried_moves(measured)
+
+        def explore_in(pass_name: str) -> tuple[Remedy, ...]:
+            own = explore(pass_name)
+            listed = {_move_key(dict(r.changes)) for r in own}
+            return own + tuple(r for r in carried if _move_key(dict(r.changes)) not in listed
+                               and all(knob_pass(k) in (None, pass_name) for k in r.changes))
 
         def written(remedy: Remedy, bucket: str) -> dict:
             return remedy_changes(bucket, remedy)[1]
@@ -415,7 +427,7 @@ class RulesProposer:
             own = outcomes.get(bucket)
             return own == -1, own != 1, -sum(o for b, o in outcomes.items() if b != bucket)
 
-        plan += [(p, None, r, b) for p, b in explored for r in sorted(explore(p), key=lambda r: rank(r, b))]
+        plan += [(p, None, r, b) for p, b in explored for r in sorted(explore_in(p), key=lambda r: rank(r, b))]
         if not context.buckets:  # then an undiagnosed remedy goes to the defaults: every bucket
             plan += [(p, None, r, None) for p in passes for r in explore(p)]
         # A remedy may name a knob the best's source predates (a knob added to the baseline since): it is for a
@@ -469,6 +481,8 @@ class RulesProposer:
                             f"no NCU profile to diagnose ({best.ncu.reason if best.ncu else 'none recorded'})")
             scope = (f" Only in bucket {bucket} ({_bucket_words(bucket)}), " + (
                 "where it was diagnosed." if diagnosis else
+                "a move faster in another bucket, tried with the spec's remedies for no diagnosis in particular, "
+                "before the walk over KNOB_CHOICES." if any(remedy is c for c in carried) else
                 "one of the spec's remedies for no diagnosis in particular, tried before the walk over "
                 "KNOB_CHOICES.")
                 if bucket else "")
@@ -623,6 +637,17 @@ def _moves_measured(trials: list[TrialResult], target: str) -> dict[tuple, dict[
         elif t.judged and t.judged.target == target:
             note(t.changes, against.variant.source, t.variant.source, t.judged.target_bounds, t.trial_id, True)
     return {key: {bucket: outcome for bucket, (_, outcome) in slot.items()} for key, slot in latest.items()}
+
+
+def carried_moves(measured: dict[tuple, dict[str, int]]) -> tuple[Remedy, ...]:
+    """The moves ``_moves_measured`` found faster beyond their interval in at least one bucket, as remedies for
+    any other bucket (unqualified changes), those faster in the most buckets first."""
+    faster = sorted(((key, sorted(b for b, o in outcomes.items() if o == 1)) for key, outcomes in measured.items()),
+                    key=lambda item: (-len(item[1]), item[0]))
+    return tuple(Remedy({knob: ast.literal_eval(value) for knob, value in key},
+                        f"the same move ran faster beyond its interval in {', '.join(buckets)}",
+                        f"faster over the bucket, as in {', '.join(buckets)}")
+                 for key, buckets in faster if buckets)
 
 
 def _measured_words(outcomes: dict[str, int], bucket: str) -> str:
