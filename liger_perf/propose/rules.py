@@ -30,7 +30,9 @@ diagnoses' remedies and before the walk (most such buckets have no diagnosis: th
 the buckets ``--buckets`` names, and without it those where a peer is ahead, ranked by the lead among the
 diagnosed buckets' remedies. Within the bucket the history ranks that list by each move's latest result in every
 bucket it was measured in (``_moves_measured``): faster in this very bucket against an earlier best first, then
-by the other buckets it was faster in less those it was slower in, slower in this very bucket last.
+by the other buckets it was faster in less those it was slower in, slower in this very bucket last. A move the
+history found faster beyond its interval in some bucket (``carried_moves``) joins that list in every explored
+bucket where each of its changes would be written, its knobs of the pass being tuned.
 
 A variant that carries a dispatch table (``DISPATCH``) is tuned one bucket at a time: each bucket's worst case
 is diagnosed on its own, a remedy for a diagnosis goes into the bucket of the shape it was read at, and the walk
@@ -411,13 +413,16 @@ class RulesProposer:
         # explored bucket, ranked with it: what won next door is a better guess than the spec's untried ones.
         # 2026-12-04: num_stages 3 was accepted in 2048x2 (0071) and 4096x2 (0085, 1.28x), but no rule offered it
         # in a bucket whose profiled case trips no diagnosis.
-        carried = carried_moves(measured)
+        carried = {p: carried_moves(measured, p) for p in passes}
+        won_in = {id(remedy): buckets for moves in carried.values() for remedy, buckets in moves}
 
         def explore_in(pass_name: str) -> tuple[Remedy, ...]:
             own = explore(pass_name)
             listed = {_move_key(dict(r.changes)) for r in own}
-            return own + tuple(r for r in carried if _move_key(dict(r.changes)) not in listed
-                               and all(knob_pass(k) in (None, pass_name) for k in r.changes))
+            return own + tuple(r for r, _ in carried[pass_name] if _move_key(dict(r.changes)) not in listed)
+
+        def is_carried(remedy: Remedy) -> bool:
+            return id(remedy) in won_in
 
         def written(remedy: Remedy, bucket: str) -> dict:
             return remedy_changes(bucket, remedy)[1]
@@ -458,6 +463,8 @@ class RulesProposer:
             here, changes = remedy_changes(bucket, remedy)
             if not changes or (bucket and _changes_nothing(spec, here, dict(remedy.changes), cases.get(bucket, []))):
                 return None
+            if is_carried(remedy) and len(changes) < len(remedy.changes):
+                return None  # part of the move runs here already: the rest is another move, never measured
             moves = {(name, repr(here.get(split_qualified(name)[0])),
                       _direction(choices.get(split_qualified(name)[0], []), here.get(split_qualified(name)[0]), v))
                      for name, v in changes.items()}
@@ -481,8 +488,9 @@ class RulesProposer:
                             f"no NCU profile to diagnose ({best.ncu.reason if best.ncu else 'none recorded'})")
             scope = (f" Only in bucket {bucket} ({_bucket_words(bucket)}), " + (
                 "where it was diagnosed." if diagnosis else
-                "a move faster in another bucket, tried with the spec's remedies for no diagnosis in particular, "
-                "before the walk over KNOB_CHOICES." if any(remedy is c for c in carried) else
+                (f"a move faster in {'another bucket' if set(won_in[id(remedy)]) - {bucket} else 'this one'}, tried "
+                 "with the spec's remedies for no diagnosis in particular, before the walk over KNOB_CHOICES.")
+                if is_carried(remedy) else
                 "one of the spec's remedies for no diagnosis in particular, tried before the walk over "
                 "KNOB_CHOICES.")
                 if bucket else "")
@@ -639,15 +647,22 @@ def _moves_measured(trials: list[TrialResult], target: str) -> dict[tuple, dict[
     return {key: {bucket: outcome for bucket, (_, outcome) in slot.items()} for key, slot in latest.items()}
 
 
-def carried_moves(measured: dict[tuple, dict[str, int]]) -> tuple[Remedy, ...]:
-    """The moves ``_moves_measured`` found faster beyond their interval in at least one bucket, as remedies for
-    any other bucket (unqualified changes), those faster in the most buckets first."""
-    faster = sorted(((key, sorted(b for b, o in outcomes.items() if o == 1)) for key, outcomes in measured.items()),
-                    key=lambda item: (-len(item[1]), item[0]))
-    return tuple(Remedy({knob: ast.literal_eval(value) for knob, value in key},
-                        f"the same move ran faster beyond its interval in {', '.join(buckets)}",
-                        f"faster over the bucket, as in {', '.join(buckets)}")
-                 for key, buckets in faster if buckets)
+def carried_moves(measured: dict[tuple, dict[str, int]], pass_name: str) -> tuple[tuple[Remedy, tuple[str, ...]], ...]:
+    """The moves ``_moves_measured`` found faster beyond their interval in at least one bucket whose knobs are
+    ``pass_name``'s or shared, as remedies for a bucket (unqualified changes), each with the buckets it was faster
+    in, those faster in the most buckets first. A move whose values do not read back as literals is left out."""
+    remedies = []
+    for key, outcomes in sorted(measured.items(), key=lambda item: (-list(item[1].values()).count(1), item[0])):
+        buckets = sorted(b for b, o in outcomes.items() if o == 1)
+        if not buckets or not all(knob_pass(knob) in (None, pass_name) for knob, _ in key):
+            continue
+        try:
+            changes = {knob: ast.literal_eval(value) for knob, value in key}
+        except (ValueError, SyntaxError):  # e.g. a float's inf: no literal
+            continue
+        remedies.append((Remedy(changes, f"the same move ran faster beyond its interval in {', '.join(buckets)}",
+                                f"faster over the bucket, as in {', '.join(buckets)}"), tuple(buckets)))
+    return tuple(remedies)
 
 
 def _measured_words(outcomes: dict[str, int], bucket: str) -> str:
