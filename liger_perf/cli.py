@@ -599,7 +599,8 @@ def plan_command(
         """How long such a step takes here (the loop's own estimates: ``trial_pace``, and for a screening of the
         ``screened`` proposals ``screening_pace``, by the cases their changes time), to size a GPU call by."""
         seconds = (loop.screening_pace(history, [p.changes or {} for p in screened]) if screened
-                   else trial_pace(history, suite, kind=kind))
+                   else max((loop.trial_pace(history, p, step.best.variant.source) or 0.0 for p in step.trials), default=0.0)
+                   if kind == "experiment" and step.trials else trial_pace(history, suite, kind=kind))
         return f" (about {seconds:.0f} s{' each' if each else ''} in the notebook, by this history's recent " \
                "ones)" if seconds else ""
 

@@ -15,9 +15,10 @@ from typing import Callable
 
 from liger_perf.core.errors import UserError
 from liger_perf.judge.guardrails import Guardrails
-from liger_perf.record.history import (accepted_chain, baseline_trials, load_trials, screening_pace, trial_pace,
+from liger_perf.record.history import (accepted_chain, baseline_trials, best_timing_rows, load_trials,
+                                       screening_pace, trial_pace,
                                 trial_variant_file, warn)
-from liger_perf.judge import drift_ratios, judge, made_by, recheck_owed
+from liger_perf.judge import confined_buckets, drift_ratios, judge, made_by, recheck_owed
 from liger_perf.propose import Context, Proposal, Proposer, Stop
 from liger_perf.propose.rules import peer_leads
 from liger_perf.record.notebook import record_verdict
@@ -97,8 +98,10 @@ class NextStep:
 FRUITLESS_SCREENINGS = 3
 
 
-def floor_reached(best: TrialResult, target: str, fraction: float) -> bool:
-    rows = best.timing_rows("candidate", target)
+def floor_reached(best: TrialResult, target: str, fraction: float, trials: list[TrialResult] | None = None) -> bool:
+    """Whether the best's ``target`` pass ran at ``fraction`` of the copy-bandwidth floor or more at every case
+    (its rows over the suite, ``history.best_timing_rows``, where its own trial's timing was confined)."""
+    rows = best_timing_rows(best, trials or [], target)
     return bool(rows) and all((r.bandwidth_fraction or 0) >= fraction for r in rows)
 
 
@@ -350,7 +353,10 @@ class OptimizeLoop:
             # Every candidate a screening kept joins the round, one after another per worker: only those that
             # end before the deadline by the recent trials' pace (0025-0028 on the H200: rounds of three started
             # at the deadline, and the job's time limit killed all three). Those left out come first next time.
-            pace = trial_pace(trials, self.suite)
+            best_source = best_file.read_text()
+            paces = [pace for step in [*steps, *proposed]
+                     if (pace := self.trial_pace(trials, step, best_source)) is not None]
+            pace = max(paces) if paces else None
             fits = trials_within(self.deadline - time.time(), pace, self.runner.workers,
                                  len(steps) + len(proposed))
             if (steps or proposed) and not fits:
@@ -431,8 +437,21 @@ class OptimizeLoop:
         from liger_perf.run.progress import pace_kind
 
         kind = pace_kind(request)
-        return (self.screening_pace(trials, [entry.changes or {} for entry in request.screen])
-                if kind == "screening" else trial_pace(trials, self.suite, kind=kind))
+        if kind == "screening":
+            return self.screening_pace(trials, [entry.changes or {} for entry in request.screen])
+        return trial_pace(trials, self.suite, kind=kind,
+                          timed=self._timed_cases(request.buckets) if kind == "experiment" else None)
+
+    def _timed_cases(self, buckets: list[str] | set[str]) -> int:
+        """The cases (each a pass at a shape and dtype) a trial times: those of ``buckets`` alone, else the
+        whole suite's."""
+        import torch
+
+        from liger_perf.kernel.device import Device
+
+        cases = self.spec.cases(self.suite or Device(self.mode, torch.device("cpu")).suite, "bench")
+        timed = [case for case in cases if not buckets or dispatch_bucket(case.shape, case.dtype) in buckets]
+        return len(timed) * len(self.spec.passes)
 
     def _out_of_time(self, what: str, pace: float | None) -> Stop:
         left = max(0.0, self.deadline - time.time())
@@ -485,6 +504,23 @@ class OptimizeLoop:
         self._emit("screen-end", f"screening {result.trial_id:04d}: {result.reason}", result)
         return [step for _, step in sorted(kept, key=lambda pair: pair[0])]
 
+    def timed_buckets(self, step: Proposal, best_source: str) -> list[str]:
+        """The dispatch buckets a trial of ``step`` against the best (of ``best_source``) times alone: those of a move
+        confined to them (``judge.confined_buckets``, asked without the history, as the trial's own provisional
+        judgement asks it), unless the guardrails say to time every shape (``time_outside_buckets``). Empty: the
+        whole suite. Elsewhere both would launch the same kernels with the same settings, whose ratio the judge
+        counts as 1 whatever the run measures: on the H200's tuning split, timing those took about 120 of a
+        one-bucket trial's 352 s (0085)."""
+        if not best_source or self.guardrails.time_outside_buckets or not step.changes or not step.source:
+            return []
+        return sorted(confined_buckets(self.kernel, step.source, best_source, step.changes, []))
+
+    def trial_pace(self, trials: list[TrialResult], step: Proposal, best_source: str) -> float | None:
+        """How long a full trial of ``step`` against the best (of ``best_source``) takes here
+        (``history.trial_pace``), by the cases its timing measures: its buckets' alone (``timed_buckets``), else
+        the whole suite's."""
+        return trial_pace(trials, self.suite, timed=self._timed_cases(self.timed_buckets(step, best_source)))
+
     def _request(self, step: Proposal, against: Path | None, variant_file: Path | None = None,
                  peers: bool = False) -> TrialRequest:
         """Take the trial's number and write its variant module (under that number), then ask for the trial."""
@@ -502,7 +538,8 @@ class OptimizeLoop:
                              # The quick gate before the timing, the full gate only for a trial its own timing
                              # would have accepted (a baseline trial, never judged, runs the full gate).
                              gate="staged" if against is not None else "full", suite=self.suite,
-                             guardrails=self.guardrails.model_dump(mode="json"))
+                             guardrails=self.guardrails.model_dump(mode="json"),
+                             buckets=self.timed_buckets(step, against.read_text() if against else ""))
 
     def _run_all(self, requests: list[TrialRequest]) -> list[TrialResult]:
         try:
@@ -754,7 +791,7 @@ class OptimizeLoop:
             return (f"{FRUITLESS_SCREENINGS} screenings in a row kept no candidate ({self.screened} screened in this "
                     "run): the proposer's ideas are all clearly slower or wrong")
         target = self.guardrails.target
-        if target != "memory" and floor_reached(best, target, self.guardrails.floor_fraction_stop):
+        if target != "memory" and floor_reached(best, target, self.guardrails.floor_fraction_stop, trials):
             return (f"the best variant's {target} runs at {self.guardrails.floor_fraction_stop:.0%} or more of the "
                     "bandwidth floor at every shape: nothing left to win")
         # Two rounds in a row of this run whose best candidate gained little (with one worker: two trials).

@@ -16,7 +16,8 @@ from pathlib import Path
 import pandas as pd
 
 from liger_perf.judge import drift_ratios
-from liger_perf.record.history import accepted_chain, baseline_trials, carried_best, geomean, pass_interval
+from liger_perf.record.history import (accepted_chain, baseline_trials, best_timing_rows, carried_best, geomean,
+                                       pass_interval)
 from liger_perf.kernel.registry import baseline_path
 from liger_perf.record.schema import TrialResult
 from liger_perf.kernel.variants import bucket_columns, recorded_dispatch, source_hash
@@ -55,11 +56,13 @@ def trials_table(trials: list[TrialResult], passes: list[str]) -> pd.DataFrame:
     rows = []
     for t in trials:
         memory = [r.ratio for r in (t.judged.ratios if t.judged else []) if r.pass_name == "memory" and r.ratio]
+        # A timing confined to its move's buckets measured their shapes alone (elsewhere: the best's code).
+        over = f" over bucket {', '.join(t.timing.buckets)} alone" if t.timing and t.timing.left_out else ""
         rows.append({
             "trial": f"{t.trial_id:04d}", "name": t.name, "device": t.device,
             "changes": ", ".join(f"{k}={v}" for k, v in (t.changes or {}).items()) or "-",
             "hypothesis": t.hypothesis or "-",
-            **{f"{p} speedup": speedup(*pass_interval(t, p)) for p in passes},
+            **{f"{p} speedup": speedup(*pass_interval(t, p)) + over for p in passes},
             "peak memory ratio": _fmt(geomean(memory)) if memory else "-",
             "status": t.status, "verdict": t.verdict or "-",
             "reasons": "; ".join(t.verdict_reasons or [t.reason]),
@@ -149,13 +152,13 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
 
     if baseline is not None:
         rows = []
+        best_rows = best_timing_rows(best, trials) if best is not None else []
         for r in baseline.timing_rows("candidate"):
             ratio = ratios.get(r.key) if chain else 1.0  # None: not timed by every accepted step
             row = {"pass": r.pass_name, "shape": r.shape, "dtype": r.dtype, "speedup vs baseline": speedup(ratio)}
             best_fraction = None
             if best is not None:
-                best_fraction = next((b.bandwidth_fraction for b in best.timing_rows("candidate") if b.key == r.key),
-                                     None)
+                best_fraction = next((b.bandwidth_fraction for b in best_rows if b.key == r.key), None)
             row["best % of bandwidth floor"] = _fmt(100 * (best_fraction if best_fraction is not None
                                                           else r.bandwidth_fraction or math.nan), 1)
             for p in baseline.timing_rows():

@@ -10,3 +10,17 @@ def make_trial(verdict: str | None = None, gain: float = 0.0, superseded_by: int
     fields = {"kernel": "fused_add_rms_norm", "status": "complete", "variant": {}, **fields}
     judged = Verdict(verdict=verdict, gain=gain, superseded_by=superseded_by) if verdict else None
     return TrialResult.model_validate(fields).model_copy(update={"judged": judged})
+
+
+def confined_copy(trial: TrialResult, buckets: set[str]) -> TrialResult:
+    """``trial`` as if its timing had been confined to ``buckets`` (``TrialRequest.buckets``): the other cases'
+    timing and memory rows gone, and recorded as left out."""
+    from liger_perf.kernel.variants import dispatch_bucket
+
+    data = trial.model_dump(mode="json", by_alias=True)
+    inside = lambda row: dispatch_bucket(row["shape"], row["dtype"]) in buckets  # noqa: E731
+    left = sorted({(row["shape"], row["dtype"]) for row in data["timing"]["rows"] if not inside(row)})
+    data["timing"].update(rows=[row for row in data["timing"]["rows"] if inside(row)], buckets=sorted(buckets),
+                          left_out=[{"shape": shape, "dtype": dtype} for shape, dtype in left])
+    data["memory"]["rows"] = [row for row in data["memory"]["rows"] if inside(row)]
+    return TrialResult.model_validate(data).model_copy(update={"judged": trial.judged})

@@ -11,6 +11,7 @@ from liger_perf.judge import judge
 from liger_perf.record.schema import TrialResult, Verdict
 
 from broken_variants import ROOT
+from made_trials import confined_copy
 
 SHAPES = ("2048x1024", "2048x8192")
 DTYPES = ("float32", "bfloat16")
@@ -511,6 +512,59 @@ def test_the_cumulative_guardrail_counts_no_noise_from_steps_that_left_a_case_s_
     assert drift_ratios(garbled, history)[backward] == pytest.approx(drift[backward])
 
 
+def test_a_move_timed_on_its_bucket_alone_is_judged_as_if_every_shape_had_been_timed():
+    """Trial 0085 on the H200 (``num_stages@4096x2``: 1.28x over its bucket) spent 141 of its 352 s timing 171
+    cases, of which 30 lie in bucket 4096x2; at the other 141 both contenders launched the same kernels. Timed on
+    its bucket alone (the loop's ``TrialRequest.buckets``), it gets the same verdict on the same interval; the
+    suite-wide gain, the cumulative guardrail and the best's rows over the suite count the cases left out as the
+    best's code; and a trial whose confinement its sources do not bear out is never judged."""
+    from liger_perf.judge import drift_ratios
+    from liger_perf.loop import floor_reached
+    from liger_perf.record.history import best_timing_rows, measured_ratios
+
+    history, whole = _recorded(85)
+    confined = confined_copy(whole, {"4096x2"})
+    assert len(confined.timing_rows("candidate")) == 30 and len(confined.left_out_keys) == 4 * 47
+    as_timed, alone = judge(whole, RULES, None, history), judge(confined, RULES, None, history)
+    assert as_timed.verdict == alone.verdict == "accepted", alone.reasons
+    assert alone.target_ratio == as_timed.target_ratio and alone.target_interval == as_timed.target_interval
+    # Over the whole suite: the bucket's measured ratios, and 1 at each backward case left out.
+    inside = [ratio for (pass_name, _, _), (ratio, _, _) in measured_ratios(confined)[0].items()
+              if pass_name == "backward"]
+    assert alone.suite_ratio == pytest.approx(math.prod(inside) ** (1 / 57)) and len(inside) == 10
+    assert alone.suite_ratio == pytest.approx(as_timed.suite_ratio, abs=0.002)
+    # The cumulative guardrail keeps every case: 1 where the step left it out.
+    drift = drift_ratios([confined], history)
+    assert set(drift) == set(drift_ratios([whole], history))
+    assert all(drift[key] == 1.0 for key in confined.left_out_keys)
+    # The best's rows over the suite: its own 30, the rest from the trial of the best it ran against (0078).
+    later = [*history, confined]
+    rows = best_timing_rows(confined, later)
+    earlier = {row.key: row for row in next(t for t in history if t.trial_id == 78).timing_rows("candidate")}
+    assert len(rows) == 171 and {row.key for row in rows} == {row.key for row in whole.timing_rows("candidate")}
+    assert all(row is earlier[row.key] for row in rows if row.key in confined.left_out_keys)
+    lowest_inside = min(row.bandwidth_fraction for row in confined.timing_rows("candidate", "backward"))
+    assert floor_reached(confined, "backward", lowest_inside, [])  # its own rows alone would say so...
+    assert not floor_reached(confined, "backward", lowest_inside, later)  # ...the suite's do not
+    # The report's table of trials says over what each speedup was measured.
+    from liger_perf.report import trials_table
+
+    table = trials_table([whole, confined], ["backward"])
+    assert list(table["backward speedup"].str.endswith(" over bucket 4096x2 alone")) == [False, True]
+    # Its source is not the best's with that bucket's entries changed alone: elsewhere it may not run the best's
+    # code, and nothing measured it there.
+    forged = copy.deepcopy(confined)
+    forged.variant.source += "\n# and something else\n"
+    judged = judge(forged, RULES, None, history)
+    assert judged.verdict == "rejected" and "unjudgeable" in judged.reasons[0]
+    assert "run it over the whole suite" in judged.reasons[0]
+    # A case of the move's own bucket left out: rejected, that case named.
+    elsewhere = confined_copy(whole, {"2048x2"})
+    judged = judge(elsewhere, RULES, None, history)
+    assert judged.verdict == "rejected" and "which its move changes" in judged.reasons[0], judged.reasons
+    assert "of bucket 4096x2" in judged.reasons[0]
+
+
 def test_the_drift_falls_back_to_the_measured_ratios_with_a_warning_where_a_best_s_source_is_lost(capsys):
     """Without the source of the best a step ran against (no trial, record or file holds it), nothing is known
     to have run that best's code: the step's every ratio counts, and the user is told once."""
@@ -625,6 +679,33 @@ def test_the_report_gives_the_best_against_the_baseline_as_the_judge_estimates_i
     assert judged != product
     row = next(line for line in path.read_text().splitlines() if "| forward | 2047x5120 | bfloat16 |" in line)
     assert judged in row and product not in row
+
+
+def test_the_report_of_a_best_timed_on_its_bucket_alone_reads_the_other_shapes_from_the_best_before(tmp_path):
+    """With 0085 timed on bucket 4096x2 alone, the report's speedups per shape (against the baseline and the
+    peers) are what they are with 0085 timed everywhere: outside its bucket the judge counts 0085's ratios as 1
+    either way. The best's share of the floor there is 0078's measurement of the same code."""
+    from liger_perf import report
+
+    history, whole = _recorded(85)
+
+    def rows(last):
+        text = report.write_report("fused_add_rms_norm", [*history, last], tmp_path / str(id(last))).read_text()
+        start = text.index("## Best against the baseline")
+        lines = [line.split(" | ") for line in text[start:text.index("## ", start + 3)].splitlines()
+                 if line.startswith("| ") and line.count(" | ") > 4]
+        header = lines[0]
+        return {tuple(cells[:3]): dict(zip(header, cells)) for cells in lines[2:]}
+
+    as_timed, alone = rows(whole), rows(confined_copy(whole, {"4096x2"}))
+    assert len(as_timed) == 171 and alone.keys() == as_timed.keys()
+    floor = "best % of bandwidth floor"
+    assert all({k: v for k, v in alone[key].items() if k != floor} == {k: v for k, v in as_timed[key].items()
+                                                                       if k != floor} for key in as_timed)
+    before = next(t for t in history if t.trial_id == 78)
+    outside = next(r for r in before.timing_rows("candidate", "backward") if r.shape == "16384x2304"
+                   and r.dtype == "float32")
+    assert alone[("| backward", "16384x2304", "float32")][floor] == f"{100 * outside.bandwidth_fraction:.1f}"
 
 
 def test_while_a_changed_baseline_has_no_accepted_trial_the_report_shows_the_best_models_still_get(tmp_path,

@@ -497,6 +497,57 @@ def test_a_candidate_s_trial_is_paced_as_one_that_may_be_accepted():
     assert trial_pace([*history, *baselines], kind="baseline") == 330
 
 
+def test_a_trial_timed_on_fewer_cases_is_paced_by_its_cases():
+    """A move confined to a bucket is timed on that bucket's cases alone (``TrialRequest.buckets``): its pace is
+    the recent trials' time outside the timing and the acceptance steps, its cases at the recent seconds per timed
+    case, and the acceptance steps as before (H200: 0085 timed 171 cases in 141 s of its 352; bucket 4096x2 holds
+    30)."""
+    from liger_perf.record.history import trial_pace
+
+    rows = [{"pass": "backward", "shape": f"{n}x1024", "dtype": "float32", "contender": contender}
+            for n in range(1, 51) for contender in ("candidate", "against")]  # 50 cases, 3 s each
+    recent = [make_trial(kind="experiment", elapsed_s=300, against={"sha256": "b"}, timing={"rows": rows},
+                         step_seconds={"time": 150.0, "full_gate": 50.0, "profile": 40.0},
+                         correctness={"passed": True, "stage": "full"}) for _ in range(5)]
+    assert trial_pace(recent) == pytest.approx(300)
+    assert trial_pace(recent, timed=50) == pytest.approx(300)  # the whole suite: the same
+    assert trial_pace(recent, timed=10) == pytest.approx(60 + 30 + 90)
+    # A history whose trials recorded no timing seconds: the plain pace, whatever is asked.
+    bare = [make_trial(kind="experiment", elapsed_s=s) for s in (90, 110, 100)]
+    assert trial_pace(bare, timed=10) == 100
+
+
+def test_a_move_confined_to_dispatch_buckets_is_timed_on_their_shapes_alone(tmp_path):
+    """The loop asks a trial to time only the move's buckets where its source is the best's with only their
+    entries changed (``judge.confined_buckets``): not for a default's change, a rewrite, or a best without the
+    baseline's lookup, nor where the guardrails say to time every shape."""
+    from liger_perf.kernel.variants import with_knobs
+    from liger_perf.propose import Proposal
+
+    base = baseline_path("fused_add_rms_norm").read_text()
+    loop = OptimizeLoop("fused_add_rms_norm", Guardrails(target="backward"), RulesProposer(), device="interpret",
+                        root=tmp_path)
+
+    def move(changes, source=None, on=base):
+        return Proposal("m", source or with_knobs(on, changes), "h", "p", changes=changes)
+
+    confined = move({"num_warps@8192x2": 8, "num_stages@1024x4": 2})
+    assert loop.timed_buckets(confined, base) == ["1024x4", "8192x2"]
+    assert loop.timed_buckets(move({"num_warps": 8}), base) == []  # a default: every shape changes
+    assert loop.timed_buckets(move({"num_warps@8192x2": 8, "num_warps": 8}), base) == []
+    rewritten = with_knobs(base, {"num_warps@8192x2": 8}) + "\n# and something else\n"
+    assert loop.timed_buckets(move({"num_warps@8192x2": 8}, rewritten), base) == []
+    other = base + "\n\ndef _unused():\n    return None\n"  # a best whose code is not the baseline's
+    assert loop.timed_buckets(move({"num_warps@8192x2": 8}, on=other), other) == []
+    assert loop.timed_buckets(confined, "") == []  # no best: a baseline trial
+    request = loop._request(confined, baseline_path("fused_add_rms_norm"))
+    assert request.buckets == ["1024x4", "8192x2"]
+    assert loop._request(move({"num_warps": 8}), baseline_path("fused_add_rms_norm")).buckets == []
+    everywhere = OptimizeLoop("fused_add_rms_norm", Guardrails(target="backward", time_outside_buckets=True),
+                              RulesProposer(), device="interpret", root=tmp_path)
+    assert everywhere.timed_buckets(confined, base) == []
+
+
 def test_a_screenings_pace_is_its_time_outside_the_timing_plus_its_cases_at_their_recent_pace():
     """On the H200 a screening of one bucket's moves (0074: 8 cases, 61 s) took a quarter of one of the whole
     tuning split (0070, 0072: 57 cases, 244 and 265 s), and the median of whole screenings kept such a screening

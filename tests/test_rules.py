@@ -13,6 +13,7 @@ from liger_perf.kernel.variants import (dispatch_bucket, knobs_in, read_dispatch
                                        with_knobs)
 
 from broken_variants import ROOT
+from made_trials import confined_copy
 from made_trials import make_trial
 
 
@@ -950,3 +951,23 @@ def test_a_move_that_runs_as_a_screened_out_one_at_every_timed_case_is_not_propo
         assert "bwd_fused_dw_max_cols@1024x2" not in proposal.changes, proposal.changes
         context.pending.append(source_hash(proposal.source))
         context.pending_sources.append(proposal.source)
+
+
+def test_a_best_timed_on_its_bucket_alone_still_offers_every_bucket_of_the_suite():
+    """The buckets to tune, and the cases each holds, are the best's rows over the suite: with 0085 timed on
+    bucket 4096x2 alone, those of 0078 (whose code it runs elsewhere) fill the rest. Unfocused, the proposer's
+    first move is the one it makes after 0085 timed everywhere; told to tune 8192x2, it moves 8192x2."""
+    history = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id < 85]
+    whole = next(t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id == 85)
+    confined = confined_copy(whole, {"4096x2"})
+
+    def proposal(best, buckets=()):
+        return RulesProposer().propose(Context(
+            get_spec("fused_add_rms_norm"), "backward", [*history, best], best, best.variant.source,
+            baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune", buckets=buckets))
+
+    first = proposal(confined)
+    assert isinstance(first, Proposal) and first.changes == proposal(whole).changes
+    focused = proposal(confined, ("8192x2",))
+    assert isinstance(focused, Proposal), focused
+    assert all(name.endswith("@8192x2") for name in focused.changes)

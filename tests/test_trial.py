@@ -163,6 +163,20 @@ def test_bad_trial_settings_are_refused_before_a_trial_number_is_taken(tmp_path,
     assert not (tmp_path / "relu_squared").exists()
 
 
+@pytest.mark.parametrize("against, buckets, said", [
+    (False, ["256x2"], "needs a current best"), (True, ["256"], "is no dispatch bucket"),
+    (True, ["x2"], "is no dispatch bucket")])
+def test_a_timing_confined_to_buckets_is_refused_without_a_best_or_with_a_bucket_misspelt(tmp_path, against,
+                                                                                           buckets, said):
+    from liger_perf.core.errors import UserError
+
+    path = baseline_path("fused_add_rms_norm")
+    with pytest.raises(UserError, match=said):
+        run_trial("fused_add_rms_norm", path, against=path if against else None, root=tmp_path, buckets=buckets,
+                  **FAST)
+    assert not (tmp_path / "fused_add_rms_norm").exists()
+
+
 def test_corrupt_half_written_and_foreign_notebooks_are_skipped_with_a_warning(history, tmp_path, capsys):
     root, first, _ = history
     folder = tmp_path / "relu_squared"
@@ -252,3 +266,40 @@ def test_a_trial_reports_its_progress_step_by_step_for_the_terminal(history):
     assert timing and timing[-1]["done"] == timing[-1]["total"] == len(timing)
     line = describe("0001 a-a", latest(folder), time.time() - 30, 90)
     assert line.startswith(f"0001 a-a: {steps[-1]}") and "about 60 s left" in line
+
+
+def test_a_trial_confined_to_a_bucket_times_its_shapes_alone_and_records_the_rest(interpret_device, monkeypatch):
+    """``TrialRequest.buckets``: the timing and the peak memory measure the named buckets' shapes alone, the
+    others are recorded as left out (the judge counts them as the best's code), and the best's NCU durations,
+    there to be held to the timed times, are profiled only where the timing measured."""
+    from liger_perf.kernel.variants import dispatch_bucket
+    from liger_perf.measure import ncu
+    from liger_perf.measure.ncu import NcuResult
+    from liger_perf.record.schema import TrialResult
+    from liger_perf.run.trial import Trial
+
+    path = str(baseline_path("fused_add_rms_norm"))
+    trial = Trial({"kernel": "fused_add_rms_norm", "variant": path, "against": path, "device": "interpret",
+                   "repetitions": 2, "convergence": False, "buckets": ["256x2"]})
+    trial.load_variants()
+    trial.time()
+    cases = trial.spec.cases(trial.suite, "bench")
+    assert {dispatch_bucket(c.shape, c.dtype) for c in cases} == {"64x4", "256x4", "64x2", "256x2"}
+    timed = {(r.shape, r.dtype) for r in TrialResult.model_validate(
+        {**trial.data, "status": "complete"}).timing_rows()}
+    assert timed == {("9x200", "float16")}
+    assert {(m["shape"], m["dtype"]) for m in trial.data["memory"]["rows"]} <= timed
+    result = TrialResult.model_validate({**trial.data, "status": "complete"})
+    assert result.timing.buckets == ["256x2"]
+    assert {(c.shape, c.dtype) for c in result.timing.left_out} == {("16x64", "float32"), ("9x200", "float32"),
+                                                                   ("16x64", "float16")}
+    assert len(result.left_out_keys) == 3 * 4  # three passes and peak memory at each case left out
+    profiled = []
+    monkeypatch.setattr(ncu, "profile", lambda *args, **kwargs: profiled.append(kwargs) or NcuResult(
+        "unavailable", "a stand-in"))
+    trial._against_durations(["backward"])
+    assert profiled[0]["driver_args"][-2:] == ("--shapes", "9x200")
+    # Unconfined: every case timed, nothing left out.
+    whole = Trial({"kernel": "fused_add_rms_norm", "variant": path, "against": path, "device": "interpret",
+                   "repetitions": 2, "convergence": False})
+    assert whole._timed_cases() == (cases, [])

@@ -225,9 +225,8 @@ def same_code_cases(result: TrialResult, history: list[TrialResult] | None = Non
     the candidate slowing the best's code, never the move itself. Empty for any other trial."""
     buckets = target_buckets(result.changes)
     best_source = _best_source(result, history or []) if buckets else ""
-    if not best_source or not result.variant.source \
-            or not _dispatches_as_the_baseline(result.kernel, best_source, history or []) \
-            or not made_by(result.variant.source, best_source, dict(result.changes or {})):
+    if not best_source or not confined_buckets(result.kernel, result.variant.source, best_source, result.changes,
+                                               history or []):
         return set()
     unchanged = _passes_unchanged(result.kernel, best_source, result.variant.source)
     same = set()
@@ -239,6 +238,42 @@ def same_code_cases(result: TrialResult, history: list[TrialResult] | None = Non
         if bucket not in buckets or unchanged(row):
             same.add(row.key)
     return same
+
+
+def confined_buckets(kernel: str, source: str, best_source: str, changes: dict | None,
+                     history: list[TrialResult]) -> set[str]:
+    """The dispatch buckets outside which ``source`` runs ``best_source``'s code at every shape: those its
+    ``changes`` name, when every change names one, ``source`` is ``best_source`` with exactly those changes
+    (checked, not taken on the proposer's word) and the best looks its table up by ``dispatch_bucket``'s key (its
+    code is the baseline's but for its knobs). Empty otherwise. What ``same_code_cases`` rests on, and what lets
+    the loop time such a move on its buckets' shapes alone (``TrialRequest.buckets``)."""
+    buckets = target_buckets(changes)
+    if not buckets or not source or not best_source \
+            or not _dispatches_as_the_baseline(kernel, best_source, history) \
+            or not made_by(source, best_source, dict(changes or {})):
+        return set()
+    return set(buckets)
+
+
+def _confinement_broken(result: TrialResult, history: list[TrialResult]) -> str:
+    """Why a trial whose timing left cases out (``TrialResult.left_out_keys``) may not have: its candidate is
+    not the best with only some buckets' entries changed (``confined_buckets``), or a case it left out lies in one
+    of those buckets. "" where nothing was left out, or rightly."""
+    left_out = result.left_out_keys
+    if not left_out:
+        return ""
+    buckets = confined_buckets(result.kernel, result.variant.source, _best_source(result, history), result.changes,
+                               history)
+    if not buckets:
+        return ("its timing left out every shape outside bucket " + ", ".join(result.timing.buckets or ["?"])
+                + ", but its source is not the current best's with only that bucket's DISPATCH entries changed, so "
+                "elsewhere it may not run the best's code: run it over the whole suite")
+    inside = sorted({f"{shape} {dtype}" for _, shape, dtype in left_out if dispatch_bucket(shape, dtype) in buckets})
+    if inside:
+        return (f"its timing left out {count(len(inside), 'case')} of bucket {', '.join(sorted(buckets))}, which "
+                f"its move changes ({', '.join(inside[:3])}{', ...' if len(inside) > 3 else ''}): run it again on "
+                "that bucket's shapes")
+    return ""
 
 
 def _passes_unchanged(kernel: str, best_source: str, source: str):
@@ -278,7 +313,8 @@ def drift_ratios(accepted: list[TrialResult], history: list[TrialResult]) -> dic
         if not same and target_buckets(step.changes) and not _best_source(step, earlier):
             warn(f"trial {step.trial_id:04d}: no record holds the source of the best it ran against, so the "
                  "cumulative guardrail counts every ratio it measured, its noise at cases it left as they were too")
-        ratios = {**{key: 1.0 if key in same else ratio for key, (ratio, _, _) in times.items()}, **memory}
+        ratios = {**{key: 1.0 for key in step.left_out_keys},  # confined timing: the best's code, never measured
+                  **{key: 1.0 if key in same else ratio for key, (ratio, _, _) in times.items()}, **memory}
         total = ratios if total is None else {key: value * ratios[key] for key, value in total.items() if key in ratios}
     return total or {}
 
@@ -387,6 +423,9 @@ def _judge(result: TrialResult, guardrails: Guardrails, best_vs_baseline: dict[K
     if result.against_sha == result.variant_sha:
         return Judgement("rejected", ["the variant is identical to the current best"])
 
+    broken = _confinement_broken(result, history or [])
+    if broken:
+        return Judgement("rejected", [f"unjudgeable: {broken}"])
     of_candidate, of_run = _suspicions(result, history or [])
     suspicious = of_candidate + of_run
     if suspicious:

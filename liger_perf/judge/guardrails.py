@@ -44,6 +44,10 @@ class Guardrails(BaseModel):
     #: Seconds each step of a trial (a cell of its notebook: the gate, the timing, NCU) may run before the trial
     #: is recorded as crashed.
     trial_timeout_s: float = Field(3600, gt=0, allow_inf_nan=False)
+    #: A move confined to dispatch buckets (its source the best's with only their ``DISPATCH`` entries changed)
+    #: is timed on their shapes alone: elsewhere both contenders launch the same kernels with the same settings,
+    #: and the judge counts the ratio there as 1. True: time every shape of the suite all the same.
+    time_outside_buckets: bool = False
 
     @model_validator(mode="after")
     def _cumulative_at_least_per_step(self):

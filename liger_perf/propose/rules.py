@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from liger_perf.propose import Context, Proposal, Stop, tried_sources
 from liger_perf.judge import drift_ratios, recheck_owed
 from liger_perf.propose.resources import footprints, launch_problem, limits_for, spilling_shapes
-from liger_perf.record.history import accepted_chain, geomean
+from liger_perf.record.history import accepted_chain, best_timing_rows, geomean
 from liger_perf.record.schema import NCU_DURATION, TUNING_SUITES, NcuLaunch, TrialResult
 from liger_perf.kernel.spec import Remedy
 from liger_perf.kernel.variants import (apply_changes, bucket_columns, bucket_order, carries_dispatch,
@@ -304,7 +304,8 @@ class RulesProposer:
         spec, best = context.spec, context.best
         knobs, choices = read_knobs(context.best_source)
         dispatch = read_dispatch(context.best_source)
-        buckets, cases = _buckets_to_tune(best, context.target) if carries_dispatch(context.best_source) else ([], {})
+        buckets, cases = (_buckets_to_tune(best_timing_rows(best, context.trials), context.target)
+                          if carries_dispatch(context.best_source) else ([], {}))
         if context.buckets:
             # Told which buckets to tune: their diagnoses and moves only, never a default (it moves every bucket).
             if not carries_dispatch(context.best_source):
@@ -688,14 +689,14 @@ def _bucket_words(bucket: str) -> str:
     return f"{bucket_columns(bucket)} columns, {bucket.partition('x')[2]}-byte elements"
 
 
-def _buckets_to_tune(best: TrialResult, target: str) -> tuple[list[str], dict[str, list]]:
-    """The dispatch buckets of the shapes the best trial timed on the target, the one whose worst shape is
-    furthest from the copy-bandwidth floor first (its share of the floor as the best ran it; unmeasured: last),
-    and each bucket's (shape, dtype name) cases."""
+def _buckets_to_tune(rows: list, target: str) -> tuple[list[str], dict[str, list]]:
+    """The dispatch buckets of the shapes the best was timed at on the target (its candidate ``rows``:
+    ``history.best_timing_rows``), the one whose worst shape is furthest from the copy-bandwidth floor first (its
+    share of the floor as the best ran it; unmeasured: last), and each bucket's (shape, dtype name) cases."""
     passes = ("forward", "backward") if target in ("full", "memory") else (target,)
     worst: dict[str, float] = {}
     cases: dict[str, list] = {}
-    for row in best.timing_rows("candidate"):
+    for row in rows:
         if row.pass_name not in passes:
             continue
         bucket = dispatch_bucket(row.shape, row.dtype)

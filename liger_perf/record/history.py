@@ -273,21 +273,24 @@ def on_target(key: Key, target: str) -> bool:
 
 def target_ratio(result: TrialResult, target: str, keys: set[Key] | None = None) -> float:
     """The geometric mean of a trial's side-by-side ratios (candidate / the best it ran against) on ``target``,
-    over every case it measured (or those of ``keys``); NaN where there is none."""
+    over every case it measured (or those of ``keys``), a case its confined timing left out counting 1 (the
+    candidate ran the best's code there: ``TrialResult.left_out_keys``); NaN where there is none."""
     times, memory = measured_ratios(result)
-    values = [ratio for key, ratio in {**{k: v[0] for k, v in times.items()}, **memory}.items()
-              if on_target(key, target) and (keys is None or key in keys)]
+    ratios = {**{key: 1.0 for key in result.left_out_keys}, **{k: v[0] for k, v in times.items()}, **memory}
+    values = [ratio for key, ratio in ratios.items() if on_target(key, target) and (keys is None or key in keys)]
     return geomean(values) if values else math.nan
 
 
 def chain_ratios(accepted: list[TrialResult]) -> dict[Key, float]:
     """The current best against the baseline: the product, per metric, of the ratios of every accepted trial,
-    for the metrics every one of them measured. A shape some step did not time (a step on another suite) has no
-    product: the steps that did time it would not say what the best does there against the baseline."""
+    for the metrics every one of them measured or left out as running the best's code (a confined timing: 1
+    there). A shape some step did not time otherwise (a step on another suite) has no product: the steps that
+    did time it would not say what the best does there against the baseline."""
     total: dict[Key, float] | None = None
     for result in accepted:
         times, memory = measured_ratios(result)
-        step = {**{key: ratio for key, (ratio, _, _) in times.items()}, **memory}
+        step = {**{key: 1.0 for key in result.left_out_keys}, **{key: ratio for key, (ratio, _, _) in times.items()},
+                **memory}
         total = step if total is None else {key: ratio * step[key] for key, ratio in total.items() if key in step}
     return total or {}
 
@@ -309,6 +312,28 @@ def accepted_chain(trials: list[TrialResult], baseline_sha: str) -> tuple[TrialR
             chain.append(t)
             tip = t.variant_sha
     return baseline, chain
+
+
+def best_timing_rows(best: TrialResult, trials: list[TrialResult], pass_name: str | None = None) -> list:
+    """The current best's candidate timing rows over the suite: its own trial's and, at each case that trial's
+    confined timing left out (``TrialResult.left_out_keys``: there it ran the code of the best it was measured
+    against), the row of the latest complete trial of that earlier best's source, and so on back while the cases
+    stay left out. A case no such trial timed has no row."""
+    rows = list(best.timing_rows("candidate", pass_name))
+    pending = {key for key in best.left_out_keys if pass_name is None or key[0] == pass_name}
+    current = best
+    while pending and current.against_sha:
+        earlier = [t for t in trials if t.trial_id < current.trial_id and t.variant_sha == current.against_sha
+                   and t.status == "complete" and t.timing is not None]
+        if not earlier:
+            break
+        current = earlier[-1]
+        for row in current.timing_rows("candidate", pass_name):
+            if row.key in pending:
+                rows.append(row)
+                pending.discard(row.key)
+        pending &= current.left_out_keys  # timed neither here nor left out as the same code: unknown
+    return rows
 
 
 def trial_variant_file(kernel: str, trial: TrialResult, root: Path | None = None) -> Path:
@@ -397,7 +422,8 @@ def latest_best(kernel: str, root: Path) -> TrialResult | None:
 ACCEPTANCE_STEPS = ("full_gate", "profile")
 
 
-def trial_pace(trials: list[TrialResult], suite: str = "", kind: str = "experiment") -> float | None:
+def trial_pace(trials: list[TrialResult], suite: str = "", kind: str = "experiment",
+               timed: int | None = None) -> float | None:
     """How long a trial of ``suite`` may take here: the median wall time of the last five complete trials of
     ``kind`` (``"screening"``: the screenings; ``"baseline"``: the baseline trials, which time the peers too and run
     the full gate and NCU) that timed it (the upper of the two middle ones for an even count), or None before there
@@ -407,7 +433,11 @@ def trial_pace(trials: list[TrialResult], suite: str = "", kind: str = "experime
     waits for the next call). H200: 0084 began by a pace of 250 s, the plain median of five trials of which four
     skipped the full gate (their timing was not accepted); its provisional "accepted" then ran the full gate, and
     the call's limit killed it there, twice (reports/evidence/2026-12-04-killed-0084/). A median is still beaten
-    by a slow trial: the call's margin (``scripts/device.sh``'s ``MARGIN_S``) is for that."""
+    by a slow trial: the call's margin (``scripts/device.sh``'s ``MARGIN_S``) is for that.
+
+    With ``timed`` (the cases, each a pass at a shape and dtype, that the trial's timing will measure: a move
+    confined to its buckets times theirs alone), the timing step is paced apart: the recent ones' median seconds
+    per timed case, times ``timed``."""
     def of_kind(t: TrialResult) -> bool:
         return t.kind == "experiment" and not t.against if kind == "baseline" else t.kind == kind
 
@@ -423,8 +453,16 @@ def trial_pace(trials: list[TrialResult], suite: str = "", kind: str = "experime
     def acceptance(t: TrialResult) -> float:
         return sum(t.step_seconds.get(step, 0.0) for step in ACCEPTANCE_STEPS)
 
-    return (_upper_median([max(0.0, t.elapsed_s - acceptance(t)) for t in recent])
-            + max(acceptance(t) for t in gated))
+    timing = 0.0
+    per_case = [t.step_seconds["time"] / len(keys) for t in recent
+                if t.step_seconds.get("time") and (keys := {r.key for r in t.timing_rows()})]
+    if timed is not None and per_case:
+        timing = timed * _upper_median(per_case)
+
+    def outside(t: TrialResult) -> float:  # with ``timed``, the timing too is paced apart (above)
+        return max(0.0, t.elapsed_s - acceptance(t) - (t.step_seconds.get("time", 0.0) if timing else 0.0))
+
+    return _upper_median([outside(t) for t in recent]) + timing + max(acceptance(t) for t in gated)
 
 
 def _ran_the_full_gate(trial: TrialResult) -> bool:

@@ -94,6 +94,11 @@ class TrialRequest(BaseModel):
     guardrails: dict[str, Any] | None = None
     #: A screening request's candidates (``variant`` is then the current best, as ``against``).
     screen: list[ScreenEntry] = []
+    #: Time (and measure peak memory at) only these dispatch buckets' shapes of the suite: the loop asks for it
+    #: when the candidate is the best's source with only these buckets' ``DISPATCH`` entries changed, so that
+    #: everywhere else both would launch the same kernels with the same settings (``judge.confined_buckets``,
+    #: which the judge asks again). Empty: every shape.
+    buckets: list[str] = []
 
 
 class _Record(BaseModel):
@@ -134,6 +139,13 @@ class SpotCheck(_Case):
     reason: str = ""
 
 
+class _Shape(_Record):
+    """A suite case without its pass: shape and dtype."""
+
+    shape: str
+    dtype: str
+
+
 class Timing(_Record):
     repetitions: int = 0
     warmup: int = 0
@@ -146,6 +158,11 @@ class Timing(_Record):
     contenders: list[str] = []
     rows: list[TimingRow] = []
     spot_checks: list[SpotCheck] = []
+    #: The dispatch buckets the timing was confined to (``TrialRequest.buckets``); empty: the whole suite.
+    buckets: list[str] = []
+    #: The suite's cases left untimed by that confinement (each a shape and dtype, every pass and peak memory):
+    #: there the candidate runs the current best's code, and the judge counts its ratio as 1.
+    left_out: list[_Shape] = []
 
 
 class MemoryRow(_Record):
@@ -390,6 +407,15 @@ class TrialResult(_Record):
         rows = self.timing.rows if self.timing else []
         return [r for r in rows if (contender is None or r.contender == contender)
                 and (pass_name is None or r.pass_name == pass_name)]
+
+    @property
+    def left_out_keys(self) -> set[Key]:
+        """The cases a confined timing left out (``Timing.left_out``), as keys of every pass the trial ran and of
+        peak memory; empty for a trial that timed the whole suite."""
+        if self.timing is None:
+            return set()
+        return {(name, case.shape, case.dtype) for case in self.timing.left_out
+                for name in (*self.passes, "memory")}
 
     def candidate_ratios(self, pass_name: str | None = None) -> list[TimingRow]:
         """The candidate's rows measured against the current best (the rows a judgement rests on)."""

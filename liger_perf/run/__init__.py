@@ -127,12 +127,14 @@ def trial_request(kernel: str, variant: str | Path, against: str | Path | None =
                   peers: bool | None = None, convergence: bool = True, confidence: float = 0.95,
                   changes: dict | None = None, audit: dict | None = None, kind: str = "experiment",
                   timeout_s: float = 3600, paths: TrialPaths | None = None, gate: str = "full",
-                  guardrails: dict | None = None, screen: list | None = None, suite: str = "") -> TrialRequest:
+                  guardrails: dict | None = None, screen: list | None = None, suite: str = "",
+                  buckets: list[str] | None = None) -> TrialRequest:
     """Check what was asked (one line per mistake), take the next trial number (unless ``paths`` holds one
     taken already), and build the request.
 
     ``peers`` defaults to True for a kernel's first trial (its baseline), when the peers are worth measuring.
-    ``suite``: what the trial times ("" the device's suite, or "models-tune")."""
+    ``suite``: what the trial times ("" the device's suite, or "models-tune"); ``buckets``: only these dispatch
+    buckets' shapes of it (``TrialRequest.buckets``: a move confined to them, against its best)."""
     from liger_perf.kernel.device import MODES
 
     spec = get_spec(kernel)
@@ -146,6 +148,13 @@ def trial_request(kernel: str, variant: str | Path, against: str | Path | None =
         raise UserError(f"variant file {variant} does not exist: give the path of a variant module (.py)")
     if against is not None and not Path(against).is_file():
         raise UserError(f"--against file {against} does not exist: give the current best's variant module")
+    if buckets and against is None:
+        raise UserError("a timing confined to dispatch buckets needs a current best (--against): elsewhere the "
+                        "candidate is taken to run the best's code")
+    for bucket in buckets or []:
+        block, _, size = str(bucket).partition("x")
+        if not (block.isdigit() and size.isdigit()):
+            raise UserError(f"{bucket!r} is no dispatch bucket: write <row block>x<element bytes>, e.g. 4096x2")
     if peers is None:
         peers = not store.trial_notebooks(kernel)
     paths = paths or store.new_trial(kernel, name or variant.stem)
@@ -155,7 +164,7 @@ def trial_request(kernel: str, variant: str | Path, against: str | Path | None =
         repetitions=repetitions, confidence=confidence, ncu=ncu, peers=peers, convergence=convergence,
         timeout_s=timeout_s, artifacts=str(paths.artifacts), hypothesis=hypothesis, prediction=prediction,
         changes=changes, proposer_audit=audit, kind=kind, gate=gate, guardrails=guardrails, screen=screen or [],
-        suite=suite)
+        suite=suite, buckets=sorted(buckets or []))
 
 
 def run_trial(kernel: str, variant: str | Path, against: str | Path | None = None, *, root: Path | None = None,
