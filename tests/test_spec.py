@@ -91,14 +91,20 @@ def test_the_fused_launch_model_says_a_pass_is_unchanged_only_where_its_launches
     # 8 rows never exceed a row cap; 300 over the interpreter's 4 "SMs" exceed caps up to 64 at one program an SM
     # (75 rows a program), 32 at two (38) and 16 at four (19): there the capped one-row walk runs.
     shapes = ([(8, width) for width in (896, 2000, 4096, 5120, 12288, 16384, 32768)] + [(2, 4, 5120)]
-              + [(300, width) for width in (896, 2000, 4096)] + [(3, 100, 1024)])
+              + [(300, width) for width in (896, 1100, 1800, 2000, 4096)] + [(3, 100, 1024)])
     rng = random.Random(0)
     compared = {"forward": 0, "backward": 0}
     # Moves the random draws almost never make: where the row cap binds, warps a 16384-element tile already has
     # (16) but its one-row walk (2048 elements: 8 warps "auto") does not.
     capped = {**defaults, "bwd_tile_elements": 16384, "bwd_max_rows_per_program": 16}
     targeted = [(capped, {**capped, "bwd_num_warps": 16}, (300, 2000), torch.bfloat16),
-                (capped, {**capped, "bwd_elements_per_thread": 32}, (300, 2000), torch.float32)]
+                (capped, {**capped, "bwd_elements_per_thread": 32}, (300, 2000), torch.float32),
+                # 1800 columns fill 88 % of their block: a cap up to 87.5 % leaves it, one up to 75 % as well
+                (capped, {**capped, "bwd_row_cap_max_fill": 0.875}, (300, 1800), torch.float32),
+                ({**capped, "bwd_row_cap_max_fill": 0.75}, {**capped, "bwd_row_cap_max_fill": 0.875}, (300, 1800),
+                 torch.float32),
+                ({**capped, "bwd_row_cap_max_fill": 0.75}, {**capped, "bwd_row_cap_max_fill": 0.625}, (300, 1100),
+                 torch.bfloat16)]
     for draw in range(400 + len(targeted)):
         if draw < len(targeted):
             before, after, shape, dtype = targeted[draw]
@@ -140,3 +146,5 @@ def test_the_fused_launch_model_lists_the_one_row_walk_wherever_the_row_cap_may_
     assert len(backward_launches({**knobs, "bwd_tile_elements": 4096, "bwd_programs_per_sm": 2}, 33)) == 2
     assert len(backward_launches({**knobs, "bwd_rows_per_program": 64}, 4096)) == 1
     assert len(backward_launches({**knobs, "bwd_max_rows_per_program": 0}, 4096)) == 1
+    # nor do rows of 1024 columns (all of their block) where the cap binds only up to 75 % of it
+    assert len(backward_launches({**knobs, "bwd_row_cap_max_fill": 0.75}, 4096)) == 1

@@ -151,19 +151,22 @@ def test_programs_per_sm_splits_the_grid_and_each_program_s_tile(tmp_path, split
     torch.testing.assert_close(runs["split"][3], runs["one"][3], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("cap, rows_per_program", [(0, "auto"), (8, "auto"), (16, "auto"), (8, 4)])
-def test_the_row_cap_makes_short_one_row_programs_only_where_auto_rows_exceed_it(tmp_path, cap, rows_per_program):
+@pytest.mark.parametrize("cap, rows_per_program, max_fill", [(0, "auto", 1.0), (8, "auto", 1.0), (16, "auto", 1.0),
+                                                             (8, 4, 1.0), (8, "auto", 0.875), (8, "auto", 0.75)])
+def test_the_row_cap_makes_short_one_row_programs_only_where_auto_rows_exceed_it(tmp_path, cap, rows_per_program,
+                                                                                 max_fill):
     """``bwd_max_rows_per_program``: "auto" rows per program (61 rows over the interpreter's 4 "SMs": 16 each)
     capped at 8 give 8 programs, each walking one row a step with warps for one row, not the 4-row tile; a cap of 16
-    or none leaves the 4 programs and their tile; a number of rows per program ignores it. The gradients are the
-    float64 reference's within float32 rounding either way."""
+    or none leaves the 4 programs and their tile; a number of rows per program ignores it; so does a row that fills
+    more of its block than ``bwd_row_cap_max_fill`` (100 columns are 78 % of 128: capped at 87.5 %, not at 75 %).
+    The gradients are the float64 reference's within float32 rounding either way."""
     import torch
 
     spec = get_spec("fused_add_rms_norm")
     path = tmp_path / "capped.py"
     path.write_text(with_knobs(baseline_path(spec.name).read_text(),
                                {"bwd_max_rows_per_program": cap, "bwd_rows_per_program": rows_per_program,
-                                "bwd_tile_elements": 512, "bwd_num_warps": "auto", "bwd_elements_per_thread": 4,
+                                "bwd_row_cap_max_fill": max_fill, "bwd_tile_elements": 512, "bwd_num_warps": "auto", "bwd_elements_per_thread": 4,
                                 "bwd_dw_accumulator": "tile"}))
     module = load_variant(path, spec).module
     kernel, launches = module._backward_kernel, []
@@ -185,8 +188,10 @@ def test_the_row_cap_makes_short_one_row_programs_only_where_auto_rows_exceed_it
     assert module._multiprocessor_count(torch.device("cpu")) == 4
     # 512 elements of 128-column rows: a 4-row tile (its dW tile too), 4 warps at 4 elements a thread; one row:
     # 1 warp, no dW tile.
-    expected = {(0, "auto"): (4, 4, 4, True), (8, "auto"): (8, 1, 1, False), (16, "auto"): (4, 4, 4, True),
-                (8, 4): (16, 4, 4, True)}[(cap, rows_per_program)]
+    expected = {(0, "auto", 1.0): (4, 4, 4, True), (8, "auto", 1.0): (8, 1, 1, False),
+                (16, "auto", 1.0): (4, 4, 4, True), (8, 4, 1.0): (16, 4, 4, True),
+                (8, "auto", 0.875): (8, 1, 1, False), (8, "auto", 0.75): (4, 4, 4, True)}[(cap, rows_per_program,
+                                                                                           max_fill)]
     assert launches[0] == expected
     S64, W64 = (X + R).detach().double().requires_grad_(), W.detach().double().requires_grad_()
     Y64 = S64 * torch.rsqrt(S64.pow(2).mean(-1, keepdim=True) + 1e-6)

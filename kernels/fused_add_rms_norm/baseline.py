@@ -75,6 +75,14 @@ backward through the autograd context. The knobs reach the algorithms a kernel e
   the programs "auto" makes) nothing changes: the multi-row tiles that fill one program per SM stay. The cost: a
   partial of H floats per program, ``rows / cap`` of them (a sixteenth of a float32 tensor at a cap of 16), and a
   longer reduction.
+* ``bwd_row_cap_max_fill``: the row cap binds only where H fills at most this fraction of its row block (1.0: at
+  every width). The partials cost the same share of the traffic at every width (at a cap of 16, written once and
+  read once beside dY, dS and S read and dX written: about 3 % in float32, 6 % in 16-bit types); what the short
+  programs buy is bytes in flight, which the one-program tile lacks where much of its block is masked. H200,
+  trials 0081 and 0082 (a cap of 16 with dW before dX, bucket 4096x4 float32): 0.90 of the best's time at
+  16384x2304 (the row fills 56 % of its block), 0.95 at 26214x2560 (63 %), 0.99 at 12289x3584 (88 %) and 1.03 at
+  16384x3840 (94 %), where the tile was already at 92 % of the copy floor
+  (``reports/evidence/2026-12-04-bench-models-best-0073/``).
 
 Per-shape specialisation: ``DISPATCH`` maps a shape bucket to the knobs that differ from ``KNOBS`` there. The
 bucket is ``"<row block>x<element bytes>"``: the row's width rounded up to a power of two (the block a program
@@ -109,6 +117,7 @@ KNOBS = {
     "bwd_dw_accumulator": "row",  # the tile loop's dW accumulator: "row" (summed over the tile every step) or "tile"
     "bwd_programs_per_sm": 1,  # programs an SM's rows are split between, each walking tiles this many times smaller
     "bwd_max_rows_per_program": 0,  # with "auto" rows per program: at most this many (0: no cap), more programs
+    "bwd_row_cap_max_fill": 1.0,  # the row cap binds only where H is at most this fraction of its row block
 }
 KNOB_CHOICES = {
     "BLOCK_SIZE": ["auto", 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
@@ -129,6 +138,7 @@ KNOB_CHOICES = {
     "bwd_dw_accumulator": ["row", "tile"],
     "bwd_programs_per_sm": [1, 2, 4],
     "bwd_max_rows_per_program": [0, 8, 16, 32, 64],
+    "bwd_row_cap_max_fill": [1.0, 0.875, 0.75, 0.625],
 }
 #: Bucket -> knobs that differ from KNOBS at the shapes in it (see the module docstring); tuned one bucket at a time.
 DISPATCH = {}
@@ -538,7 +548,10 @@ def _launch_settings(n_cols, dtype, device):
         "fwd_chunked": fwd_chunked,
         "sm_count": _multiprocessor_count(device),
         "bwd_programs_per_sm": split,
-        "bwd_max_rows_per_program": knobs["bwd_max_rows_per_program"] if knobs["bwd_rows_per_program"] == "auto" else 0,
+        # the cap acts on "auto" rows per program alone, and only at rows filling at most the knob's share of the
+        # block (near a full block the tile is near the copy floor and the partials' traffic is all the cap adds)
+        "bwd_max_rows_per_program": (knobs["bwd_max_rows_per_program"] if knobs["bwd_rows_per_program"] == "auto"
+                                     and n_cols <= knobs["bwd_row_cap_max_fill"] * row_block else 0),
     }
 
 
