@@ -513,7 +513,10 @@ class OptimizeLoop:
         one-bucket trial's 352 s (0085)."""
         if not best_source or self.guardrails.time_outside_buckets or not step.changes or not step.source:
             return []
-        return sorted(confined_buckets(self.kernel, step.source, best_source, step.changes, []))
+        buckets = confined_buckets(self.kernel, step.source, best_source, step.changes, [])
+        # Buckets no shape of the suite falls in: the whole suite, whose timing has none of them to judge either
+        # (the judge says so), as a screening does (``variants.screened_buckets``).
+        return sorted(buckets) if self._timed_cases(buckets) else []
 
     def trial_pace(self, trials: list[TrialResult], step: Proposal, best_source: str) -> float | None:
         """How long a full trial of ``step`` against the best (of ``best_source``) takes here

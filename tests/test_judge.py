@@ -551,6 +551,9 @@ def test_a_move_timed_on_its_bucket_alone_is_judged_as_if_every_shape_had_been_t
 
     table = trials_table([whole, confined], ["backward"])
     assert list(table["backward speedup"].str.endswith(" over bucket 4096x2 alone")) == [False, True]
+    from liger_perf.propose.llm import _ratios  # and so does the history a language model is shown
+
+    assert "over bucket 4096x2 alone" in _ratios(confined) and "alone" not in _ratios(whole)
     # Its source is not the best's with that bucket's entries changed alone: elsewhere it may not run the best's
     # code, and nothing measured it there.
     forged = copy.deepcopy(confined)
@@ -679,6 +682,36 @@ def test_the_report_gives_the_best_against_the_baseline_as_the_judge_estimates_i
     assert judged != product
     row = next(line for line in path.read_text().splitlines() if "| forward | 2047x5120 | bfloat16 |" in line)
     assert judged in row and product not in row
+
+
+def test_the_best_s_rows_over_the_suite_take_each_case_from_the_newest_trial_of_the_code_that_ran_it():
+    """A case the best's confined timing left out is read from the newest earlier trial of the source it ran
+    against that timed the case, whichever (a later trial of another suite times fewer cases: the H200's
+    models-tune shapes changed between 0058 and 0059), and one best further back where that source's own trial
+    left it out too."""
+    from liger_perf.record.history import best_timing_rows
+
+    def trial(n, source, against, timed, left_out=()):
+        rows = [{"pass": "backward", "shape": shape, "dtype": "float32", "contender": contender,
+                 "bandwidth_fraction": n / 100} for shape in timed for contender in ("candidate", "against")]
+        return TrialResult.model_validate({
+            "kernel": "fused_add_rms_norm", "trial_id": n, "status": "complete", "passes": ["backward"],
+            "variant": {"sha256": source}, "against": {"sha256": against} if against else None,
+            "timing": {"rows": rows, "left_out": [{"shape": shape, "dtype": "float32"} for shape in left_out]}})
+
+    first = trial(10, "s1", "s0", ["1x64", "2x64"])
+    again = trial(11, "s1", "", ["1x64"])  # the same source timed again, on fewer cases
+    second = trial(12, "s2", "s1", ["3x64"], left_out=["1x64", "2x64"])
+    third = trial(13, "s3", "s2", ["4x64"], left_out=["1x64", "2x64", "3x64"])
+    history = [first, again, second, third]
+
+    def origin(best):
+        return {row.shape: round(row.bandwidth_fraction * 100) for row in best_timing_rows(best, history)}
+
+    assert origin(second) == {"3x64": 12, "1x64": 11, "2x64": 10}
+    assert origin(third) == {"4x64": 13, "3x64": 12, "1x64": 11, "2x64": 10}
+    assert origin(first) == {"1x64": 10, "2x64": 10}  # timed everywhere: its own rows
+    assert {row.shape for row in best_timing_rows(second, [second])} == {"3x64"}  # nothing earlier: unknown
 
 
 def test_the_report_of_a_best_timed_on_its_bucket_alone_reads_the_other_shapes_from_the_best_before(tmp_path):

@@ -531,17 +531,21 @@ def test_a_move_confined_to_dispatch_buckets_is_timed_on_their_shapes_alone(tmp_
     def move(changes, source=None, on=base):
         return Proposal("m", source or with_knobs(on, changes), "h", "p", changes=changes)
 
-    confined = move({"num_warps@8192x2": 8, "num_stages@1024x4": 2})
-    assert loop.timed_buckets(confined, base) == ["1024x4", "8192x2"]
+    # The interpreter's suite: 16x64 and 9x200, in float32 and float16 (buckets 64x4, 256x4, 64x2, 256x2).
+    confined = move({"num_warps@256x2": 8, "num_stages@64x4": 2})
+    assert loop.timed_buckets(confined, base) == ["256x2", "64x4"]
     assert loop.timed_buckets(move({"num_warps": 8}), base) == []  # a default: every shape changes
-    assert loop.timed_buckets(move({"num_warps@8192x2": 8, "num_warps": 8}), base) == []
-    rewritten = with_knobs(base, {"num_warps@8192x2": 8}) + "\n# and something else\n"
-    assert loop.timed_buckets(move({"num_warps@8192x2": 8}, rewritten), base) == []
+    assert loop.timed_buckets(move({"num_warps@256x2": 8, "num_warps": 8}), base) == []
+    rewritten = with_knobs(base, {"num_warps@256x2": 8}) + "\n# and something else\n"
+    assert loop.timed_buckets(move({"num_warps@256x2": 8}, rewritten), base) == []
     other = base + "\n\ndef _unused():\n    return None\n"  # a best whose code is not the baseline's
-    assert loop.timed_buckets(move({"num_warps@8192x2": 8}, on=other), other) == []
+    assert loop.timed_buckets(move({"num_warps@256x2": 8}, on=other), other) == []
     assert loop.timed_buckets(confined, "") == []  # no best: a baseline trial
+    # Buckets no shape of the suite falls in: the whole suite (the judge finds nothing of theirs to judge).
+    assert loop.timed_buckets(move({"num_warps@8192x2": 8}), base) == []
+    assert loop.timed_buckets(move({"num_warps@8192x2": 8, "num_warps@256x2": 4}), base) == ["256x2", "8192x2"]
     request = loop._request(confined, baseline_path("fused_add_rms_norm"))
-    assert request.buckets == ["1024x4", "8192x2"]
+    assert request.buckets == ["256x2", "64x4"]
     assert loop._request(move({"num_warps": 8}), baseline_path("fused_add_rms_norm")).buckets == []
     everywhere = OptimizeLoop("fused_add_rms_norm", Guardrails(target="backward", time_outside_buckets=True),
                               RulesProposer(), device="interpret", root=tmp_path)

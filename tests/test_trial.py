@@ -299,7 +299,8 @@ def test_a_trial_confined_to_a_bucket_times_its_shapes_alone_and_records_the_res
         "unavailable", "a stand-in"))
     trial._against_durations(["backward"])
     assert profiled[0]["driver_args"][-2:] == ("--shapes", "9x200")
-    # Unconfined: every case timed, nothing left out.
-    whole = Trial({"kernel": "fused_add_rms_norm", "variant": path, "against": path, "device": "interpret",
-                   "repetitions": 2, "convergence": False})
-    assert whole._timed_cases() == (cases, [])
+    # Unconfined, or confined to buckets none of the suite's shapes falls in: every case timed, none left out.
+    for buckets in ([], ["65536x2"]):
+        whole = Trial({"kernel": "fused_add_rms_norm", "variant": path, "against": path, "device": "interpret",
+                       "repetitions": 2, "convergence": False, "buckets": buckets})
+        assert whole._timed_cases() == (cases, [])

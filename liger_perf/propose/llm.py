@@ -108,8 +108,11 @@ def _spec_section(spec, suite: str = "") -> str:
 
 def _ratios(trial: TrialResult) -> str:
     rows = [r for r in trial.candidate_ratios() if r.ratio > 0]
-    return ", ".join(f"{p} x{geomean([r.ratio for r in rows if r.pass_name == p]):.3f}"
-                     for p in dict.fromkeys(r.pass_name for r in rows)) or "-"
+    stated = ", ".join(f"{p} x{geomean([r.ratio for r in rows if r.pass_name == p]):.3f}"
+                       for p in dict.fromkeys(r.pass_name for r in rows)) or "-"
+    if rows and trial.timing is not None and trial.timing.left_out:  # a move timed on its buckets' shapes alone
+        stated += f" (over bucket {', '.join(trial.timing.buckets)} alone; elsewhere it ran the best's code)"
+    return stated
 
 
 def _trial_line(trial: TrialResult) -> str:

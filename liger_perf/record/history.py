@@ -317,22 +317,26 @@ def accepted_chain(trials: list[TrialResult], baseline_sha: str) -> tuple[TrialR
 def best_timing_rows(best: TrialResult, trials: list[TrialResult], pass_name: str | None = None) -> list:
     """The current best's candidate timing rows over the suite: its own trial's and, at each case that trial's
     confined timing left out (``TrialResult.left_out_keys``: there it ran the code of the best it was measured
-    against), the row of the latest complete trial of that earlier best's source, and so on back while the cases
-    stay left out. A case no such trial timed has no row."""
+    against), the row of the newest earlier complete trial of that best's source that timed the case (any suite,
+    any kind); a case none timed but that source's own confined trial left out is looked for the same way one
+    best further back. A case no such trial timed has no row."""
     rows = list(best.timing_rows("candidate", pass_name))
     pending = {key for key in best.left_out_keys if pass_name is None or key[0] == pass_name}
     current = best
     while pending and current.against_sha:
-        earlier = [t for t in trials if t.trial_id < current.trial_id and t.variant_sha == current.against_sha
-                   and t.status == "complete" and t.timing is not None]
-        if not earlier:
+        ran = [t for t in trials if t.trial_id < current.trial_id and t.variant_sha == current.against_sha
+               and t.status == "complete" and t.timing is not None]
+        for trial in reversed(ran):  # the newest measurement of each case first
+            for row in trial.timing_rows("candidate", pass_name):
+                if row.key in pending:
+                    rows.append(row)
+                    pending.discard(row.key)
+        # What is still pending, that source's own confined trial left out: the code of the best before it.
+        link = next((t for t in reversed(ran) if pending & t.left_out_keys), None)
+        if link is None:
             break
-        current = earlier[-1]
-        for row in current.timing_rows("candidate", pass_name):
-            if row.key in pending:
-                rows.append(row)
-                pending.discard(row.key)
-        pending &= current.left_out_keys  # timed neither here nor left out as the same code: unknown
+        pending &= link.left_out_keys
+        current = link
     return rows
 
 

@@ -353,7 +353,7 @@ class Trial:
                                "resolution_ms": plan.resolution_ms,
                                "copy_bandwidth_bytes_per_s": bandwidth, "reference_contender": reference,
                                "contenders": list(contenders), "rows": summary.to_dict("records"),
-                               "spot_checks": spot_checks, "buckets": sorted(self.request.buckets),
+                               "spot_checks": spot_checks, "buckets": sorted(self.request.buckets) if left_out else [],
                                "left_out": [{"shape": shape_label(c.shape), "dtype": dtype_name(c.dtype)}
                                             for c in left_out]}
         self.data["memory"] = {"rows": memory.to_dict("records"),
@@ -374,7 +374,7 @@ class Trial:
                              f"candidate is the current best with only {'their' if len(self.request.buckets) > 1 else 'its'} "
                              f"`DISPATCH` entries changed, so at the suite's other {count(len(left_out), 'case')} "
                              "both launch the same kernels with the same settings (the judge checks the sources "
-                             "again and counts their ratios as 1)." if self.request.buckets else ""))
+                             "again and counts their ratios as 1)." if left_out else ""))
         _display(timing_table(summary, unit))
         failed = [c for c in spot_checks if not c["passed"]]
         _display(markdown=f"Spot checks of timed calls (fresh inputs, against float64): {len(spot_checks)}, "
@@ -389,13 +389,14 @@ class Trial:
 
     def _timed_cases(self) -> tuple[list, list]:
         """(the suite's cases the timing measures, those it leaves out): every case, or with
-        ``TrialRequest.buckets`` those of the named dispatch buckets alone."""
+        ``TrialRequest.buckets`` those of the named dispatch buckets alone (every case where none falls in them:
+        the judge then finds nothing of theirs to judge, and says so)."""
         from liger_perf.kernel.variants import dispatch_bucket
 
         cases = self.spec.cases(self.suite, "bench")
-        if not self.request.buckets:
-            return cases, []
         inside = [dispatch_bucket(c.shape, c.dtype) in self.request.buckets for c in cases]
+        if not any(inside):
+            return cases, []
         return [c for c, i in zip(cases, inside) if i], [c for c, i in zip(cases, inside) if not i]
 
     @_step("accuracy", "accuracy against float64")
