@@ -971,11 +971,24 @@ def test_a_best_timed_on_its_bucket_alone_still_offers_every_bucket_of_the_suite
     from liger_perf.record.history import best_as_profiled
 
     def diagnosed(trial):
-        return {dispatch_bucket(d.shape, d.dtype) for d in diagnose(trial, "backward", per_bucket=True)}
+        return sorted((d.name, d.shape, d.dtype) for d in diagnose(trial, "backward", per_bucket=True))
 
     profiled = best_as_profiled(confined, [*history, confined])
     assert diagnosed(profiled) == diagnosed(whole) != diagnosed(confined) and len(diagnosed(whole)) > 2
     assert best_as_profiled(whole, [*history, whole]) is whole  # timed everywhere: its own profile
+    # A left-out case its own profile holds (a shape profiled in a dtype of another bucket) is not taken again:
+    # twice its launches would read as a second kernel taking half the pass.
+    case = ("26214x2560", "float32")  # bucket 4096x4, at the shape 0085 profiled in 4096x2
+    extra = [launch for launch in whole.launches() if (launch.shape, launch.dtype) == case]
+    wider = confined.model_copy(deep=True)
+    wider.ncu.launches += extra
+    merged = best_as_profiled(wider, [*history, wider])
+    assert extra and [launch for launch in merged.launches() if (launch.shape, launch.dtype) == case] == extra
+    assert diagnosed(merged) == diagnosed(whole)
+    # A best whose own profile failed is diagnosed as having none, not from an earlier trial's.
+    unprofiled = confined.model_copy(deep=True)
+    unprofiled.ncu.status = "unavailable"
+    assert best_as_profiled(unprofiled, [*history, unprofiled]) is unprofiled
     first = proposal(confined)
     assert isinstance(first, Proposal) and first.changes == proposal(whole).changes
     focused = proposal(confined, ("8192x2",))

@@ -299,8 +299,8 @@ def test_a_trial_confined_to_a_bucket_times_its_shapes_alone_and_records_the_res
     monkeypatch.setattr(ncu, "profile", lambda *args, **kwargs: profiled.append(kwargs) or NcuResult(
         "unavailable", "a stand-in"))
     trial._against_durations(["backward"])
-    trial.profile()  # the candidate's profile too: the bucket's largest shape alone
-    assert [kwargs["driver_args"][-2:] for kwargs in profiled] == [("--shapes", "9x200")] * 2
+    trial.profile()  # the candidate's profile too: the bucket's largest shape alone, in the bucket's dtypes
+    assert [kwargs["driver_args"][-4:] for kwargs in profiled] == [("--shapes", "9x200", "--dtypes", "float16")] * 2
     from liger_perf.measure import precompile
 
     compiled = []

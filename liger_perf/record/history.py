@@ -337,9 +337,10 @@ def best_as_profiled(best: TrialResult, trials: list[TrialResult]) -> TrialResul
     profiled its buckets' shapes alone, each case it left out from the newest earlier full profile of the source
     it ran against that holds the case, back along the chain (as ``best_timing_rows``). What the proposers
     diagnose; the trial itself is not changed."""
-    if best.ncu is None or not best.left_out_keys:
-        return best
+    if best.ncu is None or best.ncu.status != "ok" or not best.left_out_keys:
+        return best  # a best without a profile of its own says so: nothing earlier stands in for it
     launches: list = []  # the earlier ones first: a reader of the last few launches meets the best's own
+    own = {(launch.pass_name, launch.shape, launch.dtype) for launch in best.launches()}
 
     def take(trial: TrialResult, pending: set) -> set:
         if trial.ncu is None or trial.ncu.scope != "full":  # a light profile holds the widest shape's kept metrics
@@ -348,7 +349,9 @@ def best_as_profiled(best: TrialResult, trials: list[TrialResult]) -> TrialResul
         launches.extend(found)
         return {(launch.pass_name, launch.shape, launch.dtype) for launch in found}
 
-    _back_along_the_chain(best, trials, {key for key in best.left_out_keys if key[0] != "memory"}, take)
+    # A case its own profile holds (the NCU driver profiles a shape in every dtype asked) is never taken twice:
+    # twice the launches of one case would read as a second kernel beside the first.
+    _back_along_the_chain(best, trials, {key for key in best.left_out_keys if key[0] != "memory"} - own, take)
     return best.model_copy(update={"ncu": best.ncu.model_copy(update={"launches": [*launches,
                                                                                     *best.ncu.launches]})})
 

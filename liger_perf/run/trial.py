@@ -484,9 +484,16 @@ class Trial:
                               f"{speedup}: {row['message']}")
 
     def _driver_args(self, shapes: list[tuple[int, ...]] | None) -> tuple[str, ...]:
-        """The NCU driver's arguments for this trial's suite and ``shapes`` (None: every shape of it)."""
+        """The NCU driver's arguments for this trial's suite and ``shapes`` (None: every shape of it), and for a
+        timing confined to some buckets the dtypes of their cases (the driver profiles a shape in every dtype
+        asked, and a bucket is one element size)."""
+        from liger_perf.kernel.spec import dtype_name
+
         args = ("--suite", self.suite) if self.suite != self.device.suite else ()
-        return args + (("--shapes", ",".join("x".join(map(str, s)) for s in shapes)) if shapes else ())
+        args += ("--shapes", ",".join("x".join(map(str, s)) for s in shapes)) if shapes else ()
+        if self._timed_buckets():
+            args += ("--dtypes", ",".join(sorted({dtype_name(c.dtype) for c in self._timed_cases()[0]})))
+        return args
 
     def _against_durations(self, passes: list[str]) -> tuple[list[dict], str | None]:
         """The current best's kernel durations under NCU, and "ok" or why not (None: no current best). The
