@@ -14,7 +14,7 @@ def make_trial(verdict: str | None = None, gain: float = 0.0, superseded_by: int
 
 def confined_copy(trial: TrialResult, buckets: set[str]) -> TrialResult:
     """``trial`` as if its timing had been confined to ``buckets`` (``TrialRequest.buckets``): the other cases'
-    timing and memory rows gone, and recorded as left out."""
+    timing and memory rows and NCU launches gone, and recorded as left out."""
     from liger_perf.kernel.variants import dispatch_bucket
 
     data = trial.model_dump(mode="json", by_alias=True)
@@ -23,4 +23,10 @@ def confined_copy(trial: TrialResult, buckets: set[str]) -> TrialResult:
     data["timing"].update(rows=[row for row in data["timing"]["rows"] if inside(row)], buckets=sorted(buckets),
                           left_out=[{"shape": shape, "dtype": dtype} for shape, dtype in left])
     data["memory"]["rows"] = [row for row in data["memory"]["rows"] if inside(row)]
+    if data.get("ncu"):  # profiled as the trial profiles: its buckets' shapes, in every dtype of theirs
+        dtypes = {row["dtype"] for row in data["timing"]["rows"]}
+        profiled = lambda launch: any(inside({**launch, "dtype": dtype}) for dtype in dtypes) \
+            and launch["dtype"] in dtypes  # noqa: E731
+        data["ncu"]["launches"] = [launch for launch in data["ncu"]["launches"] if profiled(launch)]
+        data["ncu"]["advice"] = [advice for advice in data["ncu"]["advice"] if profiled(advice)]
     return TrialResult.model_validate(data).model_copy(update={"judged": trial.judged})

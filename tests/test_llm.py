@@ -19,7 +19,7 @@ from liger_perf.record.store import Store
 
 from broken_variants import ROOT
 from llm_server import FakeOpenAI, reply
-from made_trials import make_trial
+from made_trials import confined_copy, make_trial
 
 BASELINE = baseline_path("relu_squared").read_text()
 GOOD = BASELINE.replace('"BLOCK_SIZE": 1024,', '"BLOCK_SIZE": 2048,')
@@ -224,3 +224,21 @@ def test_the_prompt_names_the_shapes_the_trials_time():
     assert "GPU benchmark shapes" not in prompt and "the models-tune suite" in prompt
     widths = {c.shape[-1] for c in context.spec.cases("models-tune", "bench")}
     assert all(f"x{w}" in prompt for w in widths)
+
+
+def test_the_prompt_of_a_best_timed_on_its_bucket_alone_shows_its_profile_over_the_suite():
+    """With 0085 timed and profiled on bucket 4096x2 alone, the model is shown the best's NCU profile and
+    diagnoses over the suite (0078's launches where 0085 ran 0078's code) and told over what 0085's ratios were
+    measured."""
+    trials = load_trials("fused_add_rms_norm", ROOT / "notebooks" / "nvidia-h200")
+    history = [t for t in trials if t.trial_id < 85]
+    confined = confined_copy(next(t for t in trials if t.trial_id == 85), {"4096x2"})
+    context = Context(get_spec("fused_add_rms_norm"), "backward", [*history, confined], confined,
+                      confined.variant.source, suite="models-tune")
+    prompt = build_prompt(context, LlmSettings(base_url="http://x", model="m", max_prompt_chars=400000))
+    profile = prompt[prompt.index("## The current best's NCU profile"):prompt.index("## What the rules proposer")]
+    assert "NCU backward 26214x2560 bfloat16" in profile  # bucket 4096x2, 0085's own
+    assert "NCU backward 4096x16384 float32" in profile  # bucket 16384x4, 0078's
+    diagnosed = prompt[prompt.index("## What the rules proposer"):prompt.index("## Every earlier trial")]
+    assert "16384" in diagnosed
+    assert "over bucket 4096x2 alone" in prompt

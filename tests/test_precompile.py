@@ -133,6 +133,27 @@ def test_a_staged_trial_precompiles_its_quick_part_first_and_the_rest_only_for_t
     assert {i.key() for i in quick} | {i.key() for i in rest} == {i.key() for i in every}
 
 
+def test_a_trial_timed_on_some_buckets_precompiles_their_timing_calls_alone():
+    """A move confined to dispatch buckets is timed on their shapes alone (``TrialRequest.buckets``), and so is a
+    screening of such moves: the timing's calls of the other shapes are not compiled. The gate's and the
+    accuracy step's calls stay; buckets no shape of the suite falls in leave every timing call."""
+    from liger_perf.kernel.variants import dispatch_bucket
+
+    spec = get_spec("fused_add_rms_norm")
+    path = baseline_path("fused_add_rms_norm")
+    variants = _sources(path, path)
+    every = work_list(spec, variants, "gpu", timed_only=[1], part="quick", bench_suite="models-tune")
+    confined = work_list(spec, variants, "gpu", timed_only=[1], part="quick", bench_suite="models-tune",
+                         bench_buckets=["4096x2"])
+    bench = {(i.case.shape, i.case.dtype) for i in confined if i.origin == "bench"}
+    assert len(bench) == 10 and {dispatch_bucket(shape, dtype) for shape, dtype in bench} == {"4096x2"}
+    assert {i.key() for i in confined if i.origin != "bench"} == {i.key() for i in every if i.origin != "bench"}
+    assert len({(i.case.shape, i.case.dtype) for i in every if i.origin == "bench"}) == 57
+    absent = work_list(spec, variants, "gpu", timed_only=[1], part="quick", bench_suite="models-tune",
+                       bench_buckets=["65536x2"])
+    assert {i.key() for i in absent} == {i.key() for i in every}
+
+
 def test_work_list_under_the_interpreter_has_no_gpu_cases():
     spec = get_spec("fused_add_rms_norm")
     items = work_list(spec, _sources(baseline_path("fused_add_rms_norm")), "interpret", convergence=False)

@@ -954,8 +954,9 @@ def test_a_move_that_runs_as_a_screened_out_one_at_every_timed_case_is_not_propo
 
 
 def test_a_best_timed_on_its_bucket_alone_still_offers_every_bucket_of_the_suite():
-    """The buckets to tune, and the cases each holds, are the best's rows over the suite: with 0085 timed on
-    bucket 4096x2 alone, those of 0078 (whose code it runs elsewhere) fill the rest. Unfocused, the proposer's
+    """The buckets to tune, and the cases each holds, are the best's rows over the suite, and its diagnoses its NCU
+    profile over the suite: with 0085 timed and profiled on bucket 4096x2 alone, those of 0078 (whose code it runs
+    elsewhere) fill the rest. Unfocused, the proposer's
     first move is the one it makes after 0085 timed everywhere; told to tune 8192x2, it moves 8192x2."""
     history = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id < 85]
     whole = next(t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id == 85)
@@ -966,6 +967,28 @@ def test_a_best_timed_on_its_bucket_alone_still_offers_every_bucket_of_the_suite
             get_spec("fused_add_rms_norm"), "backward", [*history, best], best, best.variant.source,
             baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune", buckets=buckets))
 
+    # Its NCU profile over the suite: 0078's launches where 0085 profiled bucket 4096x2 alone.
+    from liger_perf.record.history import best_as_profiled
+
+    def diagnosed(trial):
+        return sorted((d.name, d.shape, d.dtype) for d in diagnose(trial, "backward", per_bucket=True))
+
+    profiled = best_as_profiled(confined, [*history, confined])
+    assert diagnosed(profiled) == diagnosed(whole) != diagnosed(confined) and len(diagnosed(whole)) > 2
+    assert best_as_profiled(whole, [*history, whole]) is whole  # timed everywhere: its own profile
+    # A left-out case its own profile holds (a shape profiled in a dtype of another bucket) is not taken again:
+    # twice its launches would read as a second kernel taking half the pass.
+    case = ("26214x2560", "float32")  # bucket 4096x4, at the shape 0085 profiled in 4096x2
+    extra = [launch for launch in whole.launches() if (launch.shape, launch.dtype) == case]
+    wider = confined.model_copy(deep=True)
+    wider.ncu.launches += extra
+    merged = best_as_profiled(wider, [*history, wider])
+    assert extra and [launch for launch in merged.launches() if (launch.shape, launch.dtype) == case] == extra
+    assert diagnosed(merged) == diagnosed(whole)
+    # A best whose own profile failed is diagnosed as having none, not from an earlier trial's.
+    unprofiled = confined.model_copy(deep=True)
+    unprofiled.ncu.status = "unavailable"
+    assert best_as_profiled(unprofiled, [*history, unprofiled]) is unprofiled
     first = proposal(confined)
     assert isinstance(first, Proposal) and first.changes == proposal(whole).changes
     focused = proposal(confined, ("8192x2",))

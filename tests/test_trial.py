@@ -270,8 +270,9 @@ def test_a_trial_reports_its_progress_step_by_step_for_the_terminal(history):
 
 def test_a_trial_confined_to_a_bucket_times_its_shapes_alone_and_records_the_rest(interpret_device, monkeypatch):
     """``TrialRequest.buckets``: the timing and the peak memory measure the named buckets' shapes alone, the
-    others are recorded as left out (the judge counts them as the best's code), and the best's NCU durations,
-    there to be held to the timed times, are profiled only where the timing measured."""
+    others are recorded as left out (the judge counts them as the best's code), the candidate's NCU profile and
+    the best's durations (held to the timed times) cover those buckets alone, and so does the precompilation of
+    the timing's calls."""
     from liger_perf.kernel.variants import dispatch_bucket
     from liger_perf.measure import ncu
     from liger_perf.measure.ncu import NcuResult
@@ -298,9 +299,17 @@ def test_a_trial_confined_to_a_bucket_times_its_shapes_alone_and_records_the_res
     monkeypatch.setattr(ncu, "profile", lambda *args, **kwargs: profiled.append(kwargs) or NcuResult(
         "unavailable", "a stand-in"))
     trial._against_durations(["backward"])
-    assert profiled[0]["driver_args"][-2:] == ("--shapes", "9x200")
+    trial.profile()  # the candidate's profile too: the bucket's largest shape alone, in the bucket's dtypes
+    assert [kwargs["driver_args"][-4:] for kwargs in profiled] == [("--shapes", "9x200", "--dtypes", "float16")] * 2
+    from liger_perf.measure import precompile
+
+    compiled = []
+    monkeypatch.setattr(precompile, "precompile", lambda *args, **kwargs: compiled.append(kwargs) or {
+        "status": "skipped", "reason": "a stand-in"})
+    trial.precompile()
+    assert compiled[0]["bench_buckets"] == ["256x2"]
     # Unconfined, or confined to buckets none of the suite's shapes falls in: every case timed, none left out.
     for buckets in ([], ["65536x2"]):
         whole = Trial({"kernel": "fused_add_rms_norm", "variant": path, "against": path, "device": "interpret",
                        "repetitions": 2, "convergence": False, "buckets": buckets})
-        assert whole._timed_cases() == (cases, [])
+        assert whole._timed_cases() == (cases, []) and whole._timed_buckets() == []

@@ -337,13 +337,15 @@ def test_precompilation_children_build_the_parents_work_list(monkeypatch, tmp_pa
     monkeypatch.setattr(precompile.subprocess, "Popen", Popen)
     spec = get_spec("relu_squared")
     precompile.launch(spec, [baseline_path("relu_squared")], "interpret", workers=2, timeout_s=5, part="quick",
-                      bench_suite="models-tune")
+                      bench_suite="models-tune", bench_buckets=["4096x2", "8192x4"])
     assert started and all("--bench-suite=models-tune" in argv for argv in started)
+    assert all([a for a in argv if a.startswith("--bench-bucket=")] == ["--bench-bucket=4096x2",
+                                                                      "--bench-bucket=8192x4"] for argv in started)
     listed = []
     monkeypatch.setattr(precompile, "work_list", lambda *args, **kwargs: listed.append(kwargs) or [])
     precompile.main(["relu_squared", f"--variant={baseline_path('relu_squared')}", "--device=interpret",
-                     "--bench-suite=models-tune", "--share=0/1"])
-    assert listed[0]["bench_suite"] == "models-tune"
+                     "--bench-suite=models-tune", "--bench-bucket=4096x2", "--bench-bucket=8192x4", "--share=0/1"])
+    assert listed[0]["bench_suite"] == "models-tune" and listed[0]["bench_buckets"] == ["4096x2", "8192x4"]
 
 
 def test_the_ncu_driver_profiles_the_cases_of_the_suite_it_is_given(interpret_device, monkeypatch):
@@ -565,3 +567,14 @@ def test_a_screening_of_moves_in_named_buckets_times_those_buckets_cases_alone(i
     screen.suite = "models-tune"
     screen.modules = {"0-move": object()}
     assert screen._buckets_screened(every) == {"2048x2"}
+    # Its precompilation compiles those buckets' timing calls alone.
+    from liger_perf.measure import precompile
+
+    compiled = []
+    monkeypatch.setattr(precompile, "precompile", lambda *args, **kwargs: compiled.append(kwargs) or {
+        "status": "skipped", "reason": "a stand-in"})
+    screen.precompile()
+    assert compiled[0]["bench_buckets"] == ["2048x2"]
+    screen.modules = {"0-move": object(), "1-default": object()}
+    screen.precompile()
+    assert compiled[1]["bench_buckets"] == []

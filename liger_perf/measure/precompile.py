@@ -101,9 +101,18 @@ def _suite_device(suite: str):
     return Device("interpret", torch.device("cpu")) if suite == "interpret" else Device("cuda", torch.device("cuda"))
 
 
+def _bench_cases(spec: KernelSpec, suite: str, buckets: Sequence[str]) -> list[Case]:
+    """The timing's cases: the suite's, or those of ``buckets`` where some fall in them."""
+    from liger_perf.kernel.variants import dispatch_bucket
+
+    cases = spec.cases(suite, "bench")
+    inside = [case for case in cases if dispatch_bucket(case.shape, case.dtype) in buckets]
+    return inside or cases
+
+
 def work_list(spec: KernelSpec, variants: Sequence[tuple[str | Path, str]], suite: str,
               timed_only: Iterable[int] = (), convergence: bool = True, part: str = "all",
-              bench_suite: str = "") -> list[WorkItem]:
+              bench_suite: str = "", bench_buckets: Sequence[str] = ()) -> list[WorkItem]:
     """Every call that compiles what a trial's gate and timing will compile, each once, in a fixed order.
 
     ``variants``: (path, source) of each variant, in order (an item names its variant by index); ``suite``:
@@ -113,7 +122,9 @@ def work_list(spec: KernelSpec, variants: Sequence[tuple[str | Path, str]], suit
     run); "screen", the quick gate's and the timing's (a screening measures no accuracy); "rest", the full gate's
     own cases, precompiled when it will run (the others are compiled by then); "gate", the full gate's cases alone
     (``check``, which times nothing). ``bench_suite``: the suite the trial times, where not ``suite`` (a trial
-    on "models-tune"); the gate's and the accuracy step's cases are ``suite``'s whatever it is. Pure: the
+    on "models-tune"); the gate's and the accuracy step's cases are ``suite``'s whatever it is.
+    ``bench_buckets``: the dispatch buckets whose cases alone the trial times (a move confined to them,
+    ``TrialRequest.buckets``, or a screening of such moves); every case where none falls in them. Pure: the
     same arguments give the same list in every process. A variant whose knobs cannot be read (the gate will say why) gets the timing's cases only."""
     from liger_perf.gate import correctness
     from liger_perf.measure.accuracy import accuracy_cases
@@ -150,7 +161,7 @@ def work_list(spec: KernelSpec, variants: Sequence[tuple[str | Path, str]], suit
             if convergence and part in ("all", "rest", "gate"):
                 for config, dtype in runs(spec, device):
                     add(Case((), dtype, config), "convergence", pass_="convergence")
-        for case in spec.cases(bench_suite or suite, "bench") if part not in ("rest", "gate") else []:
+        for case in _bench_cases(spec, bench_suite or suite, bench_buckets) if part not in ("rest", "gate") else []:
             add(case, "bench")
         for case in accuracy_cases(spec, suite) if part in ("all", "quick") else []:  # a full trial's, not a screening's
             add(case, "accuracy")
@@ -245,6 +256,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--part", choices=PARTS, default="all", help="which calls (see work_list)")
     parser.add_argument("--bench-suite", default="", choices=("", "models-tune"),
                         help="the suite the trial times, where not the device's")
+    parser.add_argument("--bench-bucket", action="append", default=[], metavar="BUCKET",
+                        help="a dispatch bucket whose cases alone the trial times (repeatable)")
     # For tests on a machine without a GPU: run the share under the interpreter, and only its first items.
     parser.add_argument("--device", default="cuda", choices=("cuda", "interpret"), help=argparse.SUPPRESS)
     parser.add_argument("--limit", type=int, default=None, help=argparse.SUPPRESS)
@@ -267,7 +280,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         spec = get_spec(args.kernel)
         paths = [Path(p) for p in args.variants.split(",") if p] + [Path(p) for p in args.variant]
         items = work_list(spec, [(p, variant_source(p)) for p in paths], device.suite, args.timed_only,
-                          convergence=not args.no_convergence, part=args.part, bench_suite=args.bench_suite)
+                          convergence=not args.no_convergence, part=args.part, bench_suite=args.bench_suite,
+                          bench_buckets=args.bench_bucket)
         mine = shares(items, count)[index][: args.limit]
     except Exception as e:  # noqa: BLE001 - reported, not raised: the parent reads the line
         report.update(error=_short(f"{type(e).__name__}: {e}"), seconds=round(time.perf_counter() - started, 2))
@@ -327,13 +341,15 @@ def child_environment() -> dict[str, str]:
 
 def precompile(spec: KernelSpec, variant_paths: Sequence[str | Path], device, workers: int | None = None,
                timeout_s: float = 600, gated: Sequence[str | Path] | None = None,
-               convergence: bool = True, part: str = "all", bench_suite: str = "") -> dict[str, Any]:
+               convergence: bool = True, part: str = "all", bench_suite: str = "",
+               bench_buckets: Sequence[str] = ()) -> dict[str, Any]:
     """Compile what the trial's gate and timing will need, in ``workers`` processes (default: one per core, at
     most 8), waiting at most ``timeout_s`` (children still running then are killed).
 
     ``variant_paths``: the variants the trial runs (the candidate, the current best...); ``gated``: those the
     gate will check (default: all); the others get the timing's cases only. ``convergence``: whether the gate's
-    convergence runs will run. ``part``, ``bench_suite``: which of the calls (see ``work_list``). Returns
+    convergence runs will run. ``part``, ``bench_suite``, ``bench_buckets``: which of the calls (see
+    ``work_list``). Returns
     ``{"status": "ok" | "partial" | "skipped", "workers", "items", "failed",
     "seconds", "first_error", "timed_out"}`` (and ``"reason"`` when skipped). Raises only for its own arguments
     (a missing file, no worker); a call or a child that fails is counted in the result, never raised."""
@@ -351,23 +367,24 @@ def precompile(spec: KernelSpec, variant_paths: Sequence[str | Path], device, wo
     gated_set = None if gated is None else {Path(p).resolve() for p in gated}
     timed_only = [i for i, p in enumerate(paths) if gated_set is not None and p.resolve() not in gated_set]
     return launch(spec, paths, "cuda", workers or default_workers(), timeout_s, timed_only=timed_only,
-                  convergence=convergence, part=part, bench_suite=bench_suite)
+                  convergence=convergence, part=part, bench_suite=bench_suite, bench_buckets=bench_buckets)
 
 
 def launch(spec: KernelSpec, paths: Sequence[Path], child_device: str, workers: int, timeout_s: float,
            timed_only: Sequence[int] = (), convergence: bool = True, limit: int | None = None,
-           part: str = "all", bench_suite: str = "") -> dict[str, Any]:
+           part: str = "all", bench_suite: str = "", bench_buckets: Sequence[str] = ()) -> dict[str, Any]:
     """Start one child per non-empty share, wait for them (killing those past ``timeout_s``) and add up their
     reports. ``child_device``: "cuda", or "interpret" for tests (``limit``: calls per child at most)."""
     started = time.perf_counter()
     suite = "interpret" if child_device == "interpret" else "gpu"
     items = work_list(spec, [(p, variant_source(p)) for p in paths], suite, timed_only, convergence, part,
-                      bench_suite)
+                      bench_suite, bench_buckets)
     dealt = shares(items, workers)
     env = child_environment()
     base = [sys.executable, "-m", "liger_perf.measure.precompile", spec.name, *(f"--variant={p}" for p in paths),
             *(f"--timed-only={i}" for i in timed_only), f"--device={child_device}",
             *([] if convergence else ["--no-convergence"]), f"--part={part}", f"--bench-suite={bench_suite}",
+            *(f"--bench-bucket={bucket}" for bucket in bench_buckets),
             *([] if limit is None else [f"--limit={limit}"])]
     children = []  # (share index, planned items, Popen or None, output file, why it did not start)
     for index, share in enumerate(dealt):

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from liger_perf.core.config import read_yaml_mapping
 from liger_perf.core.errors import UserError
-from liger_perf.record.history import geomean
+from liger_perf.record.history import best_as_profiled, geomean
 from liger_perf.propose import Context, Proposal, Stop, tried_sources
 from liger_perf.propose.rules import RulesProposer, diagnose
 from liger_perf.propose.safety import check_generated_source
@@ -148,9 +148,10 @@ def build_prompt(context: Context, settings: LlmSettings) -> str:
     """The user message: everything the history holds, the oldest trials collapsed first when it is too long."""
     trials = context.trials
     target = context.target
+    profiled = best_as_profiled(context.best, trials)  # over the suite, where its own trial was confined
     diagnoses = [f"- {p} {d.name} (severity {d.severity:.2f}): {d.evidence}"
                  for p in (["forward", "backward"] if target == "full" else [target]) if target != "memory"
-                 for d in diagnose(context.best, p)]
+                 for d in diagnose(profiled, p)]
     recent = settings.recent_trials
     while True:
         detailed = trials[-recent:] if recent else []
@@ -177,7 +178,7 @@ def build_prompt(context: Context, settings: LlmSettings) -> str:
             if carries_dispatch(context.best_source) else "",
             (f"## Buckets to tune\nChange only the DISPATCH entries of {', '.join(context.buckets)}: nothing else.")
             if context.buckets else "",
-            "## The current best's NCU profile\n" + "\n".join(_ncu_lines(context.best, limit=40)),
+            "## The current best's NCU profile\n" + "\n".join(_ncu_lines(profiled, limit=40)),
             "## What the rules proposer diagnoses\n" + ("\n".join(diagnoses) or "(no NCU diagnosis)"),
             f"## Every earlier trial, oldest first ({len(trials)})\n" + "\n".join(table), note,
             ("## Already chosen for this round (propose something different from each)\n"

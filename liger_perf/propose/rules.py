@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from liger_perf.propose import Context, Proposal, Stop, tried_sources
 from liger_perf.judge import drift_ratios, recheck_owed
 from liger_perf.propose.resources import footprints, launch_problem, limits_for, spilling_shapes
-from liger_perf.record.history import accepted_chain, best_timing_rows, geomean
+from liger_perf.record.history import accepted_chain, best_as_profiled, best_timing_rows, geomean
 from liger_perf.record.schema import NCU_DURATION, TUNING_SUITES, NcuLaunch, TrialResult
 from liger_perf.kernel.spec import Remedy
 from liger_perf.kernel.variants import (apply_changes, bucket_columns, bucket_order, carries_dispatch,
@@ -319,7 +319,8 @@ class RulesProposer:
         ran = _KnobsRan(context.trials, knobs, context.baseline_source, dispatch, spec, cases)
         rejected_moves = self._rejected_moves(context.trials, choices)
         passes = ["forward", "backward"] if context.target == "full" else [context.target]
-        diagnoses = [(p, d) for p in passes for d in diagnose(best, p, per_bucket=bool(buckets))] \
+        profiled = best_as_profiled(best, context.trials)  # its profile over the suite, where it was confined
+        diagnoses = [(p, d) for p in passes for d in diagnose(profiled, p, per_bucket=bool(buckets))] \
             if context.target != "memory" else []
         # Where a peer is faster than the best, its bucket's problems come first (the furthest behind first): a
         # remedy there is what the suite's targets need, whatever a slower bucket's NCU severity says.

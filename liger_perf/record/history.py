@@ -12,7 +12,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -319,25 +319,60 @@ def best_timing_rows(best: TrialResult, trials: list[TrialResult], pass_name: st
     confined timing left out (``TrialResult.left_out_keys``: there it ran the code of the best it was measured
     against), the row of the newest earlier complete trial of that best's source that timed the case (any suite,
     any kind); a case none timed but that source's own confined trial left out is looked for the same way one
-    best further back. A case no such trial timed has no row."""
+    best further back (``_back_along_the_chain``). A case no such trial timed has no row."""
     rows = list(best.timing_rows("candidate", pass_name))
-    pending = {key for key in best.left_out_keys if pass_name is None or key[0] == pass_name}
+
+    def take(trial: TrialResult, pending: set) -> set:
+        found = [row for row in trial.timing_rows("candidate", pass_name) if row.key in pending]
+        rows.extend(found)
+        return {row.key for row in found}
+
+    _back_along_the_chain(best, trials, {key for key in best.left_out_keys
+                                         if pass_name is None or key[0] == pass_name}, take)
+    return rows
+
+
+def best_as_profiled(best: TrialResult, trials: list[TrialResult]) -> TrialResult:
+    """The current best's trial with its candidate's NCU launches over the suite: where its confined trial
+    profiled its buckets' shapes alone, each case it left out from the newest earlier full profile of the source
+    it ran against that holds the case, back along the chain (as ``best_timing_rows``). What the proposers
+    diagnose; the trial itself is not changed."""
+    if best.ncu is None or best.ncu.status != "ok" or not best.left_out_keys:
+        return best  # a best without a profile of its own says so: nothing earlier stands in for it
+    launches: list = []  # the earlier ones first: a reader of the last few launches meets the best's own
+    own = {(launch.pass_name, launch.shape, launch.dtype) for launch in best.launches()}
+
+    def take(trial: TrialResult, pending: set) -> set:
+        if trial.ncu is None or trial.ncu.scope != "full":  # a light profile holds the widest shape's kept metrics
+            return set()
+        found = [launch for launch in trial.launches() if (launch.pass_name, launch.shape, launch.dtype) in pending]
+        launches.extend(found)
+        return {(launch.pass_name, launch.shape, launch.dtype) for launch in found}
+
+    # A case its own profile holds (the NCU driver profiles a shape in every dtype asked) is never taken twice:
+    # twice the launches of one case would read as a second kernel beside the first.
+    _back_along_the_chain(best, trials, {key for key in best.left_out_keys if key[0] != "memory"} - own, take)
+    return best.model_copy(update={"ncu": best.ncu.model_copy(update={"launches": [*launches,
+                                                                                    *best.ncu.launches]})})
+
+
+def _back_along_the_chain(best: TrialResult, trials: list[TrialResult], pending: set,
+                          take: Callable[[TrialResult, set], set]) -> None:
+    """Offer ``take`` the ``pending`` cases (keys a confined timing left out, where the best ran the code of the
+    best before it) in each earlier complete trial of that earlier best's source, newest first; ``take`` returns
+    the keys it found there. Cases still pending that the source's own confined trial left out too go one best
+    further back."""
     current = best
     while pending and current.against_sha:
         ran = [t for t in trials if t.trial_id < current.trial_id and t.variant_sha == current.against_sha
                and t.status == "complete" and t.timing is not None]
         for trial in reversed(ran):  # the newest measurement of each case first
-            for row in trial.timing_rows("candidate", pass_name):
-                if row.key in pending:
-                    rows.append(row)
-                    pending.discard(row.key)
-        # What is still pending, that source's own confined trial left out: the code of the best before it.
+            pending -= take(trial, pending)
         link = next((t for t in reversed(ran) if pending & t.left_out_keys), None)
         if link is None:
             break
         pending &= link.left_out_keys
         current = link
-    return rows
 
 
 def trial_variant_file(kernel: str, trial: TrialResult, root: Path | None = None) -> Path:

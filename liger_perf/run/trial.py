@@ -189,7 +189,8 @@ class Trial:
         self.progress.report("precompiling", detail=f"{count(len(paths), 'variant')}, calls: {part}")
         # At most a few minutes: what is not compiled by then compiles in the gate, as it would have.
         outcome = precompile(self.spec, paths, self.device, gated=gated, convergence=self.request.convergence,
-                             timeout_s=240, part=part, bench_suite=self.request.suite)
+                             timeout_s=240, part=part, bench_suite=self.request.suite,
+                             bench_buckets=self._timed_buckets())
         self.data.setdefault("precompile", {})[part] = outcome
         _display(markdown=f"*Precompilation ({part}): {outcome['status']}"
                           + (f" ({outcome['reason']})" if outcome.get("reason") else
@@ -387,6 +388,10 @@ class Trial:
             _display(memory.pivot_table(index=["shape", "dtype"], columns="contender", values="peak_bytes",
                                         sort=False))
 
+    def _timed_buckets(self) -> list[str]:
+        """The dispatch buckets whose cases alone the timing measures (``_timed_cases``); empty: every case."""
+        return sorted(self.request.buckets) if self._timed_cases()[1] else []
+
     def _timed_cases(self) -> tuple[list, list]:
         """(the suite's cases the timing measures, those it leaves out): every case, or with
         ``TrialRequest.buckets`` those of the named dispatch buckets alone (every case where none falls in them:
@@ -441,11 +446,14 @@ class Trial:
             result_status, reason, metrics, advice, report = "unavailable", "disabled for this trial", None, None, None
         else:
             report_path = (self.artifacts or Path(".")) / "profile.ncu-rep"
-            cases = self.spec.cases(self.suite, "bench")
+            # Where the timing was confined to the move's buckets, so is the profile: elsewhere the candidate runs
+            # the best's code, whose profile its own trial holds (``history.best_as_profiled``).
+            cases = self._timed_cases()[0]
             widest = max((c.shape for c in cases), key=math.prod)
             if not self.device.interpreted:  # no NCU under the interpreter: no such step to announce
                 self.progress.report("NCU profile", detail=", ".join(passes) + (" (light)" if light else ""))
-            shapes = [widest] if light else profiled_shapes(cases, self.suite != self.device.suite)
+            shapes = [widest] if light else profiled_shapes(cases, self.suite != self.device.suite
+                                                            or bool(self._timed_buckets()))
             res = profile(self.spec.name, self.variant.path, passes, self.device.interpreted, report_path,
                           driver_args=self._driver_args(shapes), kept_only=light)
             result_status, reason, metrics, advice = res.status, res.reason, res.metrics, res.advice
@@ -476,9 +484,16 @@ class Trial:
                               f"{speedup}: {row['message']}")
 
     def _driver_args(self, shapes: list[tuple[int, ...]] | None) -> tuple[str, ...]:
-        """The NCU driver's arguments for this trial's suite and ``shapes`` (None: every shape of it)."""
+        """The NCU driver's arguments for this trial's suite and ``shapes`` (None: every shape of it), and for a
+        timing confined to some buckets the dtypes of their cases (the driver profiles a shape in every dtype
+        asked, and a bucket is one element size)."""
+        from liger_perf.kernel.spec import dtype_name
+
         args = ("--suite", self.suite) if self.suite != self.device.suite else ()
-        return args + (("--shapes", ",".join("x".join(map(str, s)) for s in shapes)) if shapes else ())
+        args += ("--shapes", ",".join("x".join(map(str, s)) for s in shapes)) if shapes else ()
+        if self._timed_buckets():
+            args += ("--dtypes", ",".join(sorted({dtype_name(c.dtype) for c in self._timed_cases()[0]})))
+        return args
 
     def _against_durations(self, passes: list[str]) -> tuple[list[dict], str | None]:
         """The current best's kernel durations under NCU, and "ok" or why not (None: no current best). The
@@ -490,7 +505,8 @@ class Trial:
             return [], None
         self.progress.report("NCU profile", detail="the current best's kernel durations")
         # Only where the timing measured it: the durations are there to be held to the timed CUDA-event times.
-        shapes = profiled_shapes(self._timed_cases()[0], self.suite != self.device.suite or bool(self.request.buckets))
+        shapes = profiled_shapes(self._timed_cases()[0], self.suite != self.device.suite
+                                 or bool(self._timed_buckets()))
         res = profile(self.spec.name, self.against.path, passes, self.device.interpreted,
                       (self.artifacts or Path(".")) / "against-durations.ncu-rep", durations_only=True,
                       driver_args=self._driver_args(shapes))
