@@ -16,8 +16,7 @@ from typing import Callable
 from liger_perf.core.errors import UserError
 from liger_perf.judge.guardrails import Guardrails
 from liger_perf.record.history import (accepted_chain, baseline_trials, best_timing_rows, load_trials,
-                                       screening_pace, trial_pace,
-                                trial_variant_file, warn)
+                                       screening_pace, trial_pace, trial_variant_file, warn)
 from liger_perf.judge import confined_buckets, drift_ratios, judge, made_by, recheck_owed
 from liger_perf.propose import Context, Proposal, Proposer, Stop
 from liger_perf.propose.rules import peer_leads
