@@ -397,13 +397,9 @@ class Trial:
         """(the suite's cases the timing measures, those it leaves out): every case, or with
         ``TrialRequest.buckets`` those of the named dispatch buckets alone (every case where none falls in them:
         the judge then finds nothing of theirs to judge, and says so)."""
-        from liger_perf.kernel.variants import dispatch_bucket
+        from liger_perf.kernel.variants import split_by_buckets
 
-        cases = self.spec.cases(self.suite, "bench")
-        inside = [dispatch_bucket(c.shape, c.dtype) in self.request.buckets for c in cases]
-        if not any(inside):
-            return cases, []
-        return [c for c, i in zip(cases, inside) if i], [c for c, i in zip(cases, inside) if not i]
+        return split_by_buckets(self.spec.cases(self.suite, "bench"), self.request.buckets)
 
     @_step("accuracy", "accuracy against float64")
     def accuracy(self) -> None:
