@@ -598,9 +598,12 @@ def plan_command(
     def pace(kind: str, each: bool = False, screened: list | None = None) -> str:
         """How long such a step takes here (the loop's own estimates: ``trial_pace``, and for a screening of the
         ``screened`` proposals ``screening_pace``, by the cases their changes time), to size a GPU call by."""
-        seconds = (loop.screening_pace(history, [p.changes or {} for p in screened]) if screened
-                   else max((loop.trial_pace(history, p, step.best.variant.source) or 0.0 for p in step.trials), default=0.0)
-                   if kind == "experiment" and step.trials else trial_pace(history, suite, kind=kind))
+        if screened:
+            seconds = loop.screening_pace(history, [p.changes or {} for p in screened])
+        elif kind == "experiment" and step.trials:  # by the cases each trial times (its buckets' alone, or all)
+            seconds = max((loop.trial_pace(history, p, step.best.variant.source) or 0.0 for p in step.trials))
+        else:
+            seconds = trial_pace(history, suite, kind=kind)
         return f" (about {seconds:.0f} s{' each' if each else ''} in the notebook, by this history's recent " \
                "ones)" if seconds else ""
 

@@ -16,8 +16,7 @@ from typing import Callable
 from liger_perf.core.errors import UserError
 from liger_perf.judge.guardrails import Guardrails
 from liger_perf.record.history import (accepted_chain, baseline_trials, best_timing_rows, load_trials,
-                                       screening_pace, trial_pace,
-                                trial_variant_file, warn)
+                                       screening_pace, trial_pace, trial_variant_file, warn)
 from liger_perf.judge import confined_buckets, drift_ratios, judge, made_by, recheck_owed
 from liger_perf.propose import Context, Proposal, Proposer, Stop
 from liger_perf.propose.rules import peer_leads
@@ -26,7 +25,7 @@ from liger_perf.kernel.registry import baseline_path, get_spec
 from liger_perf.run import Runner, check_tuning_suite, history_device, trial_request
 from liger_perf.record.schema import HARNESS_ERROR, TrialRequest, TrialResult, Verdict
 from liger_perf.record.store import Store, trial_number
-from liger_perf.kernel.variants import dispatch_bucket, source_hash, target_buckets, with_knobs
+from liger_perf.kernel.variants import dispatch_bucket, source_hash, split_by_buckets, target_buckets, with_knobs
 from liger_perf.core.wording import count, speedup
 
 
@@ -416,18 +415,15 @@ class OptimizeLoop:
         (``changes`` None) under ``--buckets``, every candidate will be a move in those buckets (``_in_scope``),
         though perhaps in only one of them: their cases, or the whole suite's where any of them has none (the
         larger estimate, so that no screening begins that the deadline would cut off)."""
-        import torch
-
-        from liger_perf.kernel.device import Device
         from liger_perf.kernel.variants import screened_buckets
 
-        cases = self.spec.cases(self.suite or Device(self.mode, torch.device("cpu")).suite, "bench")
+        cases = self._suite_cases()
         if changes is not None:
             scope = screened_buckets(changes, cases)
         else:
             present = {dispatch_bucket(case.shape, case.dtype) for case in cases}
             scope = set(self.buckets) if set(self.buckets) <= present else set()
-        timed = [case for case in cases if dispatch_bucket(case.shape, case.dtype) in scope] or cases
+        timed = split_by_buckets(cases, scope)[0]
         return screening_pace(trials, self.suite, cases=len(timed),
                               candidates=len(changes) if changes is not None else candidates)
 
@@ -442,16 +438,18 @@ class OptimizeLoop:
         return trial_pace(trials, self.suite, kind=kind,
                           timed=self._timed_cases(request.buckets) if kind == "experiment" else None)
 
-    def _timed_cases(self, buckets: list[str] | set[str]) -> int:
-        """The cases (each a pass at a shape and dtype) a trial times: those of ``buckets`` alone, else the
-        whole suite's."""
+    def _suite_cases(self) -> list:
+        """The cases of the suite the trials time here."""
         import torch
 
         from liger_perf.kernel.device import Device
 
-        cases = self.spec.cases(self.suite or Device(self.mode, torch.device("cpu")).suite, "bench")
-        timed = [case for case in cases if not buckets or dispatch_bucket(case.shape, case.dtype) in buckets]
-        return len(timed) * len(self.spec.passes)
+        return self.spec.cases(self.suite or Device(self.mode, torch.device("cpu")).suite, "bench")
+
+    def _timed_cases(self, buckets: list[str] | set[str]) -> int:
+        """The cases (each a pass at a shape and dtype) a trial confined to ``buckets`` times (``Trial``'s
+        ``split_by_buckets``: the whole suite where none falls in them)."""
+        return len(split_by_buckets(self._suite_cases(), buckets)[0]) * len(self.spec.passes)
 
     def _out_of_time(self, what: str, pace: float | None) -> Stop:
         left = max(0.0, self.deadline - time.time())
@@ -514,9 +512,9 @@ class OptimizeLoop:
         if not best_source or self.guardrails.time_outside_buckets or not step.changes or not step.source:
             return []
         buckets = confined_buckets(self.kernel, step.source, best_source, step.changes, [])
-        # Buckets no shape of the suite falls in: the whole suite, whose timing has none of them to judge either
-        # (the judge says so), as a screening does (``variants.screened_buckets``).
-        return sorted(buckets) if self._timed_cases(buckets) else []
+        # Only where that leaves something out: buckets no shape of the suite falls in time the whole suite (whose
+        # timing has none of theirs to judge either: the judge says so), as a screening does.
+        return sorted(buckets) if split_by_buckets(self._suite_cases(), buckets)[1] else []
 
     def trial_pace(self, trials: list[TrialResult], step: Proposal, best_source: str) -> float | None:
         """How long a full trial of ``step`` against the best (of ``best_source``) takes here

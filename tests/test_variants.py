@@ -481,3 +481,18 @@ def test_the_gate_checks_every_bucket_of_the_table_in_its_own_dtype(interpret_de
             ((37, 8192), torch.float32), ((4, 8191), torch.float32), ((5, 8191), torch.float32)} <= found
     assert all(4096 < shape[-1] <= 8192 and dtype == torch.float32 for shape, dtype in found)
     assert len({tuple(sorted(g.case.config.items())) for g in cases}) == len(spec.check_configs)
+
+
+def test_cases_split_by_buckets_keep_the_suite_s_order_and_fall_back_to_all_where_none_falls_in():
+    """What a trial confined to buckets times and leaves out (``variants.split_by_buckets``)."""
+    import torch
+
+    from liger_perf.kernel.spec import Case
+    from liger_perf.kernel.variants import split_by_buckets
+
+    cases = [Case((16, 200), torch.float16, {}), Case((16, 200), torch.float32, {}), Case((8, 4000), torch.float16, {}),
+             Case((8, 130), torch.float16, {})]
+    inside, outside = split_by_buckets(cases, {"256x2"})
+    assert inside == [cases[0], cases[3]] and outside == [cases[1], cases[2]]
+    assert split_by_buckets(cases, {"256x2", "4096x2", "256x4"}) == (cases, [])
+    assert split_by_buckets(cases, {"65536x2"}) == (cases, []) == split_by_buckets(cases, set())

@@ -163,6 +163,15 @@ def target_buckets(changes: dict[str, Any] | None) -> set[str]:
     return set(buckets) if buckets and None not in buckets else set()
 
 
+def split_by_buckets(cases: list, buckets) -> tuple[list, list]:
+    """``(the cases of buckets, the others)`` in the suite's order; ``(cases, [])`` where none falls in them (or
+    none is named): what a trial confined to ``buckets`` times, and what it leaves out."""
+    inside = [dispatch_bucket(case.shape, case.dtype) in buckets for case in cases]
+    if not any(inside):
+        return list(cases), []
+    return [c for c, i in zip(cases, inside) if i], [c for c, i in zip(cases, inside) if not i]
+
+
 def screened_buckets(changes: list[dict[str, Any] | None], cases) -> set[str]:
     """The dispatch buckets a screening of candidates with these ``changes`` times: those the changes name, where
     every candidate is a move in named buckets (``target_buckets``) and some of ``cases`` falls in them; else none

@@ -101,15 +101,6 @@ def _suite_device(suite: str):
     return Device("interpret", torch.device("cpu")) if suite == "interpret" else Device("cuda", torch.device("cuda"))
 
 
-def _bench_cases(spec: KernelSpec, suite: str, buckets: Sequence[str]) -> list[Case]:
-    """The timing's cases: the suite's, or those of ``buckets`` where some fall in them."""
-    from liger_perf.kernel.variants import dispatch_bucket
-
-    cases = spec.cases(suite, "bench")
-    inside = [case for case in cases if dispatch_bucket(case.shape, case.dtype) in buckets]
-    return inside or cases
-
-
 def work_list(spec: KernelSpec, variants: Sequence[tuple[str | Path, str]], suite: str,
               timed_only: Iterable[int] = (), convergence: bool = True, part: str = "all",
               bench_suite: str = "", bench_buckets: Sequence[str] = ()) -> list[WorkItem]:
@@ -130,7 +121,7 @@ def work_list(spec: KernelSpec, variants: Sequence[tuple[str | Path, str]], suit
     from liger_perf.measure.accuracy import accuracy_cases
     from liger_perf.gate.convergence import runs
     from liger_perf.core.errors import UserError
-    from liger_perf.kernel.variants import Variant
+    from liger_perf.kernel.variants import Variant, split_by_buckets
 
     device = _suite_device(suite)
     timed_only = set(timed_only)
@@ -161,7 +152,8 @@ def work_list(spec: KernelSpec, variants: Sequence[tuple[str | Path, str]], suit
             if convergence and part in ("all", "rest", "gate"):
                 for config, dtype in runs(spec, device):
                     add(Case((), dtype, config), "convergence", pass_="convergence")
-        for case in _bench_cases(spec, bench_suite or suite, bench_buckets) if part not in ("rest", "gate") else []:
+        timed = split_by_buckets(spec.cases(bench_suite or suite, "bench"), bench_buckets)[0]
+        for case in timed if part not in ("rest", "gate") else []:
             add(case, "bench")
         for case in accuracy_cases(spec, suite) if part in ("all", "quick") else []:  # a full trial's, not a screening's
             add(case, "accuracy")

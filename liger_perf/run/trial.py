@@ -361,6 +361,7 @@ class Trial:
                                "note": "" if not self.device.interpreted else
                                "peak memory is read from the CUDA allocator; none under the interpreter"}
         unit = "ms (CPU, interpreter)" if self.device.interpreted else "ms"
+        several = len(self.request.buckets) > 1
         how = ("CPU wall clock under the Triton interpreter" if self.device.interpreted else
                "CUDA events, L2 flushed before each run")
         _display(markdown=f"## Timings\n\n{count(plan.repetitions, 'repetition')} per contender after {plan.warmup} warm-up, "
@@ -370,12 +371,12 @@ class Trial:
                              "reference's median)" if plan.resolution_ms else "")
                           + f". Copy bandwidth in this run: "
                           f"{bandwidth / 1e9:.0f} GB/s (bytes read + written)."
-                          + (f"\n\nTimed at the shapes of bucket{'s' if len(self.request.buckets) > 1 else ''} "
+                          + (f"\n\nTimed at the shapes of bucket{'s' if several else ''} "
                              f"{', '.join(sorted(self.request.buckets))} alone ({count(len(cases), 'case')}): the "
-                             f"candidate is the current best with only {'their' if len(self.request.buckets) > 1 else 'its'} "
-                             f"`DISPATCH` entries changed, so at the suite's other {count(len(left_out), 'case')} "
-                             "both launch the same kernels with the same settings (the judge checks the sources "
-                             "again and counts their ratios as 1)." if left_out else ""))
+                             f"candidate is the current best with only {'their' if several else 'its'} `DISPATCH` "
+                             f"entries changed, so at the suite's other {count(len(left_out), 'case')} both "
+                             "launch the same kernels with the same settings (the judge checks the sources again "
+                             "and counts their ratios as 1)." if left_out else ""))
         _display(timing_table(summary, unit))
         failed = [c for c in spot_checks if not c["passed"]]
         _display(markdown=f"Spot checks of timed calls (fresh inputs, against float64): {len(spot_checks)}, "
@@ -396,13 +397,9 @@ class Trial:
         """(the suite's cases the timing measures, those it leaves out): every case, or with
         ``TrialRequest.buckets`` those of the named dispatch buckets alone (every case where none falls in them:
         the judge then finds nothing of theirs to judge, and says so)."""
-        from liger_perf.kernel.variants import dispatch_bucket
+        from liger_perf.kernel.variants import split_by_buckets
 
-        cases = self.spec.cases(self.suite, "bench")
-        inside = [dispatch_bucket(c.shape, c.dtype) in self.request.buckets for c in cases]
-        if not any(inside):
-            return cases, []
-        return [c for c, i in zip(cases, inside) if i], [c for c, i in zip(cases, inside) if not i]
+        return split_by_buckets(self.spec.cases(self.suite, "bench"), self.request.buckets)
 
     @_step("accuracy", "accuracy against float64")
     def accuracy(self) -> None:
