@@ -42,8 +42,8 @@ def test_the_fused_launch_model_says_a_pass_is_unchanged_only_where_its_launches
     (its noise is not re-measured, and counts for nothing along the chain), so the model must never call a
     pass unchanged whose launches changed. Here the baseline's kernels are replaced by a recorder and every
     launch of each pass is compared, for random knob settings with one knob changed, at widths that take each
-    path. Backward launches on a chunked walk may differ in NUM_STAGES, DW_BEFORE_DX and RELOAD_W: those walks
-    never read them."""
+    path. Backward launches on a chunked walk may differ in NUM_STAGES, DW_BEFORE_DX, RELOAD_W and DS_WITH_ROW,
+    forward launches on one in W_WITH_ROW: those walks never read them."""
     import importlib.util
     import random
 
@@ -67,8 +67,10 @@ def test_the_fused_launch_model_says_a_pass_is_unchanged_only_where_its_launches
             def launch(*args, **kwargs):
                 kwargs = {k: plain(v) for k, v in kwargs.items()}
                 if kwargs.get("CHUNK_MODE", 0) != 0:  # the chunked walks never read these
-                    for unread in ("NUM_STAGES", "DW_BEFORE_DX", "RELOAD_W"):
+                    for unread in ("NUM_STAGES", "DW_BEFORE_DX", "RELOAD_W", "DS_WITH_ROW"):
                         kwargs.pop(unread, None)
+                if kwargs.get("CHUNKED"):
+                    kwargs.pop("W_WITH_ROW", None)
                 launches.append((self.name, grid if not callable(grid) else "grid",
                                  tuple(plain(a) for a in args), tuple(sorted(kwargs.items()))))
             return launch
@@ -97,6 +99,7 @@ def test_the_fused_launch_model_says_a_pass_is_unchanged_only_where_its_launches
     # Moves the random draws almost never make: where the row cap binds, warps a 16384-element tile already has
     # (16) but its one-row walk (2048 elements: 8 warps "auto") does not.
     capped = {**defaults, "bwd_tile_elements": 16384, "bwd_max_rows_per_program": 16}
+    chunked = {**defaults, "BLOCK_SIZE": 4096, "bwd_column_chunked": "per_row", "fwd_column_chunked": True}
     targeted = [(capped, {**capped, "bwd_num_warps": 16}, (300, 2000), torch.bfloat16),
                 (capped, {**capped, "bwd_elements_per_thread": 32}, (300, 2000), torch.float32),
                 # 1800 columns fill 88 % of their block: a cap up to 87.5 % leaves it, one up to 75 % as well
@@ -104,7 +107,12 @@ def test_the_fused_launch_model_says_a_pass_is_unchanged_only_where_its_launches
                 ({**capped, "bwd_row_cap_max_fill": 0.75}, {**capped, "bwd_row_cap_max_fill": 0.875}, (300, 1800),
                  torch.float32),
                 ({**capped, "bwd_row_cap_max_fill": 0.75}, {**capped, "bwd_row_cap_max_fill": 0.625}, (300, 1100),
-                 torch.bfloat16)]
+                 torch.bfloat16),
+                # the loads moved before a row's sum: on whole rows; a chunked walk (both passes) never reads them
+                (defaults, {**defaults, "bwd_ds_load": "with_row"}, (300, 2000), torch.bfloat16),
+                (defaults, {**defaults, "fwd_w_load": "with_row"}, (8, 896), torch.float32),
+                (chunked, {**chunked, "bwd_ds_load": "with_row"}, (8, 12288), torch.float32),
+                (chunked, {**chunked, "fwd_w_load": "with_row"}, (8, 12288), torch.float16)]
     for draw in range(400 + len(targeted)):
         if draw < len(targeted):
             before, after, shape, dtype = targeted[draw]

@@ -81,6 +81,13 @@ ALGORITHMS = {
                                  "bwd_dw_accumulator": "tile"},
                                 {"bwd_max_rows_per_program": 8, "bwd_tile_rows": 4, "bwd_dw_tile": True,
                                  "bwd_dw_before_dx": True}),
+    # dS_out loaded with the row's dY and S, before its sum (the one-row loop, then the tile loop); the forward's W
+    # with X and R.
+    "ds_and_w_loaded_with_the_row": ({"bwd_ds_load": "with_row", "fwd_w_load": "with_row"},
+                                     {"bwd_chunk_mode": 0, "bwd_tile_rows": 1, "bwd_ds_with_row": True,
+                                      "fwd_w_with_row": True}),
+    "row_tiles_ds_loaded_with_the_row": ({"bwd_tile_elements": 512, "bwd_ds_load": "with_row"},
+                                         {"bwd_tile_rows": 4, "bwd_ds_with_row": True}),
     # Gradients rounded where autograd rounds them (the baseline rounds them once).
     "gradients_rounded_as_autograd": ({"bwd_grad_rounding": "autograd", "bwd_tile_elements": 512},
                                       {"bwd_chunk_mode": 0, "bwd_tile_rows": 4}),
@@ -202,10 +209,13 @@ def test_the_row_cap_makes_short_one_row_programs_only_where_auto_rows_exceed_it
 
 @pytest.mark.parametrize("tile", ["row", 512])
 @pytest.mark.parametrize("knobs", [{"bwd_dw_order": "before_dx"}, {"bwd_weight_reload": True},
-                                   {"bwd_dw_order": "before_dx", "bwd_weight_reload": True}])
+                                   {"bwd_dw_order": "before_dx", "bwd_weight_reload": True},
+                                   {"bwd_ds_load": "with_row", "fwd_w_load": "with_row"},
+                                   {"bwd_ds_load": "with_row", "bwd_dw_order": "before_dx", "bwd_weight_reload": True}])
 def test_the_register_order_knobs_change_no_bit_of_any_gradient(tmp_path, interpret_device, knobs, tile):
-    """The order a row's dW term is added up in and where W + offset is read from free registers; they must not
-    change what is computed: the same float32 sums in the same order, so every output bitwise the baseline's."""
+    """The order a row's dW term is added up in, where W + offset is read from and when a row's dS_out (or the
+    forward's W) is loaded free registers or move latency; they must not change what is computed: the same float32
+    sums in the same order, so every output bitwise the baseline's."""
     import torch
 
     spec = get_spec("fused_add_rms_norm")
@@ -496,3 +506,59 @@ def test_cases_split_by_buckets_keep_the_suite_s_order_and_fall_back_to_all_wher
     assert inside == [cases[0], cases[3]] and outside == [cases[1], cases[2]]
     assert split_by_buckets(cases, {"256x2", "4096x2", "256x4"}) == (cases, [])
     assert split_by_buckets(cases, {"65536x2"}) == (cases, []) == split_by_buckets(cases, set())
+
+
+# Compiles the baseline's kernels for an H200 (sm_90) with Triton's own ptxas, no GPU needed, and prints, for each
+# kernel, how many global loads its PTX issues before its first barrier (the row sum's) and in all. Run without the
+# interpreter: under it ``triton.jit`` gives no compilable function.
+_LOADS_BEFORE_THE_SUM = r"""
+import importlib.util, re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+spec = importlib.util.spec_from_file_location("compiled_baseline", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+late = sys.argv[2] == "after_sum"
+common = dict(CASTING=0, BLOCK_SIZE=1024)
+kernels = {
+    "_backward_kernel": dict(common, CHUNK_MODE=0, TILE_ROWS=int(sys.argv[3]), NUM_STAGES=None, FUSED_DW=False,
+                             REDUCE_COLS=1024, ROUND_ONCE=True, DW_BEFORE_DX=False, RELOAD_W=False, DW_TILE=False,
+                             DS_WITH_ROW=not late),
+    "_forward_kernel": dict(common, ROWS_PER_PROGRAM=1, CHUNKED=False, W_WITH_ROW=not late),
+}
+for name, constexprs in kernels.items():
+    fn = getattr(module, name)
+    signature = {arg: "constexpr" if arg in constexprs else "fp32" if arg in ("offset", "eps")
+                 else "*fp32" if arg.isupper() else "i32" for arg in fn.arg_names}
+    source = ASTSource(fn, signature, constexprs)
+    ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8}).asm["ptx"]
+    before = ptx.split("bar.sync", 1)[0]
+    print(name, len(re.findall(r"ld\.global", before)), len(re.findall(r"ld\.global", ptx)))
+"""
+
+
+@pytest.mark.parametrize("tile_rows", [1, 2])
+def test_loads_written_with_the_row_are_issued_before_its_sum(tmp_path, tile_rows):
+    """``bwd_ds_load`` and ``fwd_w_load`` exist for the code the GPU runs, which no interpreter shows: a row's sum
+    crosses warps behind a barrier, and the compiler issues no load across one. In the compiled code for an H200,
+    "with_row" must put every load of the one-row and tile loops (the backward) and of a whole row (the forward)
+    before the first barrier, where "after_sum" leaves the dS_out and W loads after it."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "loads_before_the_sum.py"
+    script.write_text(_LOADS_BEFORE_THE_SUM)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    counts = {}
+    for order in ("after_sum", "with_row"):
+        done = subprocess.run([sys.executable, str(script), str(baseline_path("fused_add_rms_norm")), order,
+                               str(tile_rows)], capture_output=True, text=True, env=env, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        counts[order] = {name: (int(before), int(total)) for name, before, total in map(str.split,
+                                                                                          done.stdout.splitlines())}
+    for kernel in ("_backward_kernel", "_forward_kernel"):
+        (late, late_total), (early, early_total) = counts["after_sum"][kernel], counts["with_row"][kernel]
+        assert early == early_total == late_total > late, (kernel, counts)

@@ -83,6 +83,15 @@ backward through the autograd context. The knobs reach the algorithms a kernel e
   16384x2304 (the row fills 56 % of its block), 0.95 at 26214x2560 (63 %), 0.99 at 12289x3584 (88 %) and 1.03 at
   16384x3840 (94 %), where the tile was already at 92 % of the copy floor
   (``reports/evidence/2026-12-04-bench-models-best-0073/``).
+* ``bwd_ds_load``: when the unchunked loops load a row's ``dS_out``: ``"after_sum"``, once its ``sum(m * S)`` is
+  known, or ``"with_row"``, beside its ``dY`` and ``S``. A row's sum crosses warps through shared memory behind
+  barriers, and no load is issued across a barrier: after the sum, the load's whole DRAM latency stands between
+  the sum and ``dX``, every row; beside the others it is in flight during the sum, as in ``torch.compile``'s
+  backward, at the cost of the row's ``dS_out`` held in registers across the sum (the compiled code for the H200,
+  Triton 3.6, at 32768x1152 float32 with 16 rows a program: ``reports/evidence/2026-12-05-ds-load-order/``).
+* ``fwd_w_load``: the same choice for the forward's ``W`` in a row held whole: ``"after_sum"``, once the row's
+  ``rstd`` is known (an L2 round trip after the row's sum, every row), or ``"with_row"``, beside ``X`` and ``R``
+  (``W + offset`` held in registers across the sum). A row walked in chunks reads ``W`` in its second pass alone.
 
 Per-shape specialisation: ``DISPATCH`` maps a shape bucket to the knobs that differ from ``KNOBS`` there. The
 bucket is ``"<row block>x<element bytes>"``: the row's width rounded up to a power of two (the block a program
@@ -118,6 +127,8 @@ KNOBS = {
     "bwd_programs_per_sm": 1,  # programs an SM's rows are split between, each walking tiles this many times smaller
     "bwd_max_rows_per_program": 0,  # with "auto" rows per program: at most this many (0: no cap), more programs
     "bwd_row_cap_max_fill": 1.0,  # the row cap binds only where H is at most this fraction of its row block
+    "bwd_ds_load": "after_sum",  # when a row's dS_out is loaded: "after_sum" (of m * S) or "with_row" (with dY, S)
+    "fwd_w_load": "after_sum",  # when the forward loads W: "after_sum" (of S^2) or "with_row" (with X and R)
 }
 KNOB_CHOICES = {
     "BLOCK_SIZE": ["auto", 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
@@ -139,6 +150,8 @@ KNOB_CHOICES = {
     "bwd_programs_per_sm": [1, 2, 4],
     "bwd_max_rows_per_program": [0, 8, 16, 32, 64],
     "bwd_row_cap_max_fill": [1.0, 0.875, 0.75, 0.625],
+    "bwd_ds_load": ["after_sum", "with_row"],
+    "fwd_w_load": ["after_sum", "with_row"],
 }
 #: Bucket -> knobs that differ from KNOBS at the shapes in it (see the module docstring); tuned one bucket at a time.
 DISPATCH = {}
@@ -193,6 +206,7 @@ def _forward_kernel(
     stride_y, stride_s, stride_x, stride_r,
     n_rows, n_cols, eps, offset,
     CASTING: tl.constexpr, BLOCK_SIZE: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, CHUNKED: tl.constexpr,
+    W_WITH_ROW: tl.constexpr,
 ):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_SIZE)
@@ -222,11 +236,15 @@ def _forward_kernel(
                 mask = cols < n_cols
                 x = tl.load(X + row64 * stride_x + cols, mask=mask, other=0.0)
                 r = tl.load(R + row64 * stride_r + cols, mask=mask, other=0.0)
+                if W_WITH_ROW:
+                    w = tl.load(W + cols, mask=mask, other=0.0)
                 s = x + r
                 tl.store(S + row64 * stride_s + cols, s, mask=mask)
                 rstd = _rstd(_sum_of_squares(s, CASTING), n_cols, eps, S.dtype.element_ty, CASTING)
                 tl.store(RSTD + row64, rstd)
-                wo = _weight_factor(tl.load(W + cols, mask=mask, other=0.0), offset, CASTING)
+                if not W_WITH_ROW:
+                    w = tl.load(W + cols, mask=mask, other=0.0)
+                wo = _weight_factor(w, offset, CASTING)
                 tl.store(Y + row64 * stride_y + cols, _normalize(s, wo, rstd, CASTING), mask=mask)
 
 
@@ -276,7 +294,7 @@ def _backward_kernel(
     n_rows, n_cols, offset, rows_per_program, n_programs, group_size,
     CASTING: tl.constexpr, BLOCK_SIZE: tl.constexpr, CHUNK_MODE: tl.constexpr, TILE_ROWS: tl.constexpr,
     NUM_STAGES: tl.constexpr, FUSED_DW: tl.constexpr, REDUCE_COLS: tl.constexpr, ROUND_ONCE: tl.constexpr,
-    DW_BEFORE_DX: tl.constexpr, RELOAD_W: tl.constexpr, DW_TILE: tl.constexpr,
+    DW_BEFORE_DX: tl.constexpr, RELOAD_W: tl.constexpr, DW_TILE: tl.constexpr, DS_WITH_ROW: tl.constexpr,
 ):
     pid = tl.program_id(0)
     row_start = pid * rows_per_program
@@ -357,11 +375,14 @@ def _backward_kernel(
             rstd = tl.load(RSTD + row64)
             dy = tl.load(DY + row64 * stride_dy + cols, mask=mask, other=0.0)
             s = tl.load(S + row64 * stride_s + cols, mask=mask, other=0.0)
+            if DS_WITH_ROW:
+                ds = tl.load(DS + row64 * stride_ds + cols, mask=mask, other=0.0)
             m, dw = _row_grads(dy, s, wo, rstd, n_cols, CASTING, ROUND_ONCE)
             if DW_BEFORE_DX:
                 dw_acc += dw
             dot = tl.sum(m * s.to(tl.float32), axis=0)
-            ds = tl.load(DS + row64 * stride_ds + cols, mask=mask, other=0.0)
+            if not DS_WITH_ROW:
+                ds = tl.load(DS + row64 * stride_ds + cols, mask=mask, other=0.0)
             tl.store(DX + row64 * stride_dx + cols, _dx(m, s, rstd, dot, ds, n_cols, CASTING, ROUND_ONCE), mask=mask)
             if not DW_BEFORE_DX:
                 dw_acc += dw
@@ -390,6 +411,8 @@ def _backward_kernel(
             rstd = tl.load(RSTD + rows64, mask=row_mask[:, None], other=0.0)
             dy = tl.load(DY + rows64 * stride_dy + cols[None, :], mask=mask, other=0.0)
             s = tl.load(S + rows64 * stride_s + cols[None, :], mask=mask, other=0.0)
+            if DS_WITH_ROW:
+                ds = tl.load(DS + rows64 * stride_ds + cols[None, :], mask=mask, other=0.0)
             m, dw = _row_grads(dy, s, wo, rstd, n_cols, CASTING, ROUND_ONCE)
             if DW_BEFORE_DX:
                 if DW_TILE:
@@ -397,7 +420,8 @@ def _backward_kernel(
                 else:
                     dw_acc += tl.sum(dw, axis=0)
             dot = tl.sum(m * s.to(tl.float32), axis=1)[:, None]
-            ds = tl.load(DS + rows64 * stride_ds + cols[None, :], mask=mask, other=0.0)
+            if not DS_WITH_ROW:
+                ds = tl.load(DS + rows64 * stride_ds + cols[None, :], mask=mask, other=0.0)
             tl.store(DX + rows64 * stride_dx + cols[None, :], _dx(m, s, rstd, dot, ds, n_cols, CASTING, ROUND_ONCE), mask=mask)
             if not DW_BEFORE_DX:
                 if DW_TILE:
@@ -543,6 +567,8 @@ def _launch_settings(n_cols, dtype, device):
                                   else bwd_warps),
         "num_stages": None if stages == "auto" else stages,
         "bwd_dw_before_dx": knobs["bwd_dw_order"] == "before_dx",
+        "bwd_ds_with_row": knobs["bwd_ds_load"] == "with_row",
+        "fwd_w_with_row": knobs["fwd_w_load"] == "with_row",
         "bwd_reload_w": bool(knobs["bwd_weight_reload"]),
         "bwd_dw_tile": knobs["bwd_dw_accumulator"] == "tile" and tile_rows > 1,
         "fwd_chunked": fwd_chunked,
@@ -598,7 +624,7 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
             Y.stride(0), S.stride(0), X2.stride(0), R2.stride(0),
             n_rows, n_cols, eps, offset,
             CASTING=mode, BLOCK_SIZE=settings["BLOCK_SIZE"], ROWS_PER_PROGRAM=rows_per_program,
-            CHUNKED=settings["fwd_chunked"], num_warps=settings["num_warps"],
+            CHUNKED=settings["fwd_chunked"], W_WITH_ROW=settings["fwd_w_with_row"], num_warps=settings["num_warps"],
         )
         ctx.save_for_backward(S, W, RSTD)
         ctx.settings, ctx.mode, ctx.offset, ctx.in_place = settings, mode, offset, in_place
@@ -646,7 +672,7 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
             TILE_ROWS=tile_rows, NUM_STAGES=settings["num_stages"], FUSED_DW=fused_dw,
             REDUCE_COLS=min(1024, triton.next_power_of_2(n_cols)), ROUND_ONCE=knobs["bwd_grad_rounding"] == "once",
             DW_BEFORE_DX=settings["bwd_dw_before_dx"], RELOAD_W=settings["bwd_reload_w"],
-            DW_TILE=dw_tile, num_warps=num_warps,
+            DW_TILE=dw_tile, DS_WITH_ROW=settings["bwd_ds_with_row"], num_warps=num_warps,
         )
         if not fused_dw and knobs["dw_reduction"] == "triton":
             dW = torch.empty_like(W)

@@ -133,6 +133,34 @@ _MANY_PROGRAMS_BWD = [
            "(1.03 at 16384x3840 float32)"),
 ]
 
+# A row's sum crosses warps through shared memory behind barriers, and the compiler issues no load across a barrier:
+# a load written after the sum waits its whole latency there, every row. Triton 3.6's sm_90 code at 32768x1152
+# float32, 16 rows a program (reports/evidence/2026-12-05-ds-load-order/): the backward's dS_out loads follow the
+# sum's last barrier, where torch.compile's kernel, 6-8 % faster at that shape with the same grid (H200,
+# reports/evidence/2026-12-04-inductor-probe/), issues them before its sum; loaded with the row, ours do too, at 56
+# registers to its 57. The forward's W (from L2) waits the same way.
+_EARLY_LOAD_BWD = [
+    Remedy({"bwd_ds_load": "with_row"}, "load each row's dS_out with its dY and S, before the row's sum, so that "
+           "its DRAM latency passes during the sum's barriers instead of after them (torch.compile's order)",
+           "backward faster where its loads wait on memory latency (long-scoreboard stalls, DRAM under about 80 % "
+           "busy); a thread holds the row's dS_out across the sum: a register more per 4 bytes of it"),
+    Remedy({"bwd_max_rows_per_program": 16, "bwd_dw_order": "before_dx", "bwd_ds_load": "with_row"},
+           "torch.compile's backward whole: at most 16 rows a program, one row a step where that cap binds, dW added "
+           "before dX, each row's dS_out loaded with the row", "backward toward torch.compile's time at large row "
+           "counts of narrow float32 rows (32768x1152: torch.compile took 0.91-0.93 of the cap alone's time)"),
+]
+_EARLY_LOAD_FWD = [
+    Remedy({"fwd_w_load": "with_row"}, "load W with the row's X and R, before the row's sum of squares, so that "
+           "its L2 round trip passes during the sum's barriers instead of after them",
+           "forward faster where its loads wait on latency; a thread holds W + offset across the sum (32 to 50 "
+           "registers at 16 float32 elements a thread: fewer programs may share an SM)"),
+    Remedy({"fwd_w_load": "with_row", "num_warps": 32, "bwd_num_warps": "auto"},
+           "load W with the row, at 32 warps in the forward (the backward's warps left to its own tile): a thread "
+           "holds half as many elements, so W across the sum costs few registers",
+           "forward faster where its loads wait on latency, at full occupancy (8192x6144 float32: 32 registers, two "
+           "1024-thread programs an SM, where 16 warps with W early take 50 registers, two 512-thread programs)"),
+]
+
 
 class FusedAddRMSNormSpec(KernelSpec):
     name = "fused_add_rms_norm"
@@ -180,10 +208,11 @@ class FusedAddRMSNormSpec(KernelSpec):
                 Remedy({"num_stages": 3}, "deeper pipelining of the backward's row loop",
                        "backward faster where memory latency, not bandwidth, limits"),
                 *_TILE_BWD[1:2],
+                *_EARLY_LOAD_BWD,
                 *_SPLIT_BWD,
                 *_MANY_PROGRAMS_BWD,
             ],
-            "explore": [*_MANY_PROGRAMS_BWD, *_FUSED_DW, *_TILE_BWD, *_SPLIT_BWD, *_FEWER_ROWS_BWD, *_MORE_WARPS_BWD],
+            "explore": [*_EARLY_LOAD_BWD, *_MANY_PROGRAMS_BWD, *_FUSED_DW, *_TILE_BWD, *_SPLIT_BWD, *_FEWER_ROWS_BWD, *_MORE_WARPS_BWD],
         },
         "forward": {
             "spills": [Remedy({"fwd_column_chunked": True, "BLOCK_SIZE": 8192}, _CHUNK,
@@ -191,9 +220,9 @@ class FusedAddRMSNormSpec(KernelSpec):
             "register_limited_occupancy": [Remedy({"num_warps": 16}, "fewer warps per program leave more "
                                                   "registers to each thread", "forward: higher occupancy at wide H")],
             "memory_latency": [Remedy({"fwd_rows_per_program": 2}, "two rows per program keep more loads in "
-                                      "flight per warp", "forward faster at small H")],
+                                      "flight per warp", "forward faster at small H"), *_EARLY_LOAD_FWD],
             "explore": [Remedy({"fwd_rows_per_program": 2}, "two rows per program amortise the weight load",
-                               "forward faster at small H")],
+                               "forward faster at small H"), *_EARLY_LOAD_FWD],
         },
     }
     tolerances = {
@@ -294,7 +323,11 @@ class FusedAddRMSNormSpec(KernelSpec):
         and 0017): a backward thread needs about 24 + 6 registers per element it holds (walking a row in chunks,
         24 + 3: the two passes keep fewer values live), a forward thread 20 + 3; a pipelined row loop
         (``num_stages`` s > 1) buffers s - 1 steps of its dY, S and dS loads in shared memory (0008: 2 x 16384 x 12
-        bytes + 72 of scratch = 393288 bytes, which no H200 block may have)."""
+        bytes + 72 of scratch = 393288 bytes, which no H200 block may have). A row's ``dS_out`` loaded with the
+        row (``bwd_ds_load``), or the forward's ``W`` (``fwd_w_load``), is held across the row's sum: about one
+        register more per 4 bytes a thread holds of it (sm_90 code of Triton 3.6: 48 to 56 registers at 8 float32
+        elements a thread, 80 to 98 at 16; the forward 32 to 50 at 16 float32 elements, 34 to 39 at 16 float16
+        ones; ``reports/evidence/2026-12-05-ds-load-order/``)."""
         hidden = shape[-1]
         size = torch.tensor([], dtype=dtype).element_size()
         row_block, chunk, chunking, bwd_block, split, tile_rows = self._geometry(knobs, hidden)
@@ -309,7 +342,10 @@ class FusedAddRMSNormSpec(KernelSpec):
             fwd_block = chunk if knobs.get("fwd_column_chunked") and chunk < row_block else row_block
             threads = 32 * (warps_for(fwd_block) if warps == "auto" else warps)
             per_thread = -(-fwd_block // threads)
-            return [Footprint("_forward_kernel", threads, 4 * threads, 20 + 3 * per_thread, fwd_block)]
+            registers = 20 + 3 * per_thread
+            if fwd_block == row_block and knobs.get("fwd_w_load", "after_sum") == "with_row":
+                registers += -(-per_thread * size // 4)
+            return [Footprint("_forward_kernel", threads, 4 * threads, registers, fwd_block)]
         if pass_name != "backward":
             return []
         bwd_warps = warps if knobs.get("bwd_num_warps", "same") == "same" else knobs["bwd_num_warps"]
@@ -322,6 +358,8 @@ class FusedAddRMSNormSpec(KernelSpec):
             per_thread = -(-elements // threads)
             pipelined = 0 if chunking or stages == "auto" else (stages - 1) * elements * 3 * size
             registers = 24 + (3 if chunking else 6) * per_thread
+            if not chunking and knobs.get("bwd_ds_load", "after_sum") == "with_row":
+                registers += -(-per_thread * size // 4)  # the row's dS_out, held across its sum
             if dw_tile:
                 registers += per_thread  # the float32 dW tile beside the loaded one
             if hidden <= knobs.get("bwd_fused_dw_max_cols", 0):
@@ -368,7 +406,8 @@ class FusedAddRMSNormSpec(KernelSpec):
         footprint, one_row = backward[0], (backward[1] if len(backward) > 1 else None)
         forward = self.launch_footprints(knobs, "forward", shape, dtype)[0]
         return {
-            "forward": (fwd_block, fwd_chunked, forward.threads, knobs.get("fwd_rows_per_program", 1)),
+            "forward": (fwd_block, fwd_chunked, forward.threads, knobs.get("fwd_rows_per_program", 1),
+                        None if fwd_chunked else knobs.get("fwd_w_load", "after_sum")),  # a chunked walk has W late
             "backward": (bwd_block, chunking, tile_rows, footprint.threads,
                          None if chunking else knobs.get("num_stages", "auto"),  # it pipelines unchunked loops
                          knobs.get("bwd_rows_per_program", "auto"), fused_dw,
@@ -377,9 +416,10 @@ class FusedAddRMSNormSpec(KernelSpec):
                          knobs.get("bwd_max_rows_per_program", 0) if self._row_cap_may_bind(knobs, shape) else 0,
                          None if fused_dw else knobs.get("dw_reduction", "triton"),
                          knobs.get("bwd_grad_rounding", "once"),
-                         # the register order and the weight's reload act on the unchunked loops only
+                         # the register order, the weight's reload and dS_out's load act on the unchunked loops only
                          None if chunking else knobs.get("bwd_dw_order", "after_dx"),
                          None if chunking else bool(knobs.get("bwd_weight_reload", False)),
+                         None if chunking else knobs.get("bwd_ds_load", "after_sum"),
                          # the dW tile exists only where a step is a tile of rows
                          tile_rows > 1 and knobs.get("bwd_dw_accumulator", "row") == "tile",
                          # where the row cap may bind: the warps of its one-row walk (no tile, no dW tile)
