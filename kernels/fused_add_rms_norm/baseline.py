@@ -88,7 +88,9 @@ backward through the autograd context. The knobs reach the algorithms a kernel e
   barriers, and no load is issued across a barrier: after the sum, the load's whole DRAM latency stands between
   the sum and ``dX``, every row; beside the others it is in flight during the sum, as in ``torch.compile``'s
   backward, at the cost of the row's ``dS_out`` held in registers across the sum (the compiled code for the H200,
-  Triton 3.6, at 32768x1152 float32 with 16 rows a program: ``reports/evidence/2026-12-05-ds-load-order/``).
+  Triton 3.6, at 32768x1152 float32 with 16 rows a program: ``reports/evidence/2026-12-05-ds-load-order/``). A row
+  loop Triton pipelines (``num_stages`` 3 in trial 0085's bucket 4096x2) loads later rows ahead through shared memory
+  already.
 * ``fwd_w_load``: the same choice for the forward's ``W`` in a row held whole: ``"after_sum"``, once the row's
   ``rstd`` is known (an L2 round trip after the row's sum, every row), or ``"with_row"``, beside ``X`` and ``R``
   (``W + offset`` held in registers across the sum). A row walked in chunks reads ``W`` in its second pass alone.

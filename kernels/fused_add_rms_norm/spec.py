@@ -136,14 +136,17 @@ _MANY_PROGRAMS_BWD = [
 # A row's sum crosses warps through shared memory behind barriers, and the compiler issues no load across a barrier:
 # a load written after the sum waits its whole latency there, every row. Triton 3.6's sm_90 code at 32768x1152
 # float32, 16 rows a program (reports/evidence/2026-12-05-ds-load-order/): the backward's dS_out loads follow the
-# sum's last barrier, where torch.compile's kernel, 6-8 % faster at that shape with the same grid (H200,
-# reports/evidence/2026-12-04-inductor-probe/), issues them before its sum; loaded with the row, ours do too, at 56
-# registers to its 57. The forward's W (from L2) waits the same way.
+# sum's last barrier, where torch.compile's kernel, which takes 0.91-0.93 of its time at that shape with the same
+# grid (H200, reports/evidence/2026-12-04-inductor-probe/), issues them before its sum; loaded with the row, ours do
+# too, at 56 registers to its 57. The forward's W (from L2) waits the same way. Where a bucket's row loop is
+# pipelined (num_stages 3 in 0085's bucket 4096x2) its loads reach shared memory ahead of their use already: there the
+# early load only holds the row in registers (16384x2304 bfloat16, num_stages 3: 100 registers to 110).
 _EARLY_LOAD_BWD = [
     Remedy({"bwd_ds_load": "with_row"}, "load each row's dS_out with its dY and S, before the row's sum, so that "
            "its DRAM latency passes during the sum's barriers instead of after them (torch.compile's order)",
            "backward faster where its loads wait on memory latency (long-scoreboard stalls, DRAM under about 80 % "
-           "busy); a thread holds the row's dS_out across the sum: a register more per 4 bytes of it"),
+           "busy) and its row loop is not pipelined (num_stages \"auto\"); a thread holds the row's dS_out across the "
+           "sum: a register more per 4 bytes of it"),
     Remedy({"bwd_max_rows_per_program": 16, "bwd_dw_order": "before_dx", "bwd_ds_load": "with_row"},
            "torch.compile's backward whole: at most 16 rows a program, one row a step where that cap binds, dW added "
            "before dX, each row's dS_out loaded with the row", "backward toward torch.compile's time at large row "
@@ -154,11 +157,6 @@ _EARLY_LOAD_FWD = [
            "its L2 round trip passes during the sum's barriers instead of after them",
            "forward faster where its loads wait on latency; a thread holds W + offset across the sum (32 to 50 "
            "registers at 16 float32 elements a thread: fewer programs may share an SM)"),
-    Remedy({"fwd_w_load": "with_row", "num_warps": 32, "bwd_num_warps": "auto"},
-           "load W with the row, at 32 warps in the forward (the backward's warps left to its own tile): a thread "
-           "holds half as many elements, so W across the sum costs few registers",
-           "forward faster where its loads wait on latency, at full occupancy (8192x6144 float32: 32 registers, two "
-           "1024-thread programs an SM, where 16 warps with W early take 50 registers, two 512-thread programs)"),
 ]
 
 
@@ -212,7 +210,8 @@ class FusedAddRMSNormSpec(KernelSpec):
                 *_SPLIT_BWD,
                 *_MANY_PROGRAMS_BWD,
             ],
-            "explore": [*_EARLY_LOAD_BWD, *_MANY_PROGRAMS_BWD, *_FUSED_DW, *_TILE_BWD, *_SPLIT_BWD, *_FEWER_ROWS_BWD, *_MORE_WARPS_BWD],
+            "explore": [*_EARLY_LOAD_BWD, *_MANY_PROGRAMS_BWD, *_FUSED_DW, *_TILE_BWD, *_SPLIT_BWD, *_FEWER_ROWS_BWD,
+                        *_MORE_WARPS_BWD],
         },
         "forward": {
             "spills": [Remedy({"fwd_column_chunked": True, "BLOCK_SIZE": 8192}, _CHUNK,
