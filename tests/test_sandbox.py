@@ -176,7 +176,8 @@ def test_every_hostile_module_without_the_static_check_has_no_effect_outside_the
     outside, scratch = tmp_path / "outside", tmp_path / "scratch"
     outside.mkdir()
     (scratch / "modules").mkdir(parents=True)
-    marker = "317.25"  # the left-behind process: sleep 317.25
+    # the left-behind process: a sleep whose length no other run of this test on the machine (a second CI) gives it
+    marker = f"317.{os.getpid()}"
     escape = (f"env > {outside}/env-$$; (sleep {marker} &); echo escaped > {ROOT}/kernels/escaped-$$; "
               f"{sys.executable} -c 'import socket; socket.create_connection((\"127.0.0.1\", "
               f"{listener.getsockname()[1]}), 3)'")
@@ -194,7 +195,7 @@ def test_every_hostile_module_without_the_static_check_has_no_effect_outside_the
     assert list(outside.iterdir()) == [] and not list((ROOT / "kernels").glob("escaped-*"))  # no file
     with pytest.raises(OSError):
         listener.accept()  # no connection
-    leftover = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True)
+    leftover = subprocess.run(["pgrep", "-f", f"^sleep {marker}$"], capture_output=True, text=True)
     assert leftover.stdout.strip() == ""  # no process
     written = " ".join(p.read_text(errors="replace") for p in scratch.rglob("*") if p.is_file()
                        and p.stat().st_size < 2**20)
