@@ -338,9 +338,12 @@ NAME_WIDTH, TABLE_WIDTH = 24, 100
 def history_table(kernel: str, device: str, trials) -> Table:
     """One row per trial, 100 columns wide: its verdict (or how it ended) and its gain on the target, the
     speedup over the best it ran against (that best's time / its time: above 1 is faster)."""
+    from liger_perf.kernel.variants import target_buckets
+
     table = Table(title=f"{kernel} on {device}: trials", caption_justify="left",
                   caption="speedup: the target pass's time of the best it ran against / its own (geomean over "
-                          "the suite), with its interval")
+                          "the suite, or over the dispatch buckets named under it: a move confined to them is "
+                          "judged there), with its interval")
     # Fixed widths (rich would squeeze a short column to nothing before it cuts a long one): 100 columns in all,
     # 3 per column and 1 for the borders and padding.
     widths = {"trial": 5, "name": NAME_WIDTH, "verdict": 13, "speedup": 17}
@@ -355,6 +358,8 @@ def history_table(kernel: str, device: str, trials) -> Table:
         low, high = judged.target_bounds if judged is not None else (None, None)
         # The point on one line, its interval on the next: "1.57x (faster)" / "[1.51x, 1.63x]".
         gain = speedup(ratio, low, high).replace(" [", "\n[", 1)
+        if judged is not None and judged.suite_gain is not None:  # judged on the buckets it moves, not the suite
+            gain += "\nin " + ", ".join(sorted(target_buckets(t.changes)))
         table.add_row(f"{t.trial_id:04d}", _wrap_name(t.name, NAME_WIDTH), verdict, gain,
                       (t.hypothesis or t.reason or "-").replace("\n", " "))
     return table

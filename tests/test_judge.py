@@ -342,6 +342,19 @@ def test_a_move_of_one_dispatch_bucket_is_judged_on_that_bucket_and_guarded_ever
     judged = judge(result, guardrails)
     assert judged.verdict == "accepted" and math.isclose(judged.target_ratio, 0.9)
     assert "bucket 8192x2" in judged.reasons[0]
+    # The history's table says over what the speedup was taken: the bucket, not the suite.
+    from rich.console import Console
+
+    from liger_perf.cli import history_table
+
+    console = Console(width=160, record=True)
+    console.print(history_table("fused_add_rms_norm", "nvidia-h200", [
+        result.model_copy(update={"trial_id": 8, "judged": judged.record("backward", "rules")}),
+        result.model_copy(update={"trial_id": 9, "changes": None,
+                                  "judged": suite_wide.record("backward", "rules")})]))
+    cells = [line.split("│")[4].strip() for line in console.export_text().splitlines() if line.count("│") > 3]
+    assert cells[0] == "1.11x (faster)" and cells[1].startswith("[") and cells[2] == "in 8192x2", cells
+    assert "in " not in " ".join(cells[3:]), cells  # a suite-wide verdict names no bucket
     # What rounds and chains compare: the gain over the whole suite (one shape of four 0.9x).
     assert math.isclose(judged.suite_ratio, 0.9 ** 0.25)
     assert math.isclose(judged.record("backward", "rules").suite_gain, 1 - 0.9 ** 0.25)
