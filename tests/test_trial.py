@@ -165,7 +165,8 @@ def test_bad_trial_settings_are_refused_before_a_trial_number_is_taken(tmp_path,
 
 @pytest.mark.parametrize("against, buckets, said", [
     (False, ["256x2"], "needs a current best"), (True, ["256"], "is no dispatch bucket"),
-    (True, ["x2"], "is no dispatch bucket")])
+    (True, ["x2"], "is no dispatch bucket"), (True, ["3000x2"], "is no dispatch bucket"),
+    (True, ["4096x3"], "is no dispatch bucket")])
 def test_a_timing_confined_to_buckets_is_refused_without_a_best_or_with_a_bucket_misspelt(tmp_path, against,
                                                                                            buckets, said):
     from liger_perf.core.errors import UserError

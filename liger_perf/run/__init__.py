@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from liger_perf.core.errors import UserError
 from liger_perf.kernel.registry import get_spec
+from liger_perf.kernel.variants import check_bucket
 from liger_perf.record.schema import TUNING_SUITES, TrialRequest, TrialResult
 from liger_perf.record.store import Store, TrialPaths
 
@@ -152,9 +153,11 @@ def trial_request(kernel: str, variant: str | Path, against: str | Path | None =
         raise UserError("a timing confined to dispatch buckets needs a current best (--against): elsewhere the "
                         "candidate is taken to run the best's code")
     for bucket in buckets or []:
-        block, _, size = str(bucket).partition("x")
-        if not (block.isdigit() and size.isdigit()):
-            raise UserError(f"{bucket!r} is no dispatch bucket: write <row block>x<element bytes>, e.g. 4096x2")
+        try:
+            check_bucket(str(bucket), "")  # the key a DISPATCH table is looked up by
+        except UserError:
+            raise UserError(f"{bucket!r} is no dispatch bucket: write <row block, a power of two>x<element bytes: "
+                            "2, 4 or 8>, e.g. 4096x2") from None
     if peers is None:
         peers = not store.trial_notebooks(kernel)
     paths = paths or store.new_trial(kernel, name or variant.stem)
