@@ -14,6 +14,8 @@
 # eleventh session: a call with a 3 MB .pad/ carried besides went through). So move reports/evidence out of the
 # checkout before a call and back after it; then unpack device.tgz elsewhere and append its
 # reports/evidence/<date>-device.log (that call's lines alone) to the committed one.
+# Re-zip the carried wheels with LZMA first (python3 scripts/rezip_lzma.py .whlt: 25.1 -> 18.2 MB at trial 0088;
+# pip reads such wheels): with reports/ and tests/ out, a trial's call at 0088 is then 42.1 + 18.2 MB of the 67.1.
 #
 # Usage (carry .whl and .deb; for e2e, .whlm and .whle, the wheels without Nsight Compute's, instead of .whl):
 #   a trimmed set must keep pydantic (+ pydantic_core, annotated_types, typing_inspection: the package imports
