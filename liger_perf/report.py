@@ -70,10 +70,30 @@ def trials_table(trials: list[TrialResult], passes: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def dispatch_table(chain: list[TrialResult], baseline: TrialResult | None = None) -> pd.DataFrame:
+def dispatch_table(chain: list[TrialResult], baseline: TrialResult | None = None,
+                   trials: list[TrialResult] = ()) -> pd.DataFrame:
     """The best's dispatch table (the accepted chain's last, or the baseline's), an entry per row (bucket, the
     widths and element size it covers, knob, value), with the trial that set the value it has now: one of the
-    chain, or the baseline's own."""
+    chain, or the baseline's own. Given the whole history (``trials``), an entry the chain's first step carried
+    over from an earlier baseline's best is credited to the trial that set it there, and names the carry-overs
+    (a carry-over moves every tuned entry at once: "set by" the carry-over alone would say nothing of where a
+    value was found)."""
+    setters = _dispatch_setters(chain, baseline, list(trials))
+    rows = []
+    for (bucket, knob), (value, origin, carriers) in setters.items():
+        who = "the baseline" if origin is baseline else f"trial {origin.trial_id:04d} {origin.name}"
+        if carriers:
+            numbers = [f"{t.trial_id:04d}" for t in carriers]
+            who += ", carried over by " + (f"trial {numbers[0]}" if len(numbers) == 1 else
+                                           f"trials {', '.join(numbers[:-1])} and {numbers[-1]}")
+        rows.append({"bucket": bucket, "columns": bucket_columns(bucket), "element bytes": bucket.partition("x")[2],
+                     "knob": knob, "value": value, "set by": who})
+    return pd.DataFrame(rows)
+
+
+def _dispatch_setters(chain: list[TrialResult], baseline: TrialResult | None, trials: list[TrialResult]) -> dict:
+    """(bucket, knob) -> (value, the trial that set it or ``baseline``, the carry-overs that brought it here), in
+    the order of the best's table."""
     set_by: dict[tuple[str, str], TrialResult] = {}
     previous: dict = {}
     for trial in [*([baseline] if baseline is not None else []), *chain]:
@@ -83,15 +103,39 @@ def dispatch_table(chain: list[TrialResult], baseline: TrialResult | None = None
                 if previous.get(bucket, {}).get(knob, _UNSET) != value:
                     set_by[(bucket, knob)] = trial
         previous = table
-    rows = []
-    for bucket, entry in previous.items():
-        size = bucket.partition("x")[2]
-        for knob, value in entry.items():
-            trial = set_by[(bucket, knob)]
-            who = "the baseline" if trial is baseline else f"trial {trial.trial_id:04d} {trial.name}"
-            rows.append({"bucket": bucket, "columns": bucket_columns(bucket), "element bytes": size,
-                         "knob": knob, "value": value, "set by": who})
-    return pd.DataFrame(rows)
+    setters = {(bucket, knob): (value, set_by[(bucket, knob)], []) for bucket, entry in previous.items()
+               for knob, value in entry.items()}
+    earlier = _carried_chain(chain[0], trials) if chain else None
+    if earlier is not None:
+        old_baseline, old_chain = earlier
+        old = _dispatch_setters(old_chain, old_baseline, trials)
+        for key, (value, setter, _) in setters.items():
+            if setter is chain[0] and key in old and old[key][0] == value:
+                _, origin, carriers = old[key]
+                setters[key] = (value, origin, [*carriers, chain[0]])
+    return setters
+
+
+def _carried_chain(first: TrialResult, trials: list[TrialResult]):
+    """(the earlier baseline's trial, its accepted chain) whose best ``first`` carried over, or None: as the loop
+    carries over (``OptimizeLoop._carry_over``), the newest earlier baseline with an accepted chain, and ``first``
+    a step each of whose changes its tip runs (a move of ``first``'s own would change something the tip does not
+    run)."""
+    from liger_perf.kernel.variants import knobs_in, split_qualified
+
+    if not first.changes or not first.against:
+        return None
+    for earlier in reversed([t for t in baseline_trials(trials)
+                             if t.trial_id < first.trial_id and t.variant_sha != first.against_sha]):
+        old_baseline, old_chain = accepted_chain(trials, earlier.variant_sha)
+        if not old_chain:
+            continue
+        tip = old_chain[-1]
+        knobs, table = tip.variant.knobs or {}, recorded_dispatch(tip.variant.source)
+        runs = all(knobs_in(knobs, table, split_qualified(name)[1]).get(split_qualified(name)[0], _UNSET) == value
+                   for name, value in first.changes.items())
+        return (old_baseline, old_chain) if runs else None
+    return None
 
 
 _UNSET = object()
@@ -177,11 +221,12 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
                   markdown_table(pd.DataFrame(rows)), ""]
         plots = _plot_times(baseline, ratios if chain else None, out, plt)
         lines += [f"![{p.stem}]({p.name})" for p in plots] + [""]
-    table = dispatch_table(chain, baseline)
+    table = dispatch_table(chain, baseline, trials)
     if not table.empty:
         lines += ["## The best's dispatch table", "",
                   "Knobs the best runs at the shapes of one bucket instead of its defaults (`DISPATCH`), each with "
-                  "the accepted trial that set it.", "", markdown_table(table), ""]
+                  "the accepted trial that set it (and, for a value found on an earlier baseline, the trials that "
+                  "carried it over).", "", markdown_table(table), ""]
     diff = variant_diff(kernel, best, base=carried_from)
     lines += ["## The winning change", "", "```diff", diff or "(none: the baseline is still the best)", "```", ""]
     (out / "best.diff").write_text(diff)

@@ -403,6 +403,50 @@ def test_the_report_shows_the_best_s_dispatch_table_with_the_trial_that_set_each
     assert list(dispatch_table([], rooted)["set by"]) == ["the baseline"]
 
 
+def test_an_entry_carried_over_to_a_new_baseline_is_credited_to_the_trial_that_set_it_there():
+    """On the H200 every entry of the best's table read "set by trial 0087 carry-over-0085": a carry-over moves
+    every tuned entry at once. The report follows each carried entry back to the trial that set it, through every
+    carry-over since; a move the first step of a chain made itself stays its own."""
+    from liger_perf.kernel.registry import baseline_path
+    from liger_perf.kernel.variants import source_hash, with_knobs
+    from liger_perf.report import dispatch_table
+
+    from made_trials import make_trial
+
+    def trial(trial_id, source, against=None, verdict=None, changes=None):
+        return make_trial(verdict=verdict, trial_id=trial_id, name=f"step-{trial_id}", changes=changes,
+                          variant={"sha256": source_hash(source), "source": source},
+                          against={"sha256": source_hash(against)} if against else None)
+
+    first_base = baseline_path("fused_add_rms_norm").read_text()
+    found = with_knobs(first_base, {"num_warps@8192x2": 8})
+    second_base = first_base + "\n# the baseline changed\n"
+    carried = with_knobs(second_base, {"num_warps@8192x2": 8})
+    third_base = second_base + "# and again\n"
+    carried_again = with_knobs(third_base, {"num_warps@8192x2": 8})
+    own_move = with_knobs(carried_again, {"bwd_tile_elements@512x4": 2048})
+    history = [trial(0, first_base), trial(1, found, first_base, "accepted", {"num_warps@8192x2": 8}),
+               trial(2, second_base), trial(3, carried, second_base, "accepted", {"num_warps@8192x2": 8}),
+               trial(4, third_base), trial(5, carried_again, third_base, "accepted", {"num_warps@8192x2": 8}),
+               trial(6, own_move, carried_again, "accepted", {"bwd_tile_elements@512x4": 2048})]
+    table = dispatch_table(history[5:], history[4], history)
+    assert dict(zip(table["knob"], table["set by"])) == {
+        "bwd_tile_elements": "trial 0006 step-6",
+        "num_warps": "trial 0001 step-1, carried over by trials 0003 and 0005"}
+    assert list(dispatch_table(history[5:], history[4])["set by"]) == ["trial 0006 step-6", "trial 0005 step-5"]
+    # A first step that moved an entry the earlier best does not run is no carry-over: it set the value itself.
+    other = with_knobs(third_base, {"num_warps@8192x2": 16})
+    history[5] = trial(5, other, third_base, "accepted", {"num_warps@8192x2": 16})
+    assert list(dispatch_table(history[5:6], history[4], history)["set by"]) == ["trial 0005 step-5"]
+    # Nor is one that also moved such an entry: what it shares with the earlier best it found again.
+    mixed = {"num_warps@8192x2": 8, "bwd_tile_elements@512x4": 2048}
+    history[5] = trial(5, with_knobs(third_base, mixed), third_base, "accepted", mixed)
+    assert list(dispatch_table(history[5:6], history[4], history)["set by"]) == ["trial 0005 step-5"] * 2
+    # And a record whose source runs another value than its changes say (edited by hand) keeps what it runs.
+    history[5] = trial(5, other, third_base, "accepted", {"num_warps@8192x2": 8})
+    assert list(dispatch_table(history[5:6], history[4], history)["set by"]) == ["trial 0005 step-5"]
+
+
 def test_noise_where_the_candidate_ran_the_best_s_code_is_not_a_reason_to_re_measure():
     """Trials 0040 and 0041 on the H200 (``bwd_dw_order@16384x4``, 1.13x in its bucket) were held up by the full
     pass at 1024x896 (a 25 us call bound by the host: [0.32x, 2.59x] and [0.29x, 2.73x]), a case outside the
