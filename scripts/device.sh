@@ -14,6 +14,8 @@
 # eleventh session: a call with a 3 MB .pad/ carried besides went through). So move reports/evidence out of the
 # checkout before a call and back after it; then unpack device.tgz elsewhere and append its
 # reports/evidence/<date>-device.log (that call's lines alone) to the committed one.
+# `bash scripts/device_tree.sh out` does the moving (reports/ and tests/) and writes .device-commit, which this script
+# checks its COMMIT argument against; `bash scripts/device_tree.sh back` puts them back.
 # Re-zip the carried wheels with LZMA first (python3 scripts/rezip_lzma.py .whlt: 25.1 -> 18.2 MB at trial 0088;
 # pip reads such wheels): with reports/ and tests/ out, a trial's call at 0088 is then 42.1 + 18.2 MB of the 67.1.
 #
@@ -75,6 +77,18 @@
 # README of the evidence folder it produced (reports/evidence/*/README.md).
 set -u
 export LIGER_PERF_GIT_COMMIT=${1:?the commit under test} PYTHONUNBUFFERED=1
+# The label every record of this call carries: checked against what scripts/device_tree.sh wrote of the tree sent.
+if [ -f .device-commit ]; then
+  read -r tree_commit tree_state < .device-commit
+  case "$LIGER_PERF_GIT_COMMIT" in
+    "$tree_commit"*|"${tree_commit:0:${#LIGER_PERF_GIT_COMMIT}}") ;;
+    *) echo "device.sh: this tree is $tree_commit ($tree_state), not $LIGER_PERF_GIT_COMMIT: call again with $tree_commit"
+       exit 2 ;;
+  esac
+  [ "$tree_state" = dirty ] && export LIGER_PERF_GIT_DIRTY=1
+else
+  echo "device.sh: no .device-commit (scripts/device_tree.sh out writes it): the label $LIGER_PERF_GIT_COMMIT is not checked"
+fi
 LIMIT=${2:?seconds this call may take}
 shift 2
 T0=$(date +%s)
