@@ -18,6 +18,7 @@ ptxas then makes the same code, and the registers printed are those NCU measures
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.util
 import json
 import re
@@ -57,7 +58,8 @@ class _Recorder:
 
 def variant_launch(path: Path, shape: tuple[int, int], dtype: torch.dtype, pass_name: str):
     """The kernel, arguments and options of the variant's ``pass_name`` launch at ``shape``."""
-    module = _module(path, f"probed_{abs(hash((str(path), pass_name)))}")
+    # A name per file and pass, the same in every run (hash() of a str changes with PYTHONHASHSEED).
+    module = _module(path, "probed_" + hashlib.sha1(f"{path}:{pass_name}".encode()).hexdigest()[:16])
     module._multiprocessor_count = lambda device: H200_SMS
     recorders = {name: _Recorder(getattr(module, name)) for name in ("_forward_kernel", "_backward_kernel",
                                                                      "_sum_rows_kernel")}
