@@ -667,12 +667,13 @@ def test_told_which_buckets_to_tune_the_proposer_changes_those_alone():
     assert isinstance(stop, Stop) and "65536x2" in stop.reason
 
 
-def test_told_to_tune_a_bucket_no_diagnosis_reaches_its_batch_holds_the_spec_s_remedies_before_the_walk():
-    """From trial 0071 (the H200 history), `--buckets 2048x4`: the NCU profile of 43690x1536 float32 trips no rule
-    (DRAM at 73 % of its peak, above the memory-latency rule's 60 %), so no diagnosis reaches the bucket. The
-    batch was four steps of the blind walk over KNOB_CHOICES (one row per program, two tile sizes, 4 elements a
-    thread); it is now the spec's remedies for no diagnosis in
+def test_told_to_tune_a_bucket_no_diagnosis_reaches_its_batch_holds_the_spec_s_remedies_before_the_walk(monkeypatch):
+    """From trial 0071 (the H200 history), `--buckets 2048x4`: the NCU profile of 43690x1536 float32 tripped no rule
+    (DRAM at 73 % of its peak, above the memory-latency rule's 60 % of then, kept here), so no diagnosis reached the
+    bucket. The batch was four steps of the blind walk over KNOB_CHOICES (one row per program, two tile sizes, 4
+    elements a thread); it is now the spec's remedies for no diagnosis in
     particular, written into that bucket alone, the split of each SM's rows between two programs among them."""
+    monkeypatch.setattr("liger_perf.propose.rules.MEMORY_LATENCY_DRAM_PCT", 60)
     history = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id <= 71]
     best = next(t for t in history if t.trial_id == 71)
     spec = get_spec("fused_add_rms_norm")
@@ -697,6 +698,23 @@ def test_told_to_tune_a_bucket_no_diagnosis_reaches_its_batch_holds_the_spec_s_r
                for p in batch)
 
 
+def test_memory_latency_is_read_below_the_floor_target_and_brings_pipelining_into_the_bucket():
+    """Trial 0087's NCU profile of 12289x896 float32 (bucket 1024x4): DRAM at 66 % of its peak, long-scoreboard stalls
+    first. Under the rule's old 60 % it tripped nothing, and `--buckets 1024x4` screened tile sizes and rows per
+    program, no pipelining. Below 75 % (85 % of the copy floor) it is memory latency, and the batch holds
+    `num_stages`; a profile at 81 % (43690x1536 float32, bucket 2048x4) still trips nothing."""
+    history = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id <= 88]
+    best = next(t for t in history if t.trial_id == 87)
+    found = {(dispatch_bucket(d.shape, d.dtype), d.name): d for d in diagnose(best, "backward", per_bucket=True)}
+    assert "DRAM at 66%" in found[("1024x4", "memory_latency")].evidence
+    assert not [key for key in found if key[0] == "2048x4"]
+    context = Context(get_spec("fused_add_rms_norm"), "backward", history, best, best.variant.source,
+                      baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
+                      buckets=("1024x4",))
+    batch = [p.changes for p in _batch(context, 6)]
+    assert {"num_stages@1024x4": 2} in batch and {"num_stages@1024x4": 3} in batch, batch
+
+
 def _batch(context, size=4):
     """What the loop's screening would hold: proposals asked for one after another, the earlier ones pending."""
     batch = []
@@ -709,13 +727,17 @@ def _batch(context, size=4):
     return batch
 
 
-def test_in_a_bucket_no_diagnosis_reaches_moves_measured_faster_elsewhere_come_first_and_slower_ones_last():
+def test_in_a_bucket_no_diagnosis_reaches_moves_measured_faster_elsewhere_come_first_and_slower_ones_last(
+        monkeypatch):
     """From trial 0073, `--buckets 4096x4`: the spec's list begins with the in-launch dW sum, which screenings 0060
     (1024x2) and 0072 (2048x4) found clearly slower, and holds the split of each SM's rows, faster in 2048x2
     (screening 0070) and 2048x4 (0073 accepted it). The batch takes the moves faster in the most buckets first
     (dW before dX, faster in three: 0039, 0042, 0045; the split in two) and leaves the dW sum out; each
-    hypothesis says what the move did where."""
+    hypothesis says what the move did where. (The memory-latency rule at its 60 % of then: no diagnosis reaches
+    the bucket.)"""
     from liger_perf.propose.rules import _move_key, _moves_measured
+
+    monkeypatch.setattr("liger_perf.propose.rules.MEMORY_LATENCY_DRAM_PCT", 60)
 
     history = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id <= 73]
     best = next(t for t in history if t.trial_id == 73)
@@ -888,12 +910,15 @@ def test_a_bucket_where_a_peer_is_ahead_and_no_diagnosis_reaches_gets_the_spec_s
     assert {n.partition("@")[2] for n in RulesProposer().propose(context(0.99)).changes} == {"32768x4"}
 
 
-def test_a_batch_holds_no_two_candidates_that_run_the_same_at_every_timed_shape():
+def test_a_batch_holds_no_two_candidates_that_run_the_same_at_every_timed_shape(monkeypatch):
     """Screening 0060 on the H200 (best 0059, `--buckets 1024x2`) spent three of its four slots on
     bwd_fused_dw_max_cols@1024x2 = 8192, 4096 and 2048: at 896 columns, the bucket's only timed width, each sums dW
     inside the backward, so the three measured one variant three times. From the same history a batch now holds
-    one of them, and no two of its candidates run the same settings at every case the best was timed at."""
+    one of them, and no two of its candidates run the same settings at every case the best was timed at. (The
+    memory-latency rule at its 60 % of then, which ranked the extra launch's remedies first.)"""
     import torch
+
+    monkeypatch.setattr("liger_perf.propose.rules.MEMORY_LATENCY_DRAM_PCT", 60)
 
     history = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id <= 59]
     best = next(t for t in history if t.trial_id == 59)

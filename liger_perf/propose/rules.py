@@ -88,6 +88,13 @@ PEER_LEAD_MARGIN = 1.02
 #: How many of a screening batch's candidates may answer one problem: a bucket, or a diagnosis (``propose``).
 BATCH_PER_DIAGNOSIS = 2
 
+#: DRAM throughput (NCU's percentage of the peak) under which a kernel whose warps wait on memory most is latency-bound,
+#: not bandwidth-bound: 85 % of the copy floor, the targets' mark, where a copy runs at 88 % of the peak (on the H200,
+#: 4245 GB/s measured beside the best of 4.8 TB/s). At 60 % (until 2026-12-05) a bucket at 60-75 % tripped no rule, so
+#: its screenings drew on the exploration list, which holds no pipelining (0087's 12289x896 float32: DRAM at 66 %,
+#: long-scoreboard stalls first; its screening was to be tile sizes and rows per program).
+MEMORY_LATENCY_DRAM_PCT = 75
+
 #: Launches beside a pass's longest kernel (a separate reduction, a cast) that take this share of its kernel
 #: time are a diagnosis of their own: fusing them away is worth more than tuning the main kernel.
 EXTRA_LAUNCH_SHARE = 0.15
@@ -152,10 +159,11 @@ def diagnose(trial: TrialResult, pass_name: str, per_bucket: bool = False) -> li
                  f"{m.get('launch__grid_size', 0):.0f} blocks): part of the GPU idles")
         stalls = launch.stalls()
         dram_pct = m.get("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed")
-        if stalls and dram_pct is not None and dram_pct < 60:
+        if stalls and dram_pct is not None and dram_pct < MEMORY_LATENCY_DRAM_PCT:
             top = max(stalls, key=stalls.get)
             if top == "long_scoreboard":
-                note("memory_latency", (60 - dram_pct) / 60, f"{where}: DRAM at {dram_pct:.0f}% of peak and "
+                note("memory_latency", (MEMORY_LATENCY_DRAM_PCT - dram_pct) / MEMORY_LATENCY_DRAM_PCT,
+                     f"{where}: DRAM at {dram_pct:.0f}% of peak and "
                      f"long-scoreboard stalls dominate ({stalls[top]:.1f} cycles per issued instruction)")
             # Short-scoreboard and MIO-throttle stalls wait on the shared-memory pipe (a reduction or a layout
             # change across warps); more of them than waits on DRAM: the kernel is bound by that, not by memory.
@@ -399,9 +407,9 @@ class RulesProposer:
         plan = [(p, d, r, bucket_of(d)) for p, d in diagnoses for r in spec.remedies.get(p, {}).get(d.name, ())]
         # A bucket to tune gets the spec's remedies for no diagnosis in particular, in that bucket, after its
         # diagnoses' remedies and before the blind walk over KNOB_CHOICES: the buckets --buckets names, and without
-        # it those where a peer is ahead (by the lead). Most such buckets have no diagnosis at all: their profiled
-        # case trips no rule (0071's float32 43690x1536 runs DRAM at 73 % of its peak, above the memory-latency
-        # rule's 60 %). 2026-12-03: with --buckets 2048x4 the walk's first screening held one row per program and
+        # it those where a peer is ahead (by the lead). Many such buckets have no diagnosis at all: their profiled
+        # case trips no rule (0087's float32 43690x1536 runs DRAM at 81 % of its peak, above the memory-latency
+        # rule's MEMORY_LATENCY_DRAM_PCT). 2026-12-03: with --buckets 2048x4 the walk's first screening held one row per program and
         # two tile sizes while the spec's split (bwd_programs_per_sm) was never offered.
         explored = [(p, b) for b in buckets for p in passes if context.buckets or lead_in(p, b)]
         diagnosed_in = {(p, bucket_of(d)) for p, d in diagnoses}
