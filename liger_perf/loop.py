@@ -692,7 +692,7 @@ class OptimizeLoop:
                     if any(later.variant_sha == source_hash(moved) for later in experiments[i + 1:]):
                         continue  # re-run on this best already
             # Only a re-run still owed waits (and says so): not one the best made since.
-            if self._waits_outside_buckets(t, name[:60]):
+            if self._waits_outside_buckets(t, name[:60]) or self._waits_for_its_target(t, name[:60]):
                 continue
             (reruns if t.against_sha in todays else older).append(
                 Proposal(name=name[:60], source=source, hypothesis=f"re-run of trial {t.trial_id:04d}, {why}: "
@@ -722,6 +722,10 @@ class OptimizeLoop:
         for screening in trials:
             if screening.kind != "screening" or screening.screening is None or screening.status != "complete" \
                     or screening.against_sha not in chain_shas:
+                continue
+            # Kept on another target's pass: no evidence for this one (0088's backward screening kept
+            # num_stages@2048x4=3, which a forward run would otherwise give a full trial).
+            if screening.screening.target and screening.screening.target != self.guardrails.target:
                 continue
             for row in screening.screening.rows:
                 if not row.kept or not row.source or row.sha256 in trialled or source_hash(row.source) in trialled:
@@ -761,6 +765,19 @@ class OptimizeLoop:
             self._emit("waits", f"{name} waits: it moves {', '.join(outside)}, which --buckets "
                        f"{', '.join(self.buckets)} leaves out (run without --buckets, or name every bucket it "
                        f"moves: {', '.join(sorted(moved))}, to take it)", trial)
+        return True
+
+    def _waits_for_its_target(self, trial: TrialResult, name: str) -> bool:
+        """Whether a re-run of ``trial`` waits for a run on the target it was judged on: a backward move re-measured
+        in a forward run (0066's ``num_stages@1024x2=2``, owed on the backward, came first in a forward plan) is
+        judged on a pass it may not change at all. One line says so."""
+        judged_on = trial.judged.target if trial.judged else None
+        if not judged_on or judged_on == self.guardrails.target:
+            return False
+        if not any(e.kind == "waits" and e.trial is not None and e.trial.trial_id == trial.trial_id
+                   for e in self.events):
+            self._emit("waits", f"{name} waits: trial {trial.trial_id:04d} was judged on the {judged_on}, this run "
+                       f"tunes the {self.guardrails.target} (run with --target {judged_on} to take it)", trial)
         return True
 
     def _in_scope(self, changes: dict | None, source: str, best: TrialResult) -> bool:

@@ -306,6 +306,27 @@ def test_after_a_baseline_change_the_carry_over_s_re_measure_comes_before_an_old
     assert rerun.name == "t1-remeasure" and rerun.source == with_knobs(accepted.variant.source, {"num_stages": 2})
 
 
+def test_a_re_run_waits_for_a_run_on_the_target_it_was_judged_on(tmp_path):
+    """0066's num_stages@1024x2=2 was inconclusive on the backward; a forward run's plan put its re-measure first,
+    a trial judged on a pass the move does not change. It waits, with one line, for a backward run."""
+    from liger_perf.kernel.variants import with_knobs
+
+    base = baseline_path("fused_add_rms_norm").read_text()
+    owed = _source_trial(1, with_knobs(base, {"num_stages": 2}), base, "inconclusive", changes={"num_stages": 2})
+    owed = owed.model_copy(update={"judged": owed.judged.model_copy(update={"target": "backward"})})
+    history = [_source_trial(0, base), owed]
+    forward = OptimizeLoop("fused_add_rms_norm", Guardrails(target="forward"), RulesProposer(), device="interpret",
+                           root=tmp_path)
+    assert forward._reruns(history, history[0]) == []
+    assert forward._reruns(history, history[0]) == []  # asked again: still one line
+    assert [e.message for e in forward.events if e.kind == "waits"] == [
+        "t1-remeasure waits: trial 0001 was judged on the backward, this run tunes the forward (run with --target "
+        "backward to take it)"]
+    backward = OptimizeLoop("fused_add_rms_norm", Guardrails(target="backward"), RulesProposer(),
+                            device="interpret", root=tmp_path)
+    assert [r.name for r in backward._reruns(history, history[0])] == ["t1-remeasure"]
+
+
 def test_until_a_changed_baseline_is_measured_bench_and_patch_keep_the_latest_earlier_best(tmp_path, monkeypatch):
     """A baseline change must not hand models the new code without the tuned knobs before the loop has measured
     it: `bench` and `patch` keep the latest earlier baseline's best (not an older one) while no trial against the

@@ -715,6 +715,29 @@ def test_memory_latency_is_read_below_the_floor_target_and_brings_pipelining_int
     assert {"num_stages@1024x4": 2} in batch and {"num_stages@1024x4": 3} in batch, batch
 
 
+def test_a_forward_screening_holds_no_backward_move_and_walks_warps_from_what_auto_runs():
+    """`plan --target forward --buckets 8192x4` on trial 0087: its walk held num_stages 1 (which pipelines the
+    backward's row loop alone: the forward runs as before) and num_warps 1, the list's neighbour of "auto", where
+    "auto" runs 16 warps at every case of the bucket (rows of 8192 elements). Now a move must change the target's
+    pass in its bucket, and the walk steps from 16: to 8 and 32."""
+    history = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id <= 88]
+    best = next(t for t in history if t.trial_id == 87)
+    context = Context(get_spec("fused_add_rms_norm"), "forward", history, best, best.variant.source,
+                      baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
+                      buckets=("8192x4",))
+    batch = [p.changes for p in _batch(context, 6)]
+    warps = [changes["num_warps@8192x4"] for changes in batch if "num_warps@8192x4" in changes]
+    assert warps == [8, 32], batch
+    while isinstance(proposal := RulesProposer().propose(context), Proposal):  # every move left, to the end
+        batch.append(proposal.changes)
+        context.pending.append(source_hash(proposal.source))
+        context.pending_sources.append(proposal.source)
+    # The forward's own knobs and the warps it runs; no num_stages, BLOCK_SIZE (no chunk narrower than its rows)
+    # or dw_reduction, which leave the forward as it runs there.
+    assert {name.partition("@")[0] for changes in batch for name in changes} == {
+        "fwd_rows_per_program", "fwd_w_load", "num_warps"}, batch
+
+
 def _batch(context, size=4):
     """What the loop's screening would hold: proposals asked for one after another, the earlier ones pending."""
     batch = []

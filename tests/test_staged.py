@@ -330,6 +330,22 @@ def test_a_candidate_an_earlier_screening_kept_gets_its_full_trial_without_anoth
     assert [r.kind for r in runner.requests] == ["screening"]
 
 
+def test_a_candidate_kept_on_another_target_gets_no_full_trial(tmp_path):
+    """A screening keeps a candidate on its target's pass: 0088 (backward) kept num_stages@2048x4=3, which a forward
+    run's plan then gave a full trial. A run on another target leaves it to the proposer."""
+    from liger_perf import loop as loop_module
+    from liger_perf.kernel.variants import source_hash
+
+    baseline = _baseline()
+    rows = [{"name": "0-kept", "sha256": source_hash("x\n# kept\n"), "source": "x\n# kept\n", "kept": True,
+             "ratio": 0.9, "hypothesis": "try it", "reason": "may be faster"}]
+    screening = _screening(1, {"sha256": "b", "source": "x"}, rows)  # on the backward
+    for target, trialled in (("forward", []), ("backward", ["kept"])):
+        loop = loop_module.OptimizeLoop("relu_squared", Guardrails(target=target), _endless(), device="interpret",
+                                        budget=5, root=tmp_path, runner=_ScreeningRunner(keep=set()), screen=0)
+        assert [p.name for p in loop._kept_by_screening([baseline, screening], baseline)] == trialled, target
+
+
 def test_no_screening_or_trial_begins_that_the_recent_pace_says_would_end_after_the_deadline(tmp_path):
     """--max-minutes is the time by which the loop is done: on the H200 a trial begun 280 s before a call's end
     (0056, after a 199 s screening) was killed in its NCU profile and its device time lost. A screening that would

@@ -254,7 +254,8 @@ class KnobMove:
     reason: str
 
 
-def _knob_moves(knobs: dict, choices: dict, target: str, plans: list[tuple[str | None, Diagnosis | None]]):
+def _knob_moves(knobs: dict, choices: dict, target: str, plans: list[tuple[str | None, Diagnosis | None]],
+                anchors: dict | None = None):
     """Every single-knob move the choices allow, once each, in the order of ``plans``: for each (pass, diagnosis)
     in turn (the most severe first; a diagnosis of None is the plain walk), the moves sorted by
 
@@ -264,6 +265,10 @@ def _knob_moves(knobs: dict, choices: dict, target: str, plans: list[tuple[str |
        (a kind it does not name, or a value such as "auto" that is no step along the list), then the other way;
     3. how near the new value is to the current one in the knob's list of choices;
     4. the kind's place in the diagnosis's preferences, then the knob's place in ``KNOBS``.
+
+    ``anchors``: knob -> a listed value that runs what its current value runs (``"auto"`` warps that come to 16 at
+    every case of a bucket): the direction and the nearness of a move are read from there. Without it a move from
+    ``"auto"`` is near the list's head (one warp first, at rows of 8192 elements).
 
     A knob that belongs to a pass the target does not time (``bwd_*`` for ``forward``) is never moved."""
     timed = {"forward": {"forward"}, "backward": {"backward"}}.get(target, {"forward", "backward"})
@@ -278,11 +283,12 @@ def _knob_moves(knobs: dict, choices: dict, target: str, plans: list[tuple[str |
             owner, kind = knob_pass(knob), knob_kind(knob)
             pass_rank = 0 if owner == pass_name else 1 if owner is None else 2
             wanted = preferences.get(kind)
+            anchor = (anchors or {}).get(knob, old)
             for index, new in enumerate(listed):
                 if new == old:
                     continue
-                distance = abs(index - listed.index(old)) if old in listed else index + 1
-                step = _direction(listed, old, new)
+                distance = abs(index - listed.index(anchor)) if anchor in listed else index + 1
+                step = _direction(listed, anchor, new)
                 if diagnosis is None:
                     tier, view = 0, "no diagnosis to order by: nearest values first"
                 elif wanted is None:
@@ -328,6 +334,9 @@ class RulesProposer:
         ran = _KnobsRan(context.trials, knobs, context.baseline_source, dispatch, spec, cases)
         rejected_moves = self._rejected_moves(context.trials, choices)
         passes = ["forward", "backward"] if context.target == "full" else [context.target]
+        # A move that leaves the target's pass as it runs at every case of its bucket cannot improve the target
+        # (num_stages, which pipelines the backward's row loop, in a forward screening): compared on that pass.
+        target_pass = context.target if context.target in ("forward", "backward") else None
         profiled = best_as_profiled(best, context.trials)  # its profile over the suite, where it was confined
         diagnoses = [(p, d) for p in passes for d in diagnose(profiled, p, per_bucket=bool(buckets))] \
             if context.target != "memory" else []
@@ -410,8 +419,8 @@ class RulesProposer:
         # diagnoses' remedies and before the blind walk over KNOB_CHOICES: the buckets --buckets names, and without
         # it those where a peer is ahead (by the lead). Many such buckets have no diagnosis at all: their profiled
         # case trips no rule (0087's float32 43690x1536 runs DRAM at 81 % of its peak, above the memory-latency
-        # rule's MEMORY_LATENCY_DRAM_PCT). 2026-12-03: with --buckets 2048x4 the walk's first screening held one row per program and
-        # two tile sizes while the spec's split (bwd_programs_per_sm) was never offered.
+        # rule's MEMORY_LATENCY_DRAM_PCT). 2026-12-03: with --buckets 2048x4 the walk's first screening held one
+        # row per program and two tile sizes while the spec's split (bwd_programs_per_sm) was never offered.
         explored = [(p, b) for b in buckets for p in passes if context.buckets or lead_in(p, b)]
         diagnosed_in = {(p, bucket_of(d)) for p, d in diagnoses}
         # Within such a bucket the history ranks the spec's list by what the same move did where it was measured:
@@ -472,7 +481,8 @@ class RulesProposer:
         def remedy_proposal(pass_name: str, diagnosis: Diagnosis | None, remedy: Remedy,
                             bucket: str | None) -> Proposal | None:
             here, changes = remedy_changes(bucket, remedy)
-            if not changes or (bucket and _changes_nothing(spec, here, dict(remedy.changes), cases.get(bucket, []))):
+            if not changes or (bucket and _changes_nothing(spec, here, dict(remedy.changes), cases.get(bucket, []),
+                                                           target_pass)):
                 return None
             if is_carried(remedy) and len(changes) < len(remedy.changes):
                 return None  # part of the move runs here already: the rest is another move, never measured
@@ -549,11 +559,18 @@ class RulesProposer:
             source); None when it has none left. A move that cannot launch, changes nothing at the bucket's shapes
             or was ruled out by a rejection takes no turn."""
             turns = 0
-            for move in _knob_moves(here, choices, context.target, plans):
+            # Where the bucket's cases all run a non-numeric value ("auto") as one listed value, the walk steps
+            # from that value.
+            anchors = {}
+            for knob, old in here.items() if bucket and cases.get(bucket) else ():
+                anchors[knob] = next((v for v in choices.get(knob, ()) if v != old and not isinstance(v, bool) and
+                                      isinstance(v, (int, float)) and not isinstance(old, (int, float)) and
+                                      _changes_nothing(spec, here, {knob: v}, cases[bucket], target_pass)), old)
+            for move in _knob_moves(here, choices, context.target, plans, anchors):
                 name = qualified(move.knob, bucket)
                 changes = {name: move.new}
-                if bucket and _changes_nothing(spec, here, {move.knob: move.new}, cases.get(bucket, [])):
-                    continue  # e.g. a chunk at least as wide as every row of the bucket
+                if bucket and _changes_nothing(spec, here, {move.knob: move.new}, cases.get(bucket, []), target_pass):
+                    continue  # e.g. a chunk at least as wide as every row of the bucket, or a move of another pass
                 source, ran_before = fresh_source(changes)
                 if ran_before:  # it took its turn
                     turns += 1
@@ -765,17 +782,17 @@ def peer_leads(trials: list[TrialResult], baseline_source: str,
     return leads
 
 
-def _runs_the_same(spec, knobs: dict, other: dict, shape: tuple, dtype: str) -> bool:
+def _runs_the_same(spec, knobs: dict, other: dict, shape: tuple, dtype: str, pass_name: str | None = None) -> bool:
     import torch
 
-    return isinstance(getattr(torch, dtype, None), torch.dtype) and spec.runs_the_same(knobs, other, shape,
-                                                                                          getattr(torch, dtype))
+    return isinstance(getattr(torch, dtype, None), torch.dtype) and spec.runs_the_same(
+        knobs, other, shape, getattr(torch, dtype), pass_name)
 
 
-def _changes_nothing(spec, knobs: dict, changes: dict, cases: list) -> bool:
-    """Whether ``changes`` leave what every one of ``cases`` runs as it was (``KernelSpec.effective_settings``);
-    False where the spec cannot tell, or there is no case to tell by."""
-    return bool(cases) and all(_runs_the_same(spec, knobs, {**knobs, **changes}, shape, dtype)
+def _changes_nothing(spec, knobs: dict, changes: dict, cases: list, pass_name: str | None = None) -> bool:
+    """Whether ``changes`` leave what every one of ``cases`` runs as it was (``KernelSpec.effective_settings``), in
+    ``pass_name`` alone where given; False where the spec cannot tell, or there is no case to tell by."""
+    return bool(cases) and all(_runs_the_same(spec, knobs, {**knobs, **changes}, shape, dtype, pass_name)
                                for shape, dtype in cases)
 
 
