@@ -559,13 +559,17 @@ class RulesProposer:
             source); None when it has none left. A move that cannot launch, changes nothing at the bucket's shapes
             or was ruled out by a rejection takes no turn."""
             turns = 0
-            # Where the bucket's cases all run a non-numeric value ("auto") as one listed value, the walk steps
-            # from that value.
-            anchors = {}
-            for knob, old in here.items() if bucket and cases.get(bucket) else ():
-                anchors[knob] = next((v for v in choices.get(knob, ()) if v != old and not isinstance(v, bool) and
-                                      isinstance(v, (int, float)) and not isinstance(old, (int, float)) and
-                                      _changes_nothing(spec, here, {knob: v}, cases[bucket], target_pass)), old)
+
+            def anchor(knob: str, old):
+                """The listed number that a non-numeric ``old`` ("auto") runs as at every case of the bucket (the
+                walk steps from there), else ``old`` (a number, a bool: its own place in the list)."""
+                if isinstance(old, (int, float)) or not bucket or not cases.get(bucket):
+                    return old
+                return next((v for v in choices.get(knob, ()) if isinstance(v, (int, float))
+                             and not isinstance(v, bool)
+                             and _changes_nothing(spec, here, {knob: v}, cases[bucket], target_pass)), old)
+
+            anchors = {knob: anchor(knob, old) for knob, old in here.items()}
             for move in _knob_moves(here, choices, context.target, plans, anchors):
                 name = qualified(move.knob, bucket)
                 changes = {name: move.new}
