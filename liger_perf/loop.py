@@ -15,8 +15,8 @@ from typing import Callable
 
 from liger_perf.core.errors import UserError
 from liger_perf.judge.guardrails import Guardrails
-from liger_perf.record.history import (accepted_chain, baseline_trials, best_timing_rows, load_trials,
-                                       screening_pace, trial_pace, trial_variant_file, warn)
+from liger_perf.record.history import (accepted_chain, baseline_trials, best_timing_rows, carry_over_name,
+                                       load_trials, screening_pace, trial_pace, trial_variant_file, warn)
 from liger_perf.judge import confined_buckets, drift_ratios, judge, made_by, recheck_owed
 from liger_perf.propose import Context, Proposal, Proposer, Stop
 from liger_perf.propose.rules import peer_leads
@@ -638,7 +638,7 @@ class OptimizeLoop:
             if any(t.variant_sha == source_hash(source) for t in trials):
                 return []
             listed = ", ".join(f"{k}={v!r}" for k, v in changes.items())
-            return [Proposal(name=f"carry-over-{tip.trial_id:04d}", source=source,
+            return [Proposal(name=carry_over_name(tip), source=source,
                              hypothesis=f"the baseline changed since trial {old_baseline.trial_id:04d}; the best on "
                                         f"the previous one, trial {tip.trial_id:04d} {tip.name}, carried over: "
                                         f"its knob values ({listed}) on the new baseline",

@@ -16,8 +16,8 @@ from pathlib import Path
 import pandas as pd
 
 from liger_perf.judge import drift_ratios
-from liger_perf.record.history import (accepted_chain, baseline_trials, best_timing_rows, carried_best, geomean,
-                                       pass_interval)
+from liger_perf.record.history import (accepted_chain, baseline_trials, best_timing_rows, carried_best, carried_tip,
+                                       geomean, pass_interval)
 from liger_perf.kernel.registry import baseline_path
 from liger_perf.record.schema import TrialResult
 from liger_perf.kernel.variants import bucket_columns, recorded_dispatch, source_hash
@@ -74,10 +74,10 @@ def dispatch_table(chain: list[TrialResult], baseline: TrialResult | None = None
                    trials: list[TrialResult] = ()) -> pd.DataFrame:
     """The best's dispatch table (the accepted chain's last, or the baseline's), an entry per row (bucket, the
     widths and element size it covers, knob, value), with the trial that set the value it has now: one of the
-    chain, or the baseline's own. Given the whole history (``trials``), an entry the chain's first step carried
-    over from an earlier baseline's best is credited to the trial that set it there, and names the carry-overs
-    (a carry-over moves every tuned entry at once: "set by" the carry-over alone would say nothing of where a
-    value was found)."""
+    chain, or the baseline's own. Given the whole history (``trials``), an entry a carry-over brought from the
+    earlier baseline's best it names (``history.carried_tip``) is credited to the trial that set it there, and
+    names the carry-overs (a carry-over moves every tuned entry at once: "set by" the carry-over alone would say
+    nothing of where a value was found)."""
     setters = _dispatch_setters(chain, baseline, list(trials))
     rows = []
     for (bucket, knob), (value, origin, carriers) in setters.items():
@@ -105,37 +105,18 @@ def _dispatch_setters(chain: list[TrialResult], baseline: TrialResult | None, tr
         previous = table
     setters = {(bucket, knob): (value, set_by[(bucket, knob)], []) for bucket, entry in previous.items()
                for knob, value in entry.items()}
-    earlier = _carried_chain(chain[0], trials) if chain else None
-    if earlier is not None:
-        old_baseline, old_chain = earlier
-        old = _dispatch_setters(old_chain, old_baseline, trials)
-        for key, (value, setter, _) in setters.items():
-            if setter is chain[0] and key in old and old[key][0] == value:
-                _, origin, carriers = old[key]
-                setters[key] = (value, origin, [*carriers, chain[0]])
-    return setters
-
-
-def _carried_chain(first: TrialResult, trials: list[TrialResult]):
-    """(the earlier baseline's trial, its accepted chain) whose best ``first`` carried over, or None: as the loop
-    carries over (``OptimizeLoop._carry_over``), the newest earlier baseline with an accepted chain, and ``first``
-    a step each of whose changes its tip runs (a move of ``first``'s own would change something the tip does not
-    run)."""
-    from liger_perf.kernel.variants import knobs_in, split_qualified
-
-    if not first.changes or not first.against:
-        return None
-    for earlier in reversed([t for t in baseline_trials(trials)
-                             if t.trial_id < first.trial_id and t.variant_sha != first.against_sha]):
-        old_baseline, old_chain = accepted_chain(trials, earlier.variant_sha)
-        if not old_chain:
+    # A carry-over's entries come from the earlier best it names, where a trial of that chain set them (or
+    # carried them over in turn: the trials before it have smaller numbers, so this ends).
+    for step in chain:
+        carried = carried_tip(step, trials)
+        if carried is None:
             continue
-        tip = old_chain[-1]
-        knobs, table = tip.variant.knobs or {}, recorded_dispatch(tip.variant.source)
-        runs = all(knobs_in(knobs, table, split_qualified(name)[1]).get(split_qualified(name)[0], _UNSET) == value
-                   for name, value in first.changes.items())
-        return (old_baseline, old_chain) if runs else None
-    return None
+        old = _dispatch_setters(carried[1], carried[0], trials)
+        for key, (value, setter, _) in setters.items():
+            if setter is step and key in old and old[key][0] == value:  # what it runs is what the old best ran
+                _, origin, carriers = old[key]
+                setters[key] = (value, origin, [*carriers, step])
+    return setters
 
 
 _UNSET = object()

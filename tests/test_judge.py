@@ -406,45 +406,57 @@ def test_the_report_shows_the_best_s_dispatch_table_with_the_trial_that_set_each
 def test_an_entry_carried_over_to_a_new_baseline_is_credited_to_the_trial_that_set_it_there():
     """On the H200 every entry of the best's table read "set by trial 0087 carry-over-0085": a carry-over moves
     every tuned entry at once. The report follows each carried entry back to the trial that set it, through every
-    carry-over since; a move the first step of a chain made itself stays its own."""
+    carry-over since (a carry-over names the best it carries: ``carry-over-0005``); a move of a step's own, and a
+    step that only looks like a carry-over, keep their own credit."""
     from liger_perf.kernel.registry import baseline_path
     from liger_perf.kernel.variants import source_hash, with_knobs
     from liger_perf.report import dispatch_table
 
     from made_trials import make_trial
 
-    def trial(trial_id, source, against=None, verdict=None, changes=None):
-        return make_trial(verdict=verdict, trial_id=trial_id, name=f"step-{trial_id}", changes=changes,
+    def trial(trial_id, source, against=None, verdict=None, changes=None, name=None):
+        return make_trial(verdict=verdict, trial_id=trial_id, name=name or f"step-{trial_id}", changes=changes,
                           variant={"sha256": source_hash(source), "source": source},
                           against={"sha256": source_hash(against)} if against else None)
 
+    move = {"num_warps@8192x2": 8}
     first_base = baseline_path("fused_add_rms_norm").read_text()
-    found = with_knobs(first_base, {"num_warps@8192x2": 8})
     second_base = first_base + "\n# the baseline changed\n"
-    carried = with_knobs(second_base, {"num_warps@8192x2": 8})
     third_base = second_base + "# and again\n"
-    carried_again = with_knobs(third_base, {"num_warps@8192x2": 8})
+    carried_again = with_knobs(third_base, move)
     own_move = with_knobs(carried_again, {"bwd_tile_elements@512x4": 2048})
-    history = [trial(0, first_base), trial(1, found, first_base, "accepted", {"num_warps@8192x2": 8}),
-               trial(2, second_base), trial(3, carried, second_base, "accepted", {"num_warps@8192x2": 8}),
-               trial(4, third_base), trial(5, carried_again, third_base, "accepted", {"num_warps@8192x2": 8}),
+    history = [trial(0, first_base), trial(1, with_knobs(first_base, move), first_base, "accepted", move),
+               trial(2, second_base),
+               trial(3, with_knobs(second_base, move), second_base, "accepted", move, "carry-over-0001"),
+               trial(4, third_base), trial(5, carried_again, third_base, "accepted", move, "carry-over-0003-remeasure"),
                trial(6, own_move, carried_again, "accepted", {"bwd_tile_elements@512x4": 2048})]
     table = dispatch_table(history[5:], history[4], history)
     assert dict(zip(table["knob"], table["set by"])) == {
         "bwd_tile_elements": "trial 0006 step-6",
         "num_warps": "trial 0001 step-1, carried over by trials 0003 and 0005"}
-    assert list(dispatch_table(history[5:], history[4])["set by"]) == ["trial 0006 step-6", "trial 0005 step-5"]
-    # A first step that moved an entry the earlier best does not run is no carry-over: it set the value itself.
+    assert list(dispatch_table(history[5:], history[4])["set by"]) == [  # without the history: none followed
+        "trial 0006 step-6", "trial 0005 carry-over-0003-remeasure"]
+
+    def credit(step):
+        return list(dispatch_table([step], history[4], [*history[:5], step])["set by"])
+
+    # A step not named a carry-over that happens to make the earlier best's move made it itself (the carry-over
+    # rejected, say, and the same move proposed again).
+    assert credit(trial(5, carried_again, third_base, "accepted", move)) == ["trial 0005 step-5"]
+    assert credit(trial(5, carried_again, third_base, "accepted", move, "0003-again")) == ["trial 0005 0003-again"]
+    # A carry-over whose source runs another value than the best it names keeps what it runs as its own.
     other = with_knobs(third_base, {"num_warps@8192x2": 16})
-    history[5] = trial(5, other, third_base, "accepted", {"num_warps@8192x2": 16})
-    assert list(dispatch_table(history[5:6], history[4], history)["set by"]) == ["trial 0005 step-5"]
-    # Nor is one that also moved such an entry: what it shares with the earlier best it found again.
-    mixed = {"num_warps@8192x2": 8, "bwd_tile_elements@512x4": 2048}
-    history[5] = trial(5, with_knobs(third_base, mixed), third_base, "accepted", mixed)
-    assert list(dispatch_table(history[5:6], history[4], history)["set by"]) == ["trial 0005 step-5"] * 2
-    # And a record whose source runs another value than its changes say (edited by hand) keeps what it runs.
-    history[5] = trial(5, other, third_base, "accepted", {"num_warps@8192x2": 8})
-    assert list(dispatch_table(history[5:6], history[4], history)["set by"]) == ["trial 0005 step-5"]
+    assert credit(trial(5, other, third_base, "accepted", move, "carry-over-0003")) == [
+        "trial 0005 carry-over-0003"]
+    # A name that points at a later trial, or at no accepted one, is no carry-over: nothing to follow.
+    assert credit(trial(5, carried_again, third_base, "accepted", move, "carry-over-0009")) == [
+        "trial 0005 carry-over-0009"]
+    assert credit(trial(5, carried_again, third_base, "accepted", move, "carry-over-0002")) == [
+        "trial 0005 carry-over-0002"]
+    # Nor one that names a later trial of its own chain: followed, it would lead back to itself, without end.
+    loop = [trial(5, carried_again, third_base, "accepted", move, "carry-over-0006"), history[6]]
+    table = dispatch_table(loop, history[4], [*history[:5], *loop])
+    assert list(table["set by"]) == ["trial 0006 step-6", "trial 0005 carry-over-0006"]
 
 
 def test_noise_where_the_candidate_ran_the_best_s_code_is_not_a_reason_to_re_measure():

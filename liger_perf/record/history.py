@@ -405,6 +405,31 @@ def baseline_trials(trials: list[TrialResult]) -> list[TrialResult]:
     return [t for t in trials if not t.against and t.status == "complete" and t.kind == "experiment"]
 
 
+#: How the loop names the trial that carries an earlier baseline's best over to a changed one:
+#: ``carry-over-0085`` (a re-measure of it: ``carry-over-0085-remeasure``).
+CARRY_OVER_PREFIX = "carry-over-"
+
+
+def carry_over_name(tip: TrialResult) -> str:
+    return f"{CARRY_OVER_PREFIX}{tip.trial_id:04d}"
+
+
+def carried_tip(trial: TrialResult, trials: list[TrialResult]) -> tuple[TrialResult, list[TrialResult]] | None:
+    """(the earlier baseline's trial, its accepted chain up to the best that ``trial`` carried over), read from the
+    carry-over's name, or None: ``trial`` is no carry-over, or that best is not an accepted trial before it."""
+    number = trial.name.removeprefix(CARRY_OVER_PREFIX)[:4] if trial.name.startswith(CARRY_OVER_PREFIX) else ""
+    if not number.isdigit() or int(number) >= trial.trial_id:
+        return None
+    for baseline in baseline_trials(trials):
+        if baseline.trial_id >= int(number):
+            break
+        found, chain = accepted_chain(trials, baseline.variant_sha)
+        ids = [t.trial_id for t in chain]
+        if found is not None and int(number) in ids:
+            return found, chain[:ids.index(int(number)) + 1]
+    return None
+
+
 def carried_best(trials: list[TrialResult], baseline_sha: str) -> tuple[TrialResult, TrialResult] | None:
     """(the earlier baseline's trial, its chain's tip) that ``bench`` and ``patch`` keep while today's baseline
     (``baseline_sha``) has no accepted trial and no trial against it was rejected on its measurements yet
