@@ -707,7 +707,8 @@ class OptimizeLoop:
         A candidate screened against an earlier best of the chain is made again on the current best from its knob
         changes (as a re-run is); one without knob changes is left to the proposer. A candidate whose own trial
         ran (whatever its verdict; not a harness error, which never reached it) is done: a rejected one never
-        comes back this way after a later acceptance."""
+        comes back this way after a later acceptance. A screening on another target than this run's kept its
+        candidates on another pass: they wait for a run on that target."""
         _, chain = accepted_chain(trials, self.baseline_sha)
         chain_shas = {t.variant_sha for t in chain} | {self.baseline_sha, best.variant_sha}
         trialled = {t.variant_sha for t in trials if t.kind == "experiment" and t.status != HARNESS_ERROR}

@@ -79,10 +79,17 @@ set -u
 export LIGER_PERF_GIT_COMMIT=${1:?the commit under test} PYTHONUNBUFFERED=1
 # The label every record of this call carries: checked against what scripts/device_tree.sh wrote of the tree sent.
 if [ -f .device-commit ]; then
-  read -r tree_commit tree_state < .device-commit
+  read -r tree_commit tree_state < .device-commit || true
+  hash='^[0-9a-f]{7,40}$'
+  if ! [[ "${tree_commit:-}" =~ $hash && "$LIGER_PERF_GIT_COMMIT" =~ $hash ]]; then
+    echo "device.sh: .device-commit says '${tree_commit:-}' and the label is '$LIGER_PERF_GIT_COMMIT': both must be" \
+         "commit hashes of 7 to 40 hex digits (scripts/device_tree.sh out writes the file)"
+    exit 2
+  fi
   case "$LIGER_PERF_GIT_COMMIT" in
     "$tree_commit"*|"${tree_commit:0:${#LIGER_PERF_GIT_COMMIT}}") ;;
-    *) echo "device.sh: this tree is $tree_commit ($tree_state), not $LIGER_PERF_GIT_COMMIT: call again with $tree_commit"
+    *) echo "device.sh: this tree is $tree_commit ($tree_state), not $LIGER_PERF_GIT_COMMIT: call again with" \
+            "$tree_commit, or run scripts/device_tree.sh back and out again after a new commit"
        exit 2 ;;
   esac
   [ "$tree_state" = dirty ] && export LIGER_PERF_GIT_DIRTY=1

@@ -18,14 +18,16 @@ def rezip(wheel: Path) -> tuple[int, int]:
     """``wheel`` rewritten with every member LZMA-compressed, the members' names, order and bytes unchanged."""
     before = wheel.stat().st_size
     packed = wheel.with_suffix(".lzma-tmp")
-    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(packed, "w", zipfile.ZIP_LZMA) as target:
-        for info in source.infolist():
-            target.writestr(info, source.read(info), compress_type=zipfile.ZIP_LZMA)
-    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(packed) as target:  # what pip will read is what was
-        if any(source.read(i) != target.read(i.filename) for i in source.infolist()):
-            packed.unlink()
-            raise SystemExit(f"rezip_lzma: {wheel} did not survive the re-zip; it is left as it was")
-    packed.replace(wheel)
+    try:
+        with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(packed, "w", zipfile.ZIP_LZMA) as target:
+            for info in source.infolist():
+                target.writestr(info, source.read(info), compress_type=zipfile.ZIP_LZMA)
+        with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(packed) as target:  # what pip will read is what was
+            if any(source.read(i) != target.read(i.filename) for i in source.infolist()):
+                raise SystemExit(f"rezip_lzma: {wheel} did not survive the re-zip; it is left as it was")
+        packed.replace(wheel)
+    finally:
+        packed.unlink(missing_ok=True)  # a re-zip cut short leaves the wheel as it was, and nothing beside it
     return before, wheel.stat().st_size
 
 

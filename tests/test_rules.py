@@ -976,6 +976,20 @@ def test_a_batch_holds_no_two_candidates_that_run_the_same_at_every_timed_shape(
                      for shape, dtype in sorted(cases))
 
     assert len({runs(p.source) for p in batch}) == len(batch)
+    # At the rule's threshold of today (memory latency first, by its severity) a batch holds no twins either.
+    monkeypatch.undo()
+    context.pending.clear()
+    context.pending_sources.clear()
+    batch = []
+    for _ in range(6):
+        proposal = RulesProposer().propose(context)
+        assert isinstance(proposal, Proposal), proposal
+        batch.append(proposal)
+        context.pending.append(source_hash(proposal.source))
+        context.pending_sources.append(proposal.source)
+    assert batch[0].diagnosis == "memory_latency" and len({runs(p.source) for p in batch}) == len(batch), [
+        p.changes for p in batch]
+    assert len([p for p in batch if "bwd_fused_dw_max_cols@1024x2" in p.changes]) <= 1
 
 
 def test_a_move_that_runs_as_a_screened_out_one_at_every_timed_case_is_not_proposed():

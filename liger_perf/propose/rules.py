@@ -376,11 +376,13 @@ class RulesProposer:
 
         def runs_as_pending(changes: dict) -> bool:
             """Whether a pending candidate (of the batch being filled; the history's are ``ran``'s) runs what
-            ``changes`` would at every case the best was timed at."""
+            ``changes`` would at every case the best was timed at, in the target's pass (two forward candidates
+            that differ in the backward alone measure one forward)."""
             mine = apply_changes(knobs, dispatch, changes)
             every = [(bucket, case) for bucket, bucket_cases in cases.items() for case in bucket_cases]
             return bool(every) and any(
-                all(_runs_the_same(spec, knobs_in(*mine, bucket), knobs_in(theirs, table, bucket), *case)
+                all(_runs_the_same(spec, knobs_in(*mine, bucket), knobs_in(theirs, table, bucket), *case,
+                                   target_pass)
                     for bucket, case in every)
                 for theirs, table in pending)
 
