@@ -958,13 +958,7 @@ def test_a_batch_holds_no_two_candidates_that_run_the_same_at_every_timed_shape(
     context.pending_sources += [coded, out_of_bounds]
     assert RulesProposer().propose(context).changes == {"bwd_fused_dw_max_cols@1024x2": 8192}
     context.pending_sources.clear()
-    batch = []
-    for _ in range(4):
-        proposal = RulesProposer().propose(context)
-        assert isinstance(proposal, Proposal), proposal
-        batch.append(proposal)
-        context.pending.append(source_hash(proposal.source))
-        context.pending_sources.append(proposal.source)
+    batch = _batch(context)
     fused = [p.changes for p in batch if "bwd_fused_dw_max_cols@1024x2" in p.changes]
     assert len(fused) == 1, [p.changes for p in batch]
     cases = {(r.shape, r.dtype) for r in best.timing_rows("candidate")}
@@ -980,13 +974,7 @@ def test_a_batch_holds_no_two_candidates_that_run_the_same_at_every_timed_shape(
     monkeypatch.undo()
     context.pending.clear()
     context.pending_sources.clear()
-    batch = []
-    for _ in range(6):
-        proposal = RulesProposer().propose(context)
-        assert isinstance(proposal, Proposal), proposal
-        batch.append(proposal)
-        context.pending.append(source_hash(proposal.source))
-        context.pending_sources.append(proposal.source)
+    batch = _batch(context, 6)
     assert batch[0].diagnosis == "memory_latency" and len({runs(p.source) for p in batch}) == len(batch), [
         p.changes for p in batch]
     assert len([p for p in batch if "bwd_fused_dw_max_cols@1024x2" in p.changes]) <= 1
