@@ -761,11 +761,9 @@ class OptimizeLoop:
         outside = sorted(moved - set(self.buckets))
         if not self.buckets or not outside:  # an empty ``moved`` (a default's or code's move): in every scope
             return False
-        if not any(e.kind == "waits" and e.trial is not None and e.trial.trial_id == trial.trial_id
-                   for e in self.events):  # one line per trial and run, as the carry-over's
-            self._emit("waits", f"{name} waits: it moves {', '.join(outside)}, which --buckets "
-                       f"{', '.join(self.buckets)} leaves out (run without --buckets, or name every bucket it "
-                       f"moves: {', '.join(sorted(moved))}, to take it)", trial)
+        self._say_waits(trial, f"{name} waits: it moves {', '.join(outside)}, which --buckets "
+                               f"{', '.join(self.buckets)} leaves out (run without --buckets, or name every bucket "
+                               f"it moves: {', '.join(sorted(moved))}, to take it)")
         return True
 
     def _waits_for_its_target(self, trial: TrialResult, name: str) -> bool:
@@ -775,11 +773,15 @@ class OptimizeLoop:
         judged_on = trial.judged.target if trial.judged else None
         if not judged_on or judged_on == self.guardrails.target:
             return False
+        self._say_waits(trial, f"{name} waits: trial {trial.trial_id:04d} was judged on the {judged_on}, this run "
+                               f"tunes the {self.guardrails.target} (run with --target {judged_on} to take it)")
+        return True
+
+    def _say_waits(self, trial: TrialResult, message: str) -> None:
+        """One "waits" line per trial and run, as the carry-over's: the plan and each round ask again."""
         if not any(e.kind == "waits" and e.trial is not None and e.trial.trial_id == trial.trial_id
                    for e in self.events):
-            self._emit("waits", f"{name} waits: trial {trial.trial_id:04d} was judged on the {judged_on}, this run "
-                       f"tunes the {self.guardrails.target} (run with --target {judged_on} to take it)", trial)
-        return True
+            self._emit("waits", message, trial)
 
     def _in_scope(self, changes: dict | None, source: str, best: TrialResult) -> bool:
         """Whether a candidate keeps to ``--buckets``: changes that each name one of them, and a source that is the

@@ -91,9 +91,9 @@ BATCH_PER_DIAGNOSIS = 2
 #: DRAM throughput (NCU's percentage of the peak) under which a kernel whose warps wait on memory most is latency-bound,
 #: not bandwidth-bound: 85 % of the copy floor, the targets' mark, where a copy runs at 88 % of the peak (on the H200,
 #: 4241 GB/s measured in 0085's bench, reports/evidence/2026-12-04-bench-models-best-0085/, of a 4.8 TB/s peak).
-#: At 60 % (until 2026-12-05) a bucket at 60-75 % tripped no rule, so
-#: its screenings drew on the exploration list, which holds no pipelining (0087's 12289x896 float32: DRAM at 66 %,
-#: long-scoreboard stalls first; its screening was to be tile sizes and rows per program).
+#: At 60 % (until 2026-12-05) a bucket at 60-75 % tripped no rule, so its screenings drew on the exploration list,
+#: which holds no pipelining (0087's 12289x896 float32: DRAM at 66 %, long-scoreboard stalls first; its screening was
+#: to be tile sizes and rows per program).
 MEMORY_LATENCY_DRAM_PCT = 75
 
 #: Launches beside a pass's longest kernel (a separate reduction, a cast) that take this share of its kernel

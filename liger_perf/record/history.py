@@ -418,15 +418,16 @@ def carried_tip(trial: TrialResult, trials: list[TrialResult]) -> tuple[TrialRes
     """(the earlier baseline's trial, its accepted chain up to the best that ``trial`` carried over), read from the
     carry-over's name, or None: ``trial`` is no carry-over, or that best is not an accepted trial before it."""
     number = trial.name.removeprefix(CARRY_OVER_PREFIX)[:4] if trial.name.startswith(CARRY_OVER_PREFIX) else ""
-    if not number.isdigit() or int(number) >= trial.trial_id:
+    tip = int(number) if number.isdigit() else None
+    if tip is None or tip >= trial.trial_id:  # a name pointing forward would lead back to this trial
         return None
     for baseline in baseline_trials(trials):
-        if baseline.trial_id >= int(number):
+        if baseline.trial_id >= tip:
             break
         found, chain = accepted_chain(trials, baseline.variant_sha)
         ids = [t.trial_id for t in chain]
-        if found is not None and int(number) in ids:
-            return found, chain[:ids.index(int(number)) + 1]
+        if found is not None and tip in ids:
+            return found, chain[:ids.index(tip) + 1]
     return None
 
 
