@@ -733,9 +733,46 @@ def test_a_forward_screening_holds_no_backward_move_and_walks_warps_from_what_au
         context.pending.append(source_hash(proposal.source))
         context.pending_sources.append(proposal.source)
     # The forward's own knobs and the warps it runs; no num_stages, BLOCK_SIZE (no chunk narrower than its rows)
-    # or dw_reduction, which leave the forward as it runs there.
+    # or dw_reduction, which leave the forward as it runs there. (A backward knob only beside the warps, to keep
+    # the backward as it ran: the next test.)
     assert {name.partition("@")[0] for changes in batch for name in changes} == {
-        "fwd_rows_per_program", "fwd_w_load", "num_warps"}, batch
+        "fwd_rows_per_program", "fwd_w_load", "num_warps", "bwd_num_warps"}, batch
+    assert all("num_warps@8192x4" in changes for changes in batch if "bwd_num_warps@8192x4" in changes), batch
+
+
+def test_a_forward_move_of_a_shared_knob_keeps_the_backward_as_it_ran():
+    """`plan --target forward --buckets 8192x4` on trial 0087 held num_warps 8 and 32, which the backward follows
+    there (``bwd_num_warps`` "same"): the screening timed the forward, and the full trial's guardrail would then
+    meet a backward of 8 or 32 warps where "auto" runs 16. Each warps move now comes with ``bwd_num_warps``
+    "auto": the forward changes at every case of the bucket, the backward at none. A backward screening's moves
+    are its own, unpaired."""
+    from liger_perf.propose.rules import _buckets_to_tune, _changes_nothing
+    from liger_perf.record.history import best_timing_rows
+
+    history = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id <= 88]
+    best = next(t for t in history if t.trial_id == 87)
+    spec = get_spec("fused_add_rms_norm")
+    context = Context(spec, "forward", history, best, best.variant.source,
+                      baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
+                      buckets=("8192x4",))
+    batch = _batch(context, 6)
+    warps = [p for p in batch if "num_warps@8192x4" in p.changes]
+    assert [p.changes for p in warps] == [
+        {"num_warps@8192x4": 8, "bwd_num_warps@8192x4": "auto"},
+        {"num_warps@8192x4": 32, "bwd_num_warps@8192x4": "auto"}], [p.changes for p in batch]
+    assert all("bwd_num_warps='auto', which runs the backward there as the best does" in p.hypothesis
+               for p in warps)
+    here = knobs_in(*read_knobs(best.variant.source)[:1], read_dispatch(best.variant.source), "8192x4")
+    cases = _buckets_to_tune(best_timing_rows(best, history), "forward")[1]["8192x4"]
+    assert cases
+    for proposal in warps:
+        changes = {name.partition("@")[0]: v for name, v in proposal.changes.items()}
+        assert _changes_nothing(spec, here, changes, cases, "backward")
+        assert not any(_changes_nothing(spec, here, changes, [case], "forward") for case in cases)
+    backward = Context(spec, "backward", history, best, best.variant.source,
+                       baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
+                       buckets=("8192x4",))
+    assert not any("fwd_" in name for p in _batch(backward, 6) for name in p.changes)
 
 
 def _batch(context, size=4):

@@ -494,6 +494,9 @@ class RulesProposer:
             if moves & rejected_moves:
                 skipped.append(f"{changes} (moves a knob the way a rejected trial did)")
                 return None
+            pin = other_pass_pin(spec, here, dict(remedy.changes), cases.get(bucket, []), target_pass,
+                                 choices) if bucket else {}
+            changes = {**changes, **{qualified(k, bucket): v for k, v in pin.items()}}
             source, _ = fresh_source(changes)
             if source is None:
                 return None
@@ -527,7 +530,8 @@ class RulesProposer:
                           "accepted steps' ratios since), so this bucket comes first.")
             return Proposal(
                 name=_proposal_name(changes), source=source,
-                hypothesis=f"{evidence}. {remedy.why.rstrip('.')}.{scope}{unlaunchable.spill_note(changes, diagnosis)}",
+                hypothesis=(f"{evidence}. {remedy.why.rstrip('.')}.{_pin_words(pin, target_pass)}{scope}"
+                            f"{unlaunchable.spill_note(changes, diagnosis)}"),
                 prediction=remedy.effect, changes=changes,
                 diagnosis=diagnosis.name if diagnosis else "explore")
 
@@ -577,6 +581,9 @@ class RulesProposer:
                 changes = {name: move.new}
                 if bucket and _changes_nothing(spec, here, {move.knob: move.new}, cases.get(bucket, []), target_pass):
                     continue  # e.g. a chunk at least as wide as every row of the bucket, or a move of another pass
+                pin = other_pass_pin(spec, here, {move.knob: move.new}, cases.get(bucket, []), target_pass,
+                                     choices) if bucket else {}
+                changes.update({qualified(k, bucket): v for k, v in pin.items()})
                 source, ran_before = fresh_source(changes)
                 if ran_before:  # it took its turn
                     turns += 1
@@ -602,7 +609,11 @@ class RulesProposer:
                 name=f"explore-{_proposal_name(changes)}", source=source,
                 hypothesis=(f"Exploring KNOB_CHOICES, not a hand-written remedy (the spec's remedies: "
                             f"{remedies_left}): knob {move.knob} from {move.old!r} to {move.new!r}{scope}, the "
-                            f"only knob changed from the current best. Ordered by {ordered_by}: {move.reason}."),
+                            + ("only knob changed from the current best." if len(changes) == 1 else
+                               "one move from the current best."
+                               + _pin_words({split_qualified(k)[0]: v for k, v in changes.items()
+                                             if split_qualified(k)[0] != move.knob}, context.target))
+                            + f" Ordered by {ordered_by}: {move.reason}."),
                 prediction=(f"unknown: a search step; the trial measures what {move.knob}={move.new!r} does to "
                             f"{context.target}" + (f" in bucket {bucket}" if bucket else "")),
                 changes=changes, diagnosis=f"explore-knobs:{diagnosis.name}" if diagnosis else "explore-knobs")
@@ -800,6 +811,36 @@ def _changes_nothing(spec, knobs: dict, changes: dict, cases: list, pass_name: s
     ``pass_name`` alone where given; False where the spec cannot tell, or there is no case to tell by."""
     return bool(cases) and all(_runs_the_same(spec, knobs, {**knobs, **changes}, shape, dtype, pass_name)
                                for shape, dtype in cases)
+
+
+OTHER_PASS = {"forward": "backward", "backward": "forward"}
+
+
+def _pin_words(pin: dict, target_pass: str | None) -> str:
+    return "".join(f" With {knob}={value!r}, which runs the {OTHER_PASS.get(target_pass, 'other pass')} there as "
+                   f"the best does: the move is the {target_pass}'s alone." for knob, value in pin.items())
+
+
+def other_pass_pin(spec, knobs: dict, changes: dict, cases: list, target_pass: str | None, choices: dict) -> dict:
+    """Where ``changes`` (to the knobs a bucket runs, ``knobs``) also change the pass the target does not time at
+    ``cases``, the one change to that pass's own knob that runs it there as before; empty where they leave it
+    alone, the target times both passes, or no such value is listed.
+
+    A shared knob moves both passes: ``num_warps`` 32 in a forward screening gave the backward 32 warps too, where
+    ``bwd_num_warps`` "same" follows it (``plan --target forward --buckets 8192x4``, at trial 0087). The forward
+    was timed and the backward left to the full trial's guardrail, which a slower backward fails whatever the
+    forward gained. Paired with ``bwd_num_warps`` at the value that runs what "same" ran (here "auto"), the move
+    is the forward's alone."""
+    other = OTHER_PASS.get(target_pass)
+    if other is None or not cases or _changes_nothing(spec, knobs, changes, cases, other):
+        return {}
+    for knob, old in knobs.items():
+        if knob_pass(knob) != other or knob in changes:
+            continue
+        for value in choices.get(knob, ()):
+            if value != old and _changes_nothing(spec, knobs, {**changes, knob: value}, cases, other):
+                return {knob: value}
+    return {}
 
 
 class _KnobsRan:
