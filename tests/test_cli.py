@@ -52,6 +52,13 @@ def test_unknown_kernel(tmp_path):
     assert "unknown kernel 'no_such_kernel'" in line and "fused_add_rms_norm" in line
 
 
+def test_a_variant_file_given_as_the_kernel_says_where_it_goes():
+    """`check variants/0087.py` offered `liger-perf new variants/0087.py`: a kernel named after a file."""
+    line = _one_line_error(run_cli("check", "notebooks/0087.py"))
+    assert "'notebooks/0087.py' is a file, not a kernel" in line and "--variant notebooks/0087.py" in line, line
+    assert "liger-perf new" not in line and "fused_add_rms_norm" in line
+
+
 def test_a_mistyped_kernel_name_suggests_the_registered_one_before_a_new_kernel():
     """`optimize fused_add_rms_nrom` suggested `liger-perf new fused_add_rms_nrom`: a new kernel of the typo."""
     import pydantic

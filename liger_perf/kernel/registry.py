@@ -77,6 +77,9 @@ def unknown_kernel(name: str, names: list[str], searched: str = "") -> str:
     """Why ``name`` is not a kernel, in one line: the registered name it most likely meant first, and only then
     how to make a new kernel (of that name where no registered one is close)."""
     listed = (", ".join(names) or "none") + (f" (searched {searched})" if searched else "")
+    if "/" in name or name.endswith(".py"):  # a variant's file where the kernel's name goes: no kernel to make
+        return (f"{name!r} is a file, not a kernel: name the kernel first, and the file with --variant where the "
+                f"command takes one (`liger-perf check KERNEL --variant {name}`); registered kernels: {listed}")
     meant = closest_kernel(name, names)
     if meant is not None:
         return (f"unknown kernel {name!r}: did you mean {meant!r}? Registered kernels: {listed}; "
