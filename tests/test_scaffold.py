@@ -18,6 +18,7 @@ from liger_perf.core.errors import UserError
 from liger_perf.scaffold import parse_dtypes, parse_shapes, scaffold_kernel
 from liger_perf.kernel.spec import KernelSpec
 from liger_perf.kernel.variants import load_variant, read_knobs, with_knobs
+from liger_perf.propose.safety import check_generated_source
 
 REFERENCES = '''
 import math
@@ -210,6 +211,8 @@ def test_elementwise_reference_gets_a_triton_baseline_that_passes_the_gate(works
     assert set(knobs) == {"BLOCK_SIZE", "num_warps", "bwd_BLOCK_SIZE", "bwd_num_warps"}
     assert all(knobs[k] in choices[k] for k in knobs)
     assert "tl.program_id(0).to(tl.int64)" in source  # 64-bit offsets
+    # The LLM proposer's variants start from it: the static check they meet takes the scaffold's own code.
+    assert check_generated_source(source, spec) == ""
     variant = load_variant(folder / "baseline.py", spec)
     result = check_variant(spec, variant, interpret_device, convergence=True)
     assert result.passed, result.failures()[["case", "output", "against", "reason"]].head().to_string()

@@ -9,6 +9,15 @@ A variant module may
 - use no dunder attribute, no frame or code object, no name that reaches the interpreter (``getattr``,
   ``globals``, ``__builtins__``, ``open``, ``eval`` …), so no name can be built from a string; define no dunder
   (a module-level ``__getattr__`` runs whenever a missing name is looked up);
+- name no builtin outside ``ALLOWED_BUILTINS``: a name the module does not bind is looked up in the builtins of
+  the process it runs in, which hold more than Python's own (a trial's notebook kernel adds ``get_ipython``, whose
+  ``.ex`` runs any code; ``site`` adds ``help``, which imports any module, and ``license``, whose private fields
+  name the files it reads), so the names are resolved as Python resolves them (``symtable``) and any that
+  reaches the builtins must be on the list;
+- reach no private attribute (``_name``) of any object but the attributes it sets on its own ``ctx``, and call
+  no ``forward``/``backward`` of an autograd.Function directly: only ``.apply`` gives them their context, and
+  called directly any object is their ``ctx`` (``Fn.forward(torch.Tensor, f)`` would set ``torch.Tensor``'s
+  attributes);
 - touch no file by any route (``.numpy().dump``, ``.tofile``, ``torch.save`` …), and reach no internals of a JIT
   function (``get_capture_scope``, ``.fn``, ``.src`` …: once compiled, its capture scope holds the builtins):
   a kernel is only called or launched (``kernel[grid](...)``);
@@ -59,6 +68,16 @@ FORBIDDEN_NAMES = {"open", "exec", "eval", "compile", "__import__", "breakpoint"
                    "vars", "memoryview", "setattr", "delattr", "getattr", "hasattr", "dir", "type", "object",
                    "super", "property", "__builtins__", "__loader__", "__spec__", "__file__",
                    "__dict__"}
+#: The builtins a variant may name: values, containers, iteration and the exceptions it may raise. Nothing that
+#: reads or writes files, imports, evaluates, introspects or prints (the last a channel into the records).
+ALLOWED_BUILTINS = {
+    "abs", "all", "any", "bool", "callable", "classmethod", "dict", "divmod", "enumerate", "filter", "float",
+    "frozenset", "int", "isinstance", "issubclass", "iter", "len", "list", "map", "max", "min", "next", "pow",
+    "range", "repr", "reversed", "round", "set", "slice", "sorted", "staticmethod", "str", "sum", "tuple", "zip",
+    "NotImplemented", "Ellipsis", "ArithmeticError", "AssertionError", "Exception", "IndexError", "KeyError",
+    "LookupError", "NotImplementedError", "OverflowError", "RuntimeError", "TypeError", "ValueError",
+    "ZeroDivisionError",
+}
 #: Objects whose attributes a variant may set (an autograd context keeps what the backward needs).
 ASSIGNABLE = {"ctx"}
 #: Attributes that reach the interpreter's internals from any object (frames, code, globals), or touch files,
@@ -156,6 +175,12 @@ class _Checker(ast.NodeVisitor):
             elif module != "__future__" and full not in surface():
                 self.fail(node, f"imports {full}: not on the surface a variant may use")
 
+    def visit_Global(self, node: ast.Global | ast.Nonlocal) -> None:
+        self.fail(node, f"declares {', '.join(node.names)} {type(node).__name__.lower()}: a variant's functions "
+                        "bind only their own names")
+
+    visit_Nonlocal = visit_Global
+
     def visit_Match(self, node: ast.AST) -> None:
         self.fail(node, "uses a match statement: its class patterns read attributes by name")
 
@@ -197,8 +222,12 @@ class _Checker(ast.NodeVisitor):
             chain.append(root.attr)
             root = root.value
         chain.reverse()
+        own_context = isinstance(root, ast.Name) and root.id == self.context and self.context and len(chain) == 1
+        if isinstance(node.ctx, ast.Load) and chain[-1] in CONTEXT_METHODS:
+            return self.fail(node, f"uses .{chain[-1]}: an autograd.Function runs only through .apply, which gives "
+                                   "its methods their context (called directly, any object would be their ctx)")
         if not isinstance(node.ctx, ast.Load):
-            if not (isinstance(root, ast.Name) and root.id == self.context and self.context and len(chain) == 1):
+            if not own_context:
                 return self.fail(node, f"changes .{'.'.join(chain)}: a variant sets attributes only of the ctx "
                                        "parameter of its autograd.Function's forward or backward")
             if chain[0] in context_attributes():
@@ -213,6 +242,9 @@ class _Checker(ast.NodeVisitor):
             if attr in FORBIDDEN_ATTRIBUTES and not module_chain:
                 return self.fail(node, f"uses .{attr}: no file, process, network, environment, frame or JIT "
                                        "internals access")
+            if attr.startswith("_") and not module_chain and not own_context:
+                return self.fail(node, f"reaches the private attribute .{attr}: only the attributes a variant "
+                                       "sets on its own ctx may begin with an underscore")
         if isinstance(root, ast.Name) and root.id in self.kernels:
             return self.fail(node, f"reaches {root.id}.{chain[0]}: a JIT function's internals are off limits")
         if isinstance(root, ast.Name) and root.id in self.modules:
@@ -302,6 +334,32 @@ class _Checker(ast.NodeVisitor):
         return False
 
 
+def _builtins_named(source: str, tree: ast.AST) -> str:
+    """The first name that Python would look up in the builtins (bound nowhere on its way: not in its own scope,
+    an enclosing function's or the module's) and that ``ALLOWED_BUILTINS`` does not hold, as a reason; ''."""
+    import symtable
+
+    module = symtable.symtable(source, "<variant>", "exec")
+    # Bound at module level (the checks above allow only imports, definitions and literal assignments there, and
+    # no `global` statement, so nothing else binds or unbinds a module name).
+    bound = {s.get_name() for s in module.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
+    tables = [module]
+    for table in tables:  # every scope, nested ones too (the list grows as it is read)
+        tables.extend(table.get_children())
+        for symbol in table.get_symbols():
+            name = symbol.get_name()
+            if not symbol.is_referenced() or name in bound or name in ALLOWED_BUILTINS:
+                continue
+            if table is not module and (symbol.is_local() or symbol.is_free()):
+                continue  # its own scope's, or an enclosing function's: no builtin
+            line = next((n.lineno for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name
+                         and isinstance(n.ctx, ast.Load) and n.lineno >= table.get_lineno()), "?")
+            return (f"line {line} uses {name}, which the module does not define: of the builtins a variant may "
+                    f"name only {', '.join(sorted(n for n in ALLOWED_BUILTINS if n[0].islower()))} and the "
+                    "exceptions it raises")
+    return ""
+
+
 def check_generated_source(source: str, spec: KernelSpec) -> str:
     """'' when ``source`` may run as a variant of ``spec``; otherwise the reason, in one line."""
     try:
@@ -334,6 +392,9 @@ def check_generated_source(source: str, spec: KernelSpec) -> str:
     checker.check_module_level(tree.body, "module")
     if checker.problem:
         return checker.problem
+    problem = _builtins_named(source, tree)
+    if problem:
+        return problem
     defined = set()
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
