@@ -142,3 +142,20 @@ def test_e2e_reports_agreeing_losses_and_catches_a_parting_one(tmp_path, interpr
         "return Y.view(shape), S.view(shape)", "return (Y * 1.05).view(shape), S.view(shape)"))
     result = run_e2e(config, device="interpret", variants={patch.FUSED: broken})
     assert not result.passed and result.parted["liger-perf"].startswith("step 1: loss")
+
+
+def test_a_best_that_fails_the_static_check_is_not_imported_outside_the_sandbox(tmp_path, monkeypatch):
+    """The history's best may be a proposer's code, which ran only in the sandbox; `patch` and `e2e` import it into
+    the model's process, with its environment. A best the static check refuses (here one that names the notebook
+    kernel's `get_ipython`, which runs any code) is not imported; named by the caller, it is."""
+    import sys
+
+    hostile = tmp_path / "0042-hostile-best.py"
+    hostile.write_text(baseline_path("fused_add_rms_norm").read_text()
+                       + "\n\ndef _escape():\n    return get_ipython()\n")
+    monkeypatch.setattr(patch, "best_variant_file", lambda kernel, device="auto": hostile)
+    with pytest.raises(UserError, match="fails the static check .*get_ipython.* not imported outside the sandbox"):
+        patch.load_kernel(patch.FUSED)
+    assert not any("0042-hostile-best" in name for name in sys.modules)
+    module, path = patch.load_kernel(patch.FUSED, variant=hostile)
+    assert path == hostile and callable(module.fused_add_rms_norm)

@@ -85,12 +85,24 @@ def best_variant_file(kernel: str, device: str = "auto") -> Path:
 
 
 def load_kernel(kernel: str, variant: Path | None = None, device: str = "auto") -> tuple[Any, Path]:
-    """The kernel's module (a variant file, else the best accepted one) and the file it came from."""
-    from liger_perf.kernel.registry import get_spec
-    from liger_perf.kernel.variants import load_variant
+    """The kernel's module (a variant file, else the best accepted one) and the file it came from.
 
+    The history's best may be a proposer's code, which ran only in the sandbox, and here it is imported into the
+    model's own process, with its environment and files: it meets the static check of generated code first (a
+    file named by ``variant`` is the caller's own choice, imported as it is)."""
+    from liger_perf.kernel.registry import get_spec
+    from liger_perf.kernel.variants import load_variant, read_source
+    from liger_perf.propose.safety import check_generated_source
+
+    spec = get_spec(kernel)
     path = variant or best_variant_file(kernel, device)
-    return load_variant(path, get_spec(kernel)).module, path
+    if variant is None:
+        problem = check_generated_source(read_source(path), spec)
+        if problem:
+            raise UserError(f"the best accepted {kernel} variant {path} fails the static check of generated code "
+                            f"({problem}), so it is not imported outside the sandbox; once you have read it, "
+                            "pass its path in apply()'s variants to use it anyway")
+    return load_variant(path, spec).module, path
 
 
 def apply(model, device: str = "auto", variants: dict[str, Path] | None = None,
