@@ -62,7 +62,7 @@ INTERPRETER_ONLY = ("provisional, never accepted: its correctness gate ran under
 
 
 #: A sum over rows (dW) summed in another order moves its float32 error by about ±12 %: the best against the
-#: baseline on the H200, 0.888-0.946 (reports/accuracy/0000-best-vs-baseline.ipynb), 1.06-1.13 the other way
+#: baseline on the H200, 0.888-0.946 (reports/evidence/2026-12-01-accuracy/0000-best-vs-baseline.ipynb), 1.06-1.13 the other way
 #: round. Its guard allows this much at least: it is there for a rounding more (a half-precision accumulator
 #: moves the error tenfold), not for the order of a sum.
 SUM_ORDER_SLACK = 0.25
