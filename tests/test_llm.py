@@ -226,6 +226,21 @@ def test_the_prompt_names_the_shapes_the_trials_time():
     assert all(f"x{w}" in prompt for w in widths)
 
 
+
+def test_the_prompt_asks_for_what_the_static_check_takes():
+    """The prompt told the model to import itertools, operator and dataclasses, which the static check refuses
+    (every such reply cost a repair round). Its rules are now read from the check's own lists: every allowed import
+    and builtin is named, no refused module is, and the rules the check added (no private attributes, no direct
+    forward/backward) are said."""
+    from liger_perf.propose.safety import ALLOWED_BUILTINS, ALLOWED_IMPORTS
+
+    prompt = build_prompt(_context(), LlmSettings(base_url="http://x", model="m", max_prompt_chars=200000))
+    rules = prompt[prompt.index("## Reply"):]
+    assert all(name in rules for name in ALLOWED_IMPORTS - {"__future__"})
+    assert all(name in rules for name in ALLOWED_BUILTINS if name[0].islower())
+    assert not any(name in rules for name in ("itertools", "operator", "dataclasses"))
+    assert "private (_name) attribute" in rules and "never its forward or backward directly" in rules
+
 def test_the_prompt_of_a_best_timed_on_its_bucket_alone_shows_its_profile_over_the_suite():
     """With 0085 timed and profiled on bucket 4096x2 alone, the model is shown the best's NCU profile and
     diagnoses over the suite (0078's launches where 0085 ran 0078's code) and told over what 0085's ratios were

@@ -26,7 +26,7 @@ from liger_perf.core.errors import UserError
 from liger_perf.record.history import best_as_profiled, geomean
 from liger_perf.propose import Context, Proposal, Stop, tried_sources
 from liger_perf.propose.rules import RulesProposer, diagnose
-from liger_perf.propose.safety import check_generated_source
+from liger_perf.propose.safety import check_generated_source, rules_in_words
 from liger_perf.record.schema import NCU_DURATION, TrialResult
 from liger_perf.kernel.spec import dtype_name, shape_label
 from liger_perf.kernel.variants import carries_dispatch, changes_between, read_knobs, recorded_dispatch, source_hash
@@ -186,9 +186,8 @@ def build_prompt(context: Context, settings: LlmSettings) -> str:
             "## Reply\nReply with one JSON object and nothing else: {\"hypothesis\": \"why the change should help, "
             "citing the profile\", \"prediction\": {\"forward\": \"...\", \"backward\": \"...\"}, \"name\": "
             "\"short-kebab-name\", \"source\": \"the complete new module\"}. The module must define "
-            f"{', '.join(context.spec.interface)} (KNOBS and KNOB_CHOICES as plain literals), import only torch, "
-            "triton, math, functools, itertools, operator, typing, dataclasses, and touch no file, process, network "
-            "or environment. Do not repeat a variant that is already in the history."]))
+            f"{', '.join(context.spec.interface)} (KNOBS and KNOB_CHOICES as plain literals). "
+            f"{rules_in_words()} Do not repeat a variant that is already in the history."]))
         if len(prompt) <= settings.max_prompt_chars or recent == 0:
             return prompt
         recent -= 1

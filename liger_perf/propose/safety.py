@@ -101,6 +101,22 @@ UNSAFE_SURFACE = {"triton.language.inline_asm_elementwise"}
 CONTEXT_METHODS = {"forward", "backward", "setup_context", "jvp", "vjp"}
 
 
+def rules_in_words() -> str:
+    """What the check asks of a module, in the words a language model is given before it writes one: read from
+    the lists the check itself uses, so the two cannot disagree."""
+    imports = sorted(ALLOWED_IMPORTS - {"__future__"})
+    builtins = sorted(n for n in ALLOWED_BUILTINS if n[0].islower())
+    return (f"Import only {', '.join(imports)} (and __future__), at the top of the module, and use only their public "
+            f"members (no inline assembly). Of Python's builtins use only {', '.join(builtins)} and the exceptions "
+            "you raise (no print, open, getattr, type, globals ...). At module and class level write only imports, "
+            "definitions (decorated with triton.jit, triton.autotune, triton.heuristics, staticmethod, classmethod "
+            "or functools caches, with literal defaults) and literal assignments. Reach no dunder or private "
+            "(_name) attribute; set attributes only on the ctx parameter of an autograd.Function's forward or "
+            "backward, and only new ones; call the Function through .apply, never its forward or backward "
+            "directly; a @triton.jit function is only called or launched (kernel[grid](...)). Touch no file, "
+            "process, network or environment.")
+
+
 @functools.cache
 def surface() -> frozenset[str]:
     """Every dotted name a variant may reach in the allowed modules (by their full names)."""
