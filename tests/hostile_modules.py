@@ -136,6 +136,28 @@ HOSTILE = {
                                                 "    f = _Knob.backward\n    return f"),
     "a tensor's private attribute": ("inside", "    X._base"),
     "a name-mangled field": ("inside", "    X._Printer__filenames"),
+    # found by a second review of the check above (each passed it): functools.wraps setting attributes named by
+    # strings, a class body's builtins, annotations run at import, ctx rebound by a definition, a context's setters
+    "functools.wraps merging torch's globals": ("module", "importlib = 0\n\n\ndef _lift():\n"
+                                                          "    functools.wraps(torch.nn.functional.relu, assigned=(), "
+                                                          "updated=('__globals__',))(_lift)\n"
+                                                          "    return importlib.import_module('os')"),
+    "functools.wraps setting a torch attribute": ("inside", "    functools.wraps(relu_squared, assigned=('numel',), "
+                                                            "updated=())(torch.Tensor)"),
+    "functools.wraps as a decorator": ("module", "@functools.wraps(math.floor)\ndef _g():\n    pass"),
+    "a class body in a function": ("inside", "    class _K:\n        g = get_ipython\n        get_ipython = None"),
+    "an annotation run at import": ("module", "_Z: relu_squared(None) = 0"),
+    "a parameter annotation run at import": ("module", "def _g(x: relu_squared(None)):\n    pass"),
+    "a return annotation run at import": ("module", "def _g() -> (lambda: 0)():\n    pass"),
+    "a class-level annotation run at import": ("module", "class _A(torch.autograd.Function):\n"
+                                                         "    x: relu_squared(None) = 0"),
+    "ctx rebound by a decorated definition": ("method", "        @(lambda f: torch.Tensor)\n        def ctx():\n"
+                                                        "            pass\n        ctx.liger_perf_patched = None"),
+    "ctx rebound by an except clause": ("method", "        try:\n            pass\n        except ValueError as ctx:\n"
+                                                  "            pass"),
+    "a context setter given another object": ("inside", "    ReluSquaredFunction.save_for_backward(torch.Tensor, X)"),
+    "a context setter through FunctionCtx": ("inside", "    torch.autograd.function.FunctionCtx.set_materialize_grads("
+                                                       "torch.Tensor, False)"),
 }
 METHOD = "        ctx.save_for_backward(X)"
 

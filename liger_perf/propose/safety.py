@@ -17,7 +17,12 @@ A variant module may
 - reach no private attribute (``_name``) of any object but the attributes it sets on its own ``ctx``, and call
   no ``forward``/``backward`` of an autograd.Function directly: only ``.apply`` gives them their context, and
   called directly any object is their ``ctx`` (``Fn.forward(torch.Tensor, f)`` would set ``torch.Tensor``'s
-  attributes);
+  attributes); nor the context's setters (``save_for_backward``, ``set_materialize_grads`` ...) of anything but its
+  own ``ctx``; and bind ``ctx`` by nothing but its parameter (no ``def ctx``, ``except ... as ctx``);
+- define classes at module level only (a class body in a function runs any statement and reads the builtins
+  before it binds a name), and annotate module- and class-level names and definitions with names and subscripts
+  only (an annotation there runs at import);
+- use no ``functools.wraps``: it sets and reads attributes named by its string arguments;
 - touch no file by any route (``.numpy().dump``, ``.tofile``, ``torch.save`` …), and reach no internals of a JIT
   function (``get_capture_scope``, ``.fn``, ``.src`` …: once compiled, its capture scope holds the builtins):
   a kernel is only called or launched (``kernel[grid](...)``);
@@ -53,17 +58,19 @@ _TORCH_FUNCTIONS = {
     "log", "tanh", "sigmoid", "relu", "where", "clamp", "abs", "square", "pow", "mul", "add", "sub", "div",
     "matmul", "cat", "stack", "reshape", "addcmul", "erf", "cos", "sin", "softmax", "log_softmax",
 }
-_TORCH_MEMBERS = {"autograd.Function", "autograd.function.FunctionCtx", "cuda.get_device_properties",
+_TORCH_MEMBERS = {"autograd.Function", "cuda.get_device_properties",
                   "cuda.current_device", "cuda.current_stream", "cuda.is_available", "cuda.device_count",
                   "nn.functional.relu",
                   "nn.functional.silu", "nn.functional.gelu"}
 _TRITON_MEMBERS = {"jit", "cdiv", "next_power_of_2", "autotune", "heuristics", "Config", "constexpr"}
-_FUNCTOOLS_MEMBERS = {"partial", "lru_cache", "cache", "wraps", "reduce"}
+#: Not ``wraps``: it is ``update_wrapper``, which reads and sets attributes named by its string arguments (a
+#: review merged torch's module globals into a function of its own with ``updated=("__globals__",)``).
+_FUNCTOOLS_MEMBERS = {"partial", "lru_cache", "cache", "reduce"}
 #: Types only: typing's functions evaluate strings (``get_type_hints`` runs annotations through eval).
 _TYPING_MEMBERS = {"Any", "Optional", "Union", "Tuple", "List", "Dict", "Callable", "Sequence"}
 #: Decorators allowed on module-level and class-level definitions (they run at import).
 ALLOWED_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics", "staticmethod", "classmethod",
-                      "functools.lru_cache", "functools.cache", "functools.wraps"}
+                      "functools.lru_cache", "functools.cache"}
 FORBIDDEN_NAMES = {"open", "exec", "eval", "compile", "__import__", "breakpoint", "input", "globals", "locals",
                    "vars", "memoryview", "setattr", "delattr", "getattr", "hasattr", "dir", "type", "object",
                    "super", "property", "__builtins__", "__loader__", "__spec__", "__file__",
@@ -99,6 +106,10 @@ FORBIDDEN_ATTRIBUTES = {"gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame"
 UNSAFE_SURFACE = {"triton.language.inline_asm_elementwise"}
 #: The autograd methods whose first parameter is the context, the one object a variant may set attributes on.
 CONTEXT_METHODS = {"forward", "backward", "setup_context", "jvp", "vjp"}
+#: The context's own methods that set attributes on the object they are given: reached only as ``ctx.<name>`` of
+#: the method's own context (``Fn.save_for_backward(torch.Tensor, X)`` set ``torch.Tensor.to_save``).
+CONTEXT_SETTERS = {"save_for_backward", "save_for_forward", "mark_dirty", "mark_shared_storage",
+                   "mark_non_differentiable", "set_materialize_grads"}
 
 
 def rules_in_words() -> str:
@@ -164,6 +175,7 @@ class _Checker(ast.NodeVisitor):
         self.launches: set[int] = set()  # ids of the Name nodes that call or launch one
         self.context = ""  # the ctx parameter of the autograd method being visited ("" elsewhere)
         self.in_function_class = False  # visiting the body of a class derived from torch.autograd.Function
+        self.depth = 0  # functions (and lambdas) the visit is inside
 
     def fail(self, node: ast.AST, reason: str) -> None:
         if not self.problem:
@@ -172,6 +184,7 @@ class _Checker(ast.NodeVisitor):
     # -- imports ------------------------------------------------------------------------------------------
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
+            self._no_ctx_binding(node, alias.asname or alias.name.split(".")[0])
             if alias.name not in ALLOWED_IMPORTS:
                 self.fail(node, f"imports {alias.name}: only {', '.join(sorted(ALLOWED_IMPORTS))}")
             elif alias.asname:
@@ -185,6 +198,7 @@ class _Checker(ast.NodeVisitor):
             self.fail(node, f"imports from {module or '.'}: only {', '.join(sorted(ALLOWED_IMPORTS))}")
             return
         for alias in node.names:
+            self._no_ctx_binding(node, alias.asname or alias.name)
             full = f"{module}.{alias.name}"
             if full in ALLOWED_IMPORTS:
                 self.modules[alias.asname or alias.name] = full
@@ -202,20 +216,37 @@ class _Checker(ast.NodeVisitor):
 
     # -- definitions: where ctx may be written ------------------------------------------------------------
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        if self.depth:
+            # A class body runs its statements when the function does, and looks names up in the globals and
+            # builtins until it binds them (symtable calls them its own): refused outright inside a function.
+            return self.fail(node, f"defines class {node.name} inside a function: classes belong at module level")
+        self._no_ctx_binding(node, node.name)
         outer = self.in_function_class
         self.in_function_class = any(self._dotted(b) == "torch.autograd.Function" for b in node.bases)
         self.generic_visit(node)
         self.in_function_class = outer
 
+    def _no_ctx_binding(self, node: ast.AST, name: str | None) -> None:
+        if name in ASSIGNABLE:
+            self.fail(node, f"binds {name} by a definition, an except clause or an import: ctx is the autograd "
+                            "context its method is given, nothing else")
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+        self._no_ctx_binding(node, node.name)
+        self.generic_visit(node)
+
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         if node.name.startswith("__") and node.name.endswith("__"):
             self.fail(node, f"defines {node.name}: no dunder methods or module hooks in a variant")
+        self._no_ctx_binding(node, node.name)
         outer_context, outer_class = self.context, self.in_function_class
         params = [*node.args.posonlyargs, *node.args.args]
         self.context = (params[0].arg if self.in_function_class and node.name in CONTEXT_METHODS and params
                         and params[0].arg == "ctx" else "")
         self.in_function_class = False  # a class or function nested in it is not the autograd method
+        self.depth += 1
         self.generic_visit(node)
+        self.depth -= 1
         self.context, self.in_function_class = outer_context, outer_class
 
     visit_AsyncFunctionDef = visit_FunctionDef
@@ -239,6 +270,9 @@ class _Checker(ast.NodeVisitor):
             root = root.value
         chain.reverse()
         own_context = isinstance(root, ast.Name) and root.id == self.context and self.context and len(chain) == 1
+        if chain[-1] in CONTEXT_SETTERS and not own_context:
+            return self.fail(node, f"uses .{chain[-1]} of something other than its own ctx: it sets attributes on the "
+                                   "object it is given")
         if isinstance(node.ctx, ast.Load) and chain[-1] in CONTEXT_METHODS:
             return self.fail(node, f"uses .{chain[-1]}: an autograd.Function runs only through .apply, which gives "
                                    "its methods their context (called directly, any object would be their ctx)")
@@ -283,6 +317,8 @@ class _Checker(ast.NodeVisitor):
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 self._definition(stmt)
                 continue
+            if isinstance(stmt, ast.AnnAssign):
+                self._annotation(stmt.annotation)
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                 if all(isinstance(t, ast.Name) for t in targets) and self._literal(stmt.value):
@@ -314,11 +350,29 @@ class _Checker(ast.NodeVisitor):
                 self.fail(node, f"class {node.name} passes keywords to its metaclass")
             self.check_module_level(node.body, "class")
         else:
+            args = node.args
+            for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, *filter(None, [args.vararg, args.kwarg])]:
+                if arg.annotation is not None:
+                    self._annotation(arg.annotation)
+            if node.returns is not None:
+                self._annotation(node.returns)
             defaults = [*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)]
             for default in defaults:
                 if not self._literal(default):
                     self.fail(default, f"gives {node.name} a default argument that is not a literal (it runs at "
                                        "import)")
+
+    _ANNOTATION_NODES = (ast.Constant, ast.Name, ast.Attribute, ast.Subscript, ast.Tuple, ast.List, ast.BinOp,
+                         ast.BitOr, ast.Load, ast.Slice)
+
+    def _annotation(self, node: ast.AST) -> None:
+        """An annotation of a module- or class-level name or definition: evaluated at import, so only names,
+        members and their subscripts (``tl.constexpr``, ``Optional[int]``, ``int | None``), never a call."""
+        for part in ast.walk(node):
+            if not isinstance(part, self._ANNOTATION_NODES) or (isinstance(part, ast.BinOp)
+                                                                 and not isinstance(part.op, ast.BitOr)):
+                return self.fail(node, f"annotates with {ast.unparse(node)}: an annotation at module or class "
+                                       "level runs at import; name a type there, never compute one")
 
     def _dotted(self, node: ast.AST) -> str:
         """The full dotted name of a module member, or of a builtin name; '' for anything else."""
