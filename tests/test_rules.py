@@ -676,10 +676,7 @@ def test_told_to_tune_a_bucket_no_diagnosis_reaches_its_batch_holds_the_spec_s_r
     monkeypatch.setattr("liger_perf.propose.rules.MEMORY_LATENCY_DRAM_PCT", 60)
     history = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id <= 71]
     best = next(t for t in history if t.trial_id == 71)
-    spec = get_spec("fused_add_rms_norm")
-    context = Context(spec, "backward", history, best, best.variant.source,
-                      baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
-                      buckets=("2048x4",))
+    context = _tuning_context(history, best, "backward", "2048x4")
     assert not [d for d in diagnose(best, "backward", per_bucket=True)
                 if dispatch_bucket(d.shape, d.dtype) == "2048x4"]
     batch = []
@@ -708,9 +705,7 @@ def test_memory_latency_is_read_below_the_floor_target_and_brings_pipelining_int
     found = {(dispatch_bucket(d.shape, d.dtype), d.name): d for d in diagnose(best, "backward", per_bucket=True)}
     assert "DRAM at 66%" in found[("1024x4", "memory_latency")].evidence
     assert not [key for key in found if key[0] == "2048x4"]
-    context = Context(get_spec("fused_add_rms_norm"), "backward", history, best, best.variant.source,
-                      baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
-                      buckets=("1024x4",))
+    context = _tuning_context(history, best, "backward", "1024x4")
     batch = [p.changes for p in _batch(context, 6)]
     assert {"num_stages@1024x4": 2} in batch and {"num_stages@1024x4": 3} in batch, batch
 
@@ -722,9 +717,7 @@ def test_a_forward_screening_holds_no_backward_move_and_walks_warps_from_what_au
     pass in its bucket, and the walk steps from 16: to 8 and 32."""
     history = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id <= 88]
     best = next(t for t in history if t.trial_id == 87)
-    context = Context(get_spec("fused_add_rms_norm"), "forward", history, best, best.variant.source,
-                      baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
-                      buckets=("8192x4",))
+    context = _tuning_context(history, best, "forward", "8192x4")
     batch = [p.changes for p in _batch(context, 6)]
     warps = [changes["num_warps@8192x4"] for changes in batch if "num_warps@8192x4" in changes]
     assert warps == [8, 32], batch
@@ -752,9 +745,7 @@ def test_a_forward_move_of_a_shared_knob_keeps_the_backward_as_it_ran():
     history = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id <= 88]
     best = next(t for t in history if t.trial_id == 87)
     spec = get_spec("fused_add_rms_norm")
-    context = Context(spec, "forward", history, best, best.variant.source,
-                      baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
-                      buckets=("8192x4",))
+    context = _tuning_context(history, best, "forward", "8192x4")
     batch = _batch(context, 6)
     warps = [p for p in batch if "num_warps@8192x4" in p.changes]
     assert [p.changes for p in warps] == [
@@ -769,10 +760,16 @@ def test_a_forward_move_of_a_shared_knob_keeps_the_backward_as_it_ran():
         changes = {name.partition("@")[0]: v for name, v in proposal.changes.items()}
         assert _changes_nothing(spec, here, changes, cases, "backward")
         assert not any(_changes_nothing(spec, here, changes, [case], "forward") for case in cases)
-    backward = Context(spec, "backward", history, best, best.variant.source,
-                       baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
-                       buckets=("8192x4",))
+    backward = _tuning_context(history, best, "backward", "8192x4")
     assert not any("fwd_" in name for p in _batch(backward, 6) for name in p.changes)
+
+
+def _tuning_context(history, best, target, *buckets):
+    """The loop's context on the fused kernel's H200 history, tuning split, as `optimize --suite models-tune
+    --buckets ...` builds it with `best` the current best."""
+    return Context(get_spec("fused_add_rms_norm"), target, history, best, best.variant.source,
+                   baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
+                   buckets=buckets)
 
 
 def _batch(context, size=4):
@@ -806,9 +803,7 @@ def test_in_a_bucket_no_diagnosis_reaches_moves_measured_faster_elsewhere_come_f
     assert measured[_move_key({"bwd_programs_per_sm@2048x4": 2})] == {"2048x2": 1, "2048x4": 1}
     assert measured[_move_key({"bwd_fused_dw_max_cols@1024x2": 8192})] == {"1024x2": -1, "2048x4": -1}
     assert _moves_measured(history, "forward") == {}  # judged on another target: no evidence for this one
-    context = Context(get_spec("fused_add_rms_norm"), "backward", history, best, best.variant.source,
-                      baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
-                      buckets=("4096x4",))
+    context = _tuning_context(history, best, "backward", "4096x4")
     batch = _batch(context)
     assert batch[0].changes == {"bwd_dw_order@4096x4": "before_dx"}, [p.changes for p in batch]
     assert {"bwd_programs_per_sm@4096x4": 2} in [p.changes for p in batch]
@@ -830,9 +825,7 @@ def test_a_move_faster_in_another_bucket_is_screened_in_a_bucket_no_diagnosis_re
     best = next(t for t in history if t.trial_id == 85)
 
     def batch_of(trials):
-        context = Context(get_spec("fused_add_rms_norm"), "backward", trials, best, best.variant.source,
-                          baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
-                          buckets=("8192x2",))
+        context = _tuning_context(trials, best, "backward", "8192x2")
         return _batch(context)
 
     batch = batch_of(history)
@@ -872,9 +865,7 @@ def test_a_move_slower_in_this_very_bucket_against_an_earlier_best_comes_after_e
     measured = _moves_measured(history, "backward")
     assert measured[_move_key({"bwd_tile_elements@2048x2": 16384})]["2048x2"] == -1
     assert measured[_move_key({"bwd_programs_per_sm@2048x2": 2})] == {"2048x2": 1}
-    context = Context(get_spec("fused_add_rms_norm"), "backward", history, best, best.variant.source,
-                      baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
-                      buckets=("2048x2",))
+    context = _tuning_context(history, best, "backward", "2048x2")
     batch = _batch(context, 10)  # the spec's eight and the two moves faster in other buckets (dW before dX, W reloaded)
     assert all(p.diagnosis == "explore" for p in batch)
     assert batch[0].changes == {"bwd_programs_per_sm@2048x2": 2}, [p.changes for p in batch]
@@ -924,9 +915,7 @@ def test_a_diagnosed_bucket_whose_remedies_are_spent_is_explored_before_the_walk
     history = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id <= 73]
     best = next(t for t in history if t.trial_id == 73)
     assert any(dispatch_bucket(d.shape, d.dtype) == "4096x2" for d in diagnose(best, "backward", per_bucket=True))
-    context = Context(get_spec("fused_add_rms_norm"), "backward", history, best, best.variant.source,
-                      baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
-                      buckets=("4096x2",))
+    context = _tuning_context(history, best, "backward", "4096x2")
     batch = _batch(context, 10)
     kinds = [p.diagnosis for p in batch]
     assert "explore" in kinds and not any(k.startswith("explore-knobs") for k in kinds), kinds
@@ -983,9 +972,7 @@ def test_a_batch_holds_no_two_candidates_that_run_the_same_at_every_timed_shape(
     history = [t for t in _recorded_trials("fused_add_rms_norm") if t.trial_id <= 59]
     best = next(t for t in history if t.trial_id == 59)
     spec = get_spec("fused_add_rms_norm")
-    context = Context(spec, "backward", history, best, best.variant.source,
-                      baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
-                      buckets=("1024x2",))
+    context = _tuning_context(history, best, "backward", "1024x2")
     # A pending candidate that changes code beside the knobs runs other code (no twin of a knob move), and one
     # whose table a proposer wrote out of bounds is no reason to fail: neither holds a move back.
     coded = with_knobs(best.variant.source, {"bwd_fused_dw_max_cols@1024x2": 8192}) + "\nCODE_CHANGED = True\n"
@@ -1029,9 +1016,7 @@ def test_a_move_that_runs_as_a_screened_out_one_at_every_timed_case_is_not_propo
     assert len(screening.screening.rows) == 2
     history = [screening if t.trial_id == 60 else t for t in history]
     best = next(t for t in history if t.trial_id == 59)
-    context = Context(get_spec("fused_add_rms_norm"), "backward", history, best, best.variant.source,
-                      baseline_source=baseline_path("fused_add_rms_norm").read_text(), suite="models-tune",
-                      buckets=("1024x2",))
+    context = _tuning_context(history, best, "backward", "1024x2")
     for _ in range(3):
         proposal = RulesProposer().propose(context)
         assert isinstance(proposal, Proposal), proposal
