@@ -175,7 +175,7 @@ class _Checker(ast.NodeVisitor):
         self.launches: set[int] = set()  # ids of the Name nodes that call or launch one
         self.context = ""  # the ctx parameter of the autograd method being visited ("" elsewhere)
         self.in_function_class = False  # visiting the body of a class derived from torch.autograd.Function
-        self.depth = 0  # functions (and lambdas) the visit is inside
+        self.depth = 0  # functions the visit is inside (a class there is refused)
 
     def fail(self, node: ast.AST, reason: str) -> None:
         if not self.problem:
