@@ -407,6 +407,12 @@ class RulesProposer:
                 return None
             return dispatch_bucket(diagnosis.shape, diagnosis.dtype)
 
+        def pin_in(bucket: str | None, here: dict, moved: dict) -> dict:
+            """The change (``knob@bucket``) that keeps the pass the target does not time as it ran where ``moved``
+            (to ``here``, the knobs the bucket runs) would change it (``other_pass_pin``); empty elsewhere."""
+            pin = other_pass_pin(spec, here, moved, cases.get(bucket, []), target_pass, choices) if bucket else {}
+            return {qualified(k, bucket): v for k, v in pin.items()}
+
         def remedy_changes(bucket: str | None, remedy: Remedy) -> tuple[dict, dict]:
             """(the knobs the best runs in the remedy's bucket, the changes it makes to them)."""
             here = knobs_in(knobs, dispatch, bucket)
@@ -494,9 +500,8 @@ class RulesProposer:
             if moves & rejected_moves:
                 skipped.append(f"{changes} (moves a knob the way a rejected trial did)")
                 return None
-            pin = other_pass_pin(spec, here, dict(remedy.changes), cases.get(bucket, []), target_pass,
-                                 choices) if bucket else {}
-            changes = {**changes, **{qualified(k, bucket): v for k, v in pin.items()}}
+            pin = pin_in(bucket, here, dict(remedy.changes))
+            changes = {**changes, **pin}
             source, _ = fresh_source(changes)
             if source is None:
                 return None
@@ -560,7 +565,8 @@ class RulesProposer:
                  for bucket in buckets]
         if not context.buckets:
             walks.append((None, knobs, [*diagnoses, *((p, None) for p in passes)]))
-        def first_untried(bucket: str | None, here: dict, plans: list) -> tuple[int, KnobMove, dict, str] | None:
+        def first_untried(bucket: str | None, here: dict, plans: list
+                          ) -> tuple[int, KnobMove, dict, dict, str] | None:
             """A walk's next move: (how many of its moves the history tried before it, the move, its changes, its
             source); None when it has none left. A move that cannot launch, changes nothing at the bucket's shapes
             or was ruled out by a rejection takes no turn."""
@@ -581,9 +587,8 @@ class RulesProposer:
                 changes = {name: move.new}
                 if bucket and _changes_nothing(spec, here, {move.knob: move.new}, cases.get(bucket, []), target_pass):
                     continue  # e.g. a chunk at least as wide as every row of the bucket, or a move of another pass
-                pin = other_pass_pin(spec, here, {move.knob: move.new}, cases.get(bucket, []), target_pass,
-                                     choices) if bucket else {}
-                changes.update({qualified(k, bucket): v for k, v in pin.items()})
+                pin = pin_in(bucket, here, {move.knob: move.new})
+                changes.update(pin)
                 source, ran_before = fresh_source(changes)
                 if ran_before:  # it took its turn
                     turns += 1
@@ -592,13 +597,13 @@ class RulesProposer:
                     skipped.append(f"{changes} (moves a knob the way a rejected trial did)")
                     continue
                 if source is not None:
-                    return turns, move, changes, source
+                    return turns, move, changes, pin, source
             return None
 
         nexts = [(found, order, bucket) for order, (bucket, here, plans) in enumerate(walks)
                  if (found := first_untried(bucket, here, plans)) is not None]
         if nexts:
-            (_, move, changes, source), _, bucket = min(nexts, key=lambda n: (n[0][0], n[1]))
+            (_, move, changes, pin, source), _, bucket = min(nexts, key=lambda n: (n[0][0], n[1]))
             diagnosis = move.diagnosis
             ordered_by = (f"the {move.pass_name} diagnosis {diagnosis.name} ({diagnosis.evidence})" if diagnosis
                           else "no diagnosis (" + ("the NCU profile shows none" if best.ncu and
@@ -609,10 +614,8 @@ class RulesProposer:
                 name=f"explore-{_proposal_name(changes)}", source=source,
                 hypothesis=(f"Exploring KNOB_CHOICES, not a hand-written remedy (the spec's remedies: "
                             f"{remedies_left}): knob {move.knob} from {move.old!r} to {move.new!r}{scope}, the "
-                            + ("only knob changed from the current best." if len(changes) == 1 else
-                               "one move from the current best."
-                               + _pin_words({split_qualified(k)[0]: v for k, v in changes.items()
-                                             if split_qualified(k)[0] != move.knob}, context.target))
+                            + ("one move from the current best." + _pin_words(pin, target_pass) if pin else
+                               "only knob changed from the current best.")
                             + f" Ordered by {ordered_by}: {move.reason}."),
                 prediction=(f"unknown: a search step; the trial measures what {move.knob}={move.new!r} does to "
                             f"{context.target}" + (f" in bucket {bucket}" if bucket else "")),
@@ -817,8 +820,10 @@ OTHER_PASS = {"forward": "backward", "backward": "forward"}
 
 
 def _pin_words(pin: dict, target_pass: str | None) -> str:
-    return "".join(f" With {knob}={value!r}, which runs the {OTHER_PASS.get(target_pass, 'other pass')} there as "
-                   f"the best does: the move is the {target_pass}'s alone." for knob, value in pin.items())
+    """``other_pass_pin``'s change (``knob@bucket`` -> value), said in a hypothesis."""
+    return "".join(f" With {split_qualified(name)[0]}={value!r}, which runs the "
+                   f"{OTHER_PASS.get(target_pass, 'other pass')} there as the best does: the move is the "
+                   f"{target_pass}'s alone." for name, value in pin.items())
 
 
 def other_pass_pin(spec, knobs: dict, changes: dict, cases: list, target_pass: str | None, choices: dict) -> dict:
