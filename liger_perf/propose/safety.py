@@ -81,9 +81,10 @@ _TRITON_MEMBERS = {"jit", "cdiv", "next_power_of_2", "autotune", "heuristics", "
 _FUNCTOOLS_MEMBERS = {"partial", "lru_cache", "cache", "reduce"}
 #: Types only: typing's functions evaluate strings (``get_type_hints`` runs annotations through eval).
 _TYPING_MEMBERS = {"Any", "Optional", "Union", "Tuple", "List", "Dict", "Callable", "Sequence"}
+#: Used only as decorators of module- and class-level definitions, never called or bound in a function.
+JIT_MAKERS = {"triton.jit", "triton.autotune", "triton.heuristics"}
 #: Decorators allowed on module-level and class-level definitions (they run at import).
-ALLOWED_DECORATORS = {"triton.jit", "triton.autotune", "triton.heuristics", "staticmethod", "classmethod",
-                      "functools.lru_cache", "functools.cache"}
+ALLOWED_DECORATORS = JIT_MAKERS | {"staticmethod", "classmethod", "functools.lru_cache", "functools.cache"}
 FORBIDDEN_NAMES = {"open", "exec", "eval", "compile", "__import__", "breakpoint", "input", "globals", "locals",
                    "vars", "memoryview", "setattr", "delattr", "getattr", "hasattr", "dir", "type", "object",
                    "super", "property", "__builtins__", "__loader__", "__spec__", "__file__",
@@ -150,8 +151,6 @@ WITH_MAKERS = {"torch.no_grad", "torch.enable_grad", "torch.device"}
 #: first parameter is then .apply's first argument (a fifth review's ``_Knob.apply(torch.Tensor, f)`` set
 #: ``torch.Tensor``'s attributes as "its own ctx", and a tensor's ``numel`` made a wrong kernel pass the gate).
 UNBOUND_IN_CLASSES = {"setup_context"}
-#: Used only as decorators of module- and class-level definitions, never called or bound in a function.
-JIT_MAKERS = {"triton.jit", "triton.autotune", "triton.heuristics"}
 #: The autograd methods whose first parameter is the context, the one object a variant may set attributes on.
 CONTEXT_METHODS = {"forward", "backward", "setup_context", "jvp", "vjp"}
 #: The context's own methods that set attributes on the object they are given: reached only as ``ctx.<name>`` of
@@ -598,8 +597,7 @@ def check_generated_source(source: str, spec: KernelSpec) -> str:
         return checker.problem
     for node in tree.body:  # the JIT functions, and the places that call or launch them
         if isinstance(node, ast.FunctionDef) and any(
-                checker._dotted(d.func if isinstance(d, ast.Call) else d) in ("triton.jit", "triton.autotune",
-                                                                               "triton.heuristics")
+                checker._dotted(d.func if isinstance(d, ast.Call) else d) in JIT_MAKERS
                 for d in node.decorator_list):
             checker.kernels.add(node.name)
     for node in [*tree.body, *(n for c in tree.body if isinstance(c, ast.ClassDef) for n in c.body)]:
