@@ -104,6 +104,12 @@ DAY=$(date +%F)
 MARK=$(mktemp) && touch -d '-1 second' "$MARK"
 left() { echo $(( LIMIT - 25 - ($(date +%s) - T0) )); }
 log() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "reports/evidence/$DAY-device.log"; }
+# The fused kernel's best in the H200 history: the variant file the probes and check-best take.
+h200_best() {
+  python3 -c 'from liger_perf.record.history import best_variant_file
+from liger_perf.record.store import Store
+print(best_variant_file("fused_add_rms_norm", Store(device="nvidia-h200").notebooks))'
+}
 mkdir -p "reports/evidence"
 dpkg -x .deb/bubblewrap_*.deb /tmp/bw && export PATH=/tmp/bw/usr/bin:$PATH
 for wheels in .whl .whle .whlm .whls .whlt; do  # .whls: .whl less what no step here needs (debugpy, openai, dask); .whlt: .whls less jedi and parso (IPython runs without them), for a tree near the 64 MiB carry limit
@@ -134,19 +140,13 @@ for step in "$@"; do
     gate-evidence) run "$dir" python3 scripts/gate_evidence.py "$dir/dw.json" ;;
     check-best)  # the H200 history's best through the full gate on another GPU (a selfcheck there has no best)
       if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then log "skipped on an H200: selfcheck gates the best"; continue; fi
-      best=$(python3 -c 'from liger_perf.record.history import best_variant_file
-from liger_perf.record.store import Store
-print(best_variant_file("fused_add_rms_norm", Store(device="nvidia-h200").notebooks))')
+      best=$(h200_best)
       run "$dir" python3 -m liger_perf check fused_add_rms_norm --device cuda --variant "$best" ;;
     inductor-probe)  # torch.compile's generated backward beside the best's at SHAPES (ROWSxCOLS:DTYPE+...)
-      best=$(python3 -c 'from liger_perf.record.history import best_variant_file
-from liger_perf.record.store import Store
-print(best_variant_file("fused_add_rms_norm", Store(device="nvidia-h200").notebooks))')
+      best=$(h200_best)
       run "$dir" python3 scripts/inductor_probe.py "$dir" "$best" "${arg//+/,}" ${PROBE_ARGS:-} ;;
     norm-bound)
-      best=$(python3 -c 'from liger_perf.record.history import best_variant_file
-from liger_perf.record.store import Store
-print(best_variant_file("fused_add_rms_norm", Store(device="nvidia-h200").notebooks))')
+      best=$(h200_best)
       run "$dir" python3 scripts/norm_bound_evidence.py "$dir/norm-bound.json" --seconds "${arg:-40}" \
         "$best" kernels/fused_add_rms_norm/baseline.py ;;
     broken)
