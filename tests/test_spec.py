@@ -43,9 +43,9 @@ def _draws_where(monkeypatch):
 
 
 def test_unseeded_inputs_are_drawn_on_the_device_and_seeded_ones_on_the_cpu(monkeypatch):
-    """A trial's timing, screening, precompile and profile draw every case afresh, unseeded: on the CPU a 64 Mi-element
-    draw takes about a third of a second, serially, and the timing draws each case twice. Seeded draws (the gate)
-    stay on the CPU, so a seed gives the same values on every device."""
+    """A trial's timing, screening, precompile and profile draw every case afresh, unseeded, and the timing draws
+    each twice: on the device, not in the CPU's one thread. Seeded draws (the gate) stay on the CPU, so a seed gives
+    the same values on every device."""
     target = torch.device("meta")  # stands for the GPU: a device the draw can be asked for without one
     for name in ("fused_add_rms_norm", "relu_squared"):
         spec = get_spec(name)

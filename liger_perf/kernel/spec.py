@@ -167,8 +167,9 @@ class KernelSpec(ABC):
 
         Seeded draws (the gate, the accuracy step: ``generator`` is a CPU generator) are made on the CPU, so that a
         seed gives the same values on every device. Unseeded ones (timing, screening, precompile, NCU: fresh values
-        of the same distribution, no seed to reproduce) are best made on ``device``: the CPU draws a 64 Mi-element
-        tensor serially in about a third of a second, and a trial's timing draws every case's inputs twice.
+        of the same distribution, no seed to reproduce) are best made on ``device``: torch draws normal values on the
+        CPU in one thread, a trial's timing draws every case's inputs twice, and ``scripts/draw_cost.py`` measures
+        what that cost on a GPU machine.
 
         ``config`` is the case's kernel options: a spec may shape its inputs to what the options must survive
         (activation outliers for a casting mode that promises float32 statistics, say)."""
