@@ -202,7 +202,7 @@ bwd_fused_dw_max_cols@1024x2=1024,num_warps@8192x2=8" > "$dir/dispatched.py"
       run "$out" python3 scripts/ab_time.py "$kernel" "$out/ab.json" --repetitions "${reps:-10}" \
         --max-columns "${AB_MAX_COLUMNS:-0}" --min-columns "${AB_MIN_COLUMNS:-0}" $(tr ',' '\n' <<< "$variants" | sed 's/^/--variant /') ;;
     draw-cost)  # what drawing the tuning split's inputs costs on the CPU (as before device-draws) and on the device
-      run "$dir" python3 scripts/draw_cost.py "${arg:-fused_add_rms_norm}" "$dir/draw-cost.json" --device cuda ;;
+      run "$dir" python3 scripts/draw_cost.py "${arg:-fused_add_rms_norm}" "$dir/draw-cost-$(date +%H%M%S).json" --device cuda ;;
     bench-models)
       IFS=, read -r kernel reps compiled seconds <<< "$arg"
       limit=$(( $(left) > 60 ? $(left) - 30 : 30 )); [ -n "$seconds" ] && [ "$seconds" -lt "$limit" ] && limit=$seconds

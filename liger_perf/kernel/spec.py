@@ -166,10 +166,11 @@ class KernelSpec(ABC):
         """Fresh random inputs (never zeros: they hide unwritten outputs); seeded only through ``generator``.
 
         Seeded draws (the gate, the accuracy step: ``generator`` is a CPU generator) are made on the CPU, so that a
-        seed gives the same values on every device. Unseeded ones (timing, screening, precompile, NCU: fresh values
-        of the same distribution, no seed to reproduce) are best made on ``device``: torch draws normal values on the
-        CPU in one thread, a trial's timing draws every case's inputs twice, and ``scripts/draw_cost.py`` measures
-        what that cost on a GPU machine.
+        seed gives the same values on every device. Unseeded ones (timing, screening, precompile, NCU) need values of
+        the same distribution, not the same values everywhere (they come from the device's default generator: the
+        same from run to run on one kind of device, not across kinds), and are best made on ``device``: torch draws
+        normal values on the CPU in one thread, a trial's timing draws every case's inputs twice, and
+        ``scripts/draw_cost.py`` measures what that cost on a GPU machine.
 
         ``config`` is the case's kernel options: a spec may shape its inputs to what the options must survive
         (activation outliers for a casting mode that promises float32 statistics, say)."""
