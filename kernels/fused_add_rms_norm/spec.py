@@ -202,7 +202,7 @@ class FusedAddRMSNormSpec(KernelSpec):
             "shared_memory_stalls": _SHARED_MEMORY_BWD,
             "memory_latency": [
                 Remedy({"num_stages": 2}, "software-pipeline the backward's row loop so the next row's loads are "
-                       "in flight while this row computes", "backward 5-20% faster where DRAM is under 60% busy"),
+                       "in flight while this row computes", "backward 5-20% faster where DRAM is under 75% of its peak"),
                 Remedy({"num_stages": 3}, "deeper pipelining of the backward's row loop",
                        "backward faster where memory latency, not bandwidth, limits"),
                 *_TILE_BWD[1:2],
