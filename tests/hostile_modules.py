@@ -158,6 +158,18 @@ HOSTILE = {
     "a context setter given another object": ("inside", "    ReluSquaredFunction.save_for_backward(torch.Tensor, X)"),
     "a context setter through FunctionCtx": ("inside", "    torch.autograd.function.FunctionCtx.set_materialize_grads("
                                                        "torch.Tensor, False)"),
+    # found by a third review (each passed the check before): a with-block held open by a suspended generator, a
+    # lambda parameter named ctx, a container of triton's dtypes reached through an alias, a JIT function of tl
+    "a generator holding torch.no_grad open": ("module", "_HELD = []\n\n\ndef _hold():\n    with torch.no_grad():\n"
+                                                        "        yield\n\n\ndef _g():\n    g = _hold()\n    next(g)\n"
+                                                        "    _HELD.append(g)"),
+    "a coroutine": ("module", "async def _g():\n    pass"),
+    "a lambda parameter named ctx": ("method", "        (lambda ctx: ctx.set_materialize_grads(torch.Tensor, False))("
+                                               "ReluSquaredFunction)"),
+    "a private attribute through a lambda ctx": ("method", "        ctx.v = (lambda ctx: ctx._version)(X)"),
+    "triton's dtype lists through an alias": ("inside", "    d = tl.float32\n    d.FP_TYPES[7] = 'x'"),
+    "triton's dtype lists through a call": ("inside", "    tl.dtype('fp32').FP_TYPES.pop()"),
+    "a JIT function of tl as a value": ("inside", "    s = tl.sum\n    s.add_pre_run_hook(len)"),
 }
 METHOD = "        ctx.save_for_backward(X)"
 

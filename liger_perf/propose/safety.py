@@ -18,7 +18,14 @@ A variant module may
   no ``forward``/``backward`` of an autograd.Function directly: only ``.apply`` gives them their context, and
   called directly any object is their ``ctx`` (``Fn.forward(torch.Tensor, f)`` would set ``torch.Tensor``'s
   attributes); nor the context's setters (``save_for_backward``, ``set_materialize_grads`` ...) of anything but its
-  own ``ctx``; and bind ``ctx`` by nothing but its parameter (no ``def ctx``, ``except ... as ctx``);
+  own ``ctx``; and bind ``ctx`` by nothing but its parameter (no ``def ctx``, ``except ... as ctx``, ``lambda
+  ctx: ...``);
+- reach no container that torch or triton keep for the whole process (``SURFACE_CONTAINERS`` and every public
+  list, dict or set of a surface member: ``tl.float32.FP_TYPES`` reached through an alias made fp32 not floating
+  for every later kernel), and use triton's own JIT functions (``tl.sum``, ``triton.cdiv`` ...) only by calling
+  them, like the module's own kernels;
+- neither yield nor await: a suspended generator or coroutine keeps its ``with`` blocks open after the call
+  returns (``torch.no_grad()`` or ``torch.device("meta")`` held for the whole process);
 - define classes at module level only (a class body in a function runs any statement and reads the builtins
   before it binds a name), and annotate module- and class-level names and definitions with names and subscripts
   only (an annotation there runs at import);
@@ -42,6 +49,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib
 
 from liger_perf.core.errors import UserError
 from liger_perf.kernel.spec import KernelSpec
@@ -102,6 +110,12 @@ FORBIDDEN_ATTRIBUTES = {"gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame"
                         "fn", "fns", "src", "get_capture_scope", "cache", "device_caches", "used_global_vals",
                         "kernel_decorators", "run", "warmup", "preload", "_unsafe_update_src", "hash",
                         "cache_key", "module", "params", "arg_names"}
+#: Class-level containers of surface objects, shared by the whole process: mutated in place through any route that
+#: reaches them (``d = tl.float32; d.FP_TYPES[7] = ...`` made every later kernel's fp32 not floating). With those
+#: ``surface_containers`` finds in the triton and torch loaded.
+SURFACE_CONTAINERS = {"FP_TYPES", "SINT_TYPES", "UINT_TYPES", "STANDARD_FP_TYPES", "OTHER_TYPES",
+                      "pre_run_hooks", "add_pre_run_hook", "constexprs", "do_not_specialize",
+                      "do_not_specialize_on_alignment", "raw_src", "kwargs", "rewritten_fn", "rewriter"}
 #: Never on the surface, whatever a module's public names hold: inline assembly runs whatever it says.
 UNSAFE_SURFACE = {"triton.language.inline_asm_elementwise"}
 #: The autograd methods whose first parameter is the context, the one object a variant may set attributes on.
@@ -124,8 +138,9 @@ def rules_in_words() -> str:
             "or functools caches, with literal defaults) and literal assignments. Reach no dunder or private "
             "(_name) attribute; set attributes only on the ctx parameter of an autograd.Function's forward or "
             "backward, and only new ones; call the Function through .apply, never its forward or backward "
-            "directly; a @triton.jit function is only called or launched (kernel[grid](...)). Touch no file, "
-            "process, network or environment.")
+            "directly; a @triton.jit function (yours or triton's, such as tl.sum) is only called or launched "
+            "(kernel[grid](...)). No generators or coroutines (yield, await, async). Touch no file, process, "
+            "network or environment.")
 
 
 @functools.cache
@@ -144,6 +159,43 @@ def surface() -> frozenset[str]:
     names |= {f"triton.language.math.{n}" for n in _public_members(tl.math)}
     names |= {f"typing.{n}" for n in _TYPING_MEMBERS}
     return frozenset(names - UNSAFE_SURFACE)
+
+
+@functools.cache
+def surface_containers() -> frozenset[str]:
+    """``SURFACE_CONTAINERS`` and the name of every mutable container (list, dict, set) that is a public attribute
+    of a surface member or of its class: state of the whole process, never a variant's to reach."""
+    names = set(SURFACE_CONTAINERS)
+    for dotted in surface():
+        member = _member(dotted)
+        for owner in (member, type(member)):
+            names |= {attr for attr in dir(owner) if not attr.startswith("_")
+                      and isinstance(getattr(owner, attr, None), (list, dict, set, bytearray))}
+    return frozenset(names)
+
+
+@functools.cache
+def surface_kernels() -> frozenset[str]:
+    """The surface members that are JIT functions (``tl.sum``, ``triton.cdiv`` ...): only called, never values
+    (their hooks and lists are triton's, for every kernel of the process)."""
+    from triton.runtime.jit import KernelInterface
+
+    return frozenset(d for d in surface() if isinstance(_member(d), KernelInterface))
+
+
+def _member(dotted: str) -> object:
+    """The object a surface name (``triton.language.float32``) stands for: its longest importable module, then
+    attributes."""
+    parts = dotted.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            member = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for part in parts[split:]:
+            member = getattr(member, part, None)
+        return member
+    return None
 
 
 @functools.cache
@@ -211,6 +263,18 @@ class _Checker(ast.NodeVisitor):
 
     visit_Nonlocal = visit_Global
 
+    def visit_Yield(self, node: ast.AST) -> None:
+        self.fail(node, "yields or awaits: a generator or coroutine keeps its with-blocks open after the call "
+                        "returns (torch.no_grad(), torch.device(...) held for the whole process)")
+
+    visit_YieldFrom = visit_Await = visit_AsyncWith = visit_AsyncFor = visit_Yield
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        args = node.args
+        for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, *filter(None, [args.vararg, args.kwarg])]:
+            self._no_ctx_binding(node, arg.arg)
+        self.generic_visit(node)
+
     def visit_Match(self, node: ast.AST) -> None:
         self.fail(node, "uses a match statement: its class patterns read attributes by name")
 
@@ -228,8 +292,8 @@ class _Checker(ast.NodeVisitor):
 
     def _no_ctx_binding(self, node: ast.AST, name: str | None) -> None:
         if name in ASSIGNABLE:
-            self.fail(node, f"binds {name} by a definition, an except clause or an import: ctx is the autograd "
-                            "context its method is given, nothing else")
+            self.fail(node, f"binds {name} by a definition, a lambda, an except clause or an import: ctx is the "
+                            "autograd context its method is given, nothing else")
 
     def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
         self._no_ctx_binding(node, node.name)
@@ -249,7 +313,8 @@ class _Checker(ast.NodeVisitor):
         self.depth -= 1
         self.context, self.in_function_class = outer_context, outer_class
 
-    visit_AsyncFunctionDef = visit_FunctionDef
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
+        self.visit_Yield(node)
 
     # -- names and attributes -----------------------------------------------------------------------------
     def visit_Name(self, node: ast.Name) -> None:
@@ -289,6 +354,9 @@ class _Checker(ast.NodeVisitor):
         for attr in chain:
             if attr.startswith("__") and attr.endswith("__"):
                 return self.fail(node, f"reaches {attr}: no introspection of the interpreter")
+            if attr in surface_containers() and not own_context:
+                return self.fail(node, f"reaches .{attr}: a container of torch or triton, shared by every kernel "
+                                       "of the process")
             if attr in FORBIDDEN_ATTRIBUTES and not module_chain:
                 return self.fail(node, f"uses .{attr}: no file, process, network, environment, frame or JIT "
                                        "internals access")
@@ -303,6 +371,8 @@ class _Checker(ast.NodeVisitor):
                 return self.fail(node, f"changes {dotted}: a variant may not change torch, triton or math")
             if not _allowed_chain(dotted):
                 return self.fail(node, f"uses {dotted}: not on the surface a variant may use")
+            if dotted in surface_kernels() and id(node) not in self.launches:
+                return self.fail(node, f"uses the JIT function {dotted} as a value: it is only called")
             return None  # the chain is checked whole: its inner Attribute nodes need no visit
         self.visit(root)  # an object's attribute (a tensor's, ctx's): what it is built from is checked
 
@@ -454,7 +524,7 @@ def check_generated_source(source: str, spec: KernelSpec) -> str:
     for node in ast.walk(tree):
         for used in ([node.func] if isinstance(node, ast.Call) else [node.value] if isinstance(node, ast.Subscript)
                      else []):
-            if isinstance(used, ast.Name):
+            if isinstance(used, (ast.Name, ast.Attribute)):
                 checker.launches.add(id(used))
     for node in tree.body:  # what the code reaches, then what of it runs at import
         if not isinstance(node, (ast.Import, ast.ImportFrom)):
