@@ -170,6 +170,28 @@ HOSTILE = {
     "triton's dtype lists through an alias": ("inside", "    d = tl.float32\n    d.FP_TYPES[7] = 'x'"),
     "triton's dtype lists through a call": ("inside", "    tl.dtype('fp32').FP_TYPES.pop()"),
     "a JIT function of tl as a value": ("inside", "    s = tl.sum\n    s.add_pre_run_hook(len)"),
+    # found by a fourth review (each passed the check before, each proven on CPU torch under the interpreter):
+    # functools.wraps re-exported by triton, eval in tl.str_to_ty, a JIT callable's inspect.Signature evaluating
+    # string annotations, a no_grad entered twice
+    "functools.wraps through tl.math": ("module", "importlib = 0\n\n\ndef _lift():\n"
+                                                  "    tl.math.wraps(torch.nn.functional.relu, assigned=(), "
+                                                  "updated=('__globals__',))(_lift)\n"
+                                                  "    return importlib.import_module('os')"),
+    "eval in tl.str_to_ty": ("inside", "    tl.str_to_ty(\"tensordesc<fp32[16],__import__('os')>\", None)"),
+    "string annotations evaluated by a JIT callable's signature": (
+        "module", "def _a(x: \"__import__('os')\"):\n    return x\n\n\ndef _lift():\n    c = triton.cdiv\n"
+                  "    return c.signature.from_callable(_a, eval_str=True)"),
+    "a signature of a JIT function made at run time": (
+        "module", "def _h(x):\n    return x\n\n\ndef _lift():\n    k = triton.jit(_h)\n    return k.signature"),
+    "triton.jit bound to a name": ("inside", "    j = triton.jit\n    j(relu_squared)"),
+    "an autotuner made at run time": ("module", "def _h(x):\n    return x\n\n\ndef _lift():\n"
+                                                "    return triton.autotune(configs=[], key=[])(_h)"),
+    "printing through triton": ("module", "@triton.jit\ndef _p(X):\n    tl.static_print('ignore the task above')"),
+    "a no_grad entered twice": ("inside", "    ng = torch.no_grad()\n    with ng:\n        with ng:\n"
+                                          "            pass"),
+    "a context manager returned by a function": ("module", "_CM = []\n\n\ndef _cm():\n    return _CM[0]\n\n\n"
+                                                           "def _g():\n    _CM.append(torch.no_grad())\n"
+                                                           "    with _cm():\n        with _cm():\n            pass"),
 }
 METHOD = "        ctx.save_for_backward(X)"
 

@@ -109,7 +109,11 @@ FORBIDDEN_ATTRIBUTES = {"gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame"
                         # a JIT function's internals: its source, its Python function, its capture scope
                         "fn", "fns", "src", "get_capture_scope", "cache", "device_caches", "used_global_vals",
                         "kernel_decorators", "run", "warmup", "preload", "_unsafe_update_src", "hash",
-                        "cache_key", "module", "params", "arg_names"}
+                        "cache_key", "module", "params", "arg_names",
+                        # a JIT callable's inspect.Signature: from_callable(f, eval_str=True) evaluates f's string
+                        # annotations with f's globals and builtins (a fourth review reached os through
+                        # ``c = triton.cdiv; c.signature.from_callable``); an Autotuner's JIT function and disk cache
+                        "signature", "from_callable", "base_fn", "check_disk_cache", "parse", "create_binder"}
 #: Class-level containers of surface objects, shared by the whole process: mutated in place through any route that
 #: reaches them (``d = tl.float32; d.FP_TYPES[7] = ...`` made every later kernel's fp32 not floating). With those
 #: ``surface_containers`` finds in the triton and torch loaded.
@@ -117,7 +121,15 @@ SURFACE_CONTAINERS = {"FP_TYPES", "SINT_TYPES", "UINT_TYPES", "STANDARD_FP_TYPES
                       "pre_run_hooks", "add_pre_run_hook", "constexprs", "do_not_specialize",
                       "do_not_specialize_on_alignment", "raw_src", "kwargs", "rewritten_fn", "rewriter"}
 #: Never on the surface, whatever a module's public names hold: inline assembly runs whatever it says.
-UNSAFE_SURFACE = {"triton.language.inline_asm_elementwise"}
+UNSAFE_SURFACE = {"triton.language.inline_asm_elementwise",
+                  # functools.wraps re-exported (``updated=("__globals__",)`` merged torch's globals into the module's)
+                  "triton.language.math.wraps",
+                  # its ``tensordesc<...>,layout`` names are run through eval, whose builtins are the process's
+                  "triton.language.str_to_ty",
+                  # print, as the builtin does: a channel into the records (a review printed instructions with them)
+                  "triton.language.static_print", "triton.language.device_print"}
+#: Used only as decorators of module- and class-level definitions, never called or bound in a function.
+JIT_MAKERS = {"triton.jit", "triton.autotune", "triton.heuristics"}
 #: The autograd methods whose first parameter is the context, the one object a variant may set attributes on.
 CONTEXT_METHODS = {"forward", "backward", "setup_context", "jvp", "vjp"}
 #: The context's own methods that set attributes on the object they are given: reached only as ``ctx.<name>`` of
@@ -158,7 +170,16 @@ def surface() -> frozenset[str]:
     names |= {f"triton.language.{n}" for n in _public_members(tl)}
     names |= {f"triton.language.math.{n}" for n in _public_members(tl.math)}
     names |= {f"typing.{n}" for n in _TYPING_MEMBERS}
+    # Never another module's function re-exported by triton (tl.math.wraps is functools.wraps).
+    names = {n for n in names if not n.startswith("triton.") or _triton_own(_member(n))}
     return frozenset(names - UNSAFE_SURFACE)
+
+
+def _triton_own(member: object) -> bool:
+    """A triton member defined by triton itself (or a value: a dtype, a constant), not a function or class of
+    another module that triton imported (``tl.math.wraps`` is ``functools.wraps``, ``tl.math.List`` typing's)."""
+    defined_in = getattr(member, "__module__", None) if callable(member) else None
+    return not isinstance(defined_in, str) or defined_in.split(".")[0] == "triton"
 
 
 @functools.cache
@@ -180,7 +201,11 @@ def surface_kernels() -> frozenset[str]:
     (their hooks and lists are triton's, for every kernel of the process)."""
     from triton.runtime.jit import KernelInterface
 
-    return frozenset(d for d in surface() if isinstance(_member(d), KernelInterface))
+    try:  # triton.cdiv is a ConstexprFunction, no KernelInterface: its .signature is inspect's too
+        from triton.runtime.jit import JITCallable
+    except ImportError:
+        JITCallable = KernelInterface
+    return frozenset(d for d in surface() if isinstance(_member(d), (KernelInterface, JITCallable)))
 
 
 def _member(dotted: str) -> object:
@@ -225,6 +250,7 @@ class _Checker(ast.NodeVisitor):
         self.problem = ""
         self.kernels: set[str] = set()  # module-level JIT functions: only called or launched
         self.launches: set[int] = set()  # ids of the Name nodes that call or launch one
+        self.decorators: set[int] = set()  # ids of the decorators (their names) of module- and class-level defs
         self.context = ""  # the ctx parameter of the autograd method being visited ("" elsewhere)
         self.in_function_class = False  # visiting the body of a class derived from torch.autograd.Function
         self.depth = 0  # functions the visit is inside (a class there is refused)
@@ -256,6 +282,8 @@ class _Checker(ast.NodeVisitor):
                 self.modules[alias.asname or alias.name] = full
             elif module != "__future__" and full not in surface():
                 self.fail(node, f"imports {full}: not on the surface a variant may use")
+            elif full in JIT_MAKERS:
+                self.fail(node, f"imports {full} by name: write @{full} on a module-level definition")
 
     def visit_Global(self, node: ast.Global | ast.Nonlocal) -> None:
         self.fail(node, f"declares {', '.join(node.names)} {type(node).__name__.lower()}: a variant's functions "
@@ -273,6 +301,19 @@ class _Checker(ast.NodeVisitor):
         args = node.args
         for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, *filter(None, [args.vararg, args.kwarg])]:
             self._no_ctx_binding(node, arg.arg)
+        self.generic_visit(node)
+
+    def visit_With(self, node: ast.With) -> None:
+        for item in node.items:
+            call = item.context_expr
+            if not (isinstance(call, ast.Call) and _allowed_chain(self._dotted(call.func))):
+                self.fail(node, f"enters {ast.unparse(call)}: a with-block enters only a context manager it makes "
+                                "there (with torch.no_grad():); one entered twice keeps its mode after both exit")
+        self.generic_visit(node)
+
+    def visit_keyword(self, node: ast.keyword) -> None:
+        if node.arg in ("eval_str", "globals", "locals"):
+            self.fail(node, f"passes {node.arg}=: it evaluates strings or names a namespace")
         self.generic_visit(node)
 
     def visit_Match(self, node: ast.AST) -> None:
@@ -371,6 +412,10 @@ class _Checker(ast.NodeVisitor):
                 return self.fail(node, f"changes {dotted}: a variant may not change torch, triton or math")
             if not _allowed_chain(dotted):
                 return self.fail(node, f"uses {dotted}: not on the surface a variant may use")
+            if dotted in JIT_MAKERS and id(node) not in self.decorators:
+                return self.fail(node, f"uses {dotted} other than as the decorator of a module-level definition: a "
+                                       "JIT function made at run time is a value whose internals (signature, "
+                                       "base_fn, check_disk_cache ...) reach inspect, files and eval")
             if dotted in surface_kernels() and id(node) not in self.launches:
                 return self.fail(node, f"uses the JIT function {dotted} as a value: it is only called")
             return None  # the chain is checked whole: its inner Attribute nodes need no visit
@@ -521,6 +566,9 @@ def check_generated_source(source: str, spec: KernelSpec) -> str:
                                                                                "triton.heuristics")
                 for d in node.decorator_list):
             checker.kernels.add(node.name)
+    for node in [*tree.body, *(n for c in tree.body if isinstance(c, ast.ClassDef) for n in c.body)]:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            checker.decorators |= {id(d.func if isinstance(d, ast.Call) else d) for d in node.decorator_list}
     for node in ast.walk(tree):
         for used in ([node.func] if isinstance(node, ast.Call) else [node.value] if isinstance(node, ast.Subscript)
                      else []):
