@@ -230,3 +230,8 @@ def test_the_watch_while_a_variant_runs_tells_its_patches_from_torch_s_own_lazy_
         "torch.Tensor.numel"]
     assert changes(lambda m: m.setattr(torch, "liger_perf_probe", len, raising=False)) == (
         [], ["torch.liger_perf_probe"])
+    # A function's code swapped in place keeps the object: still a change, in both snapshots.
+    from liger_perf.gate import correctness
+
+    running, strict = changes(lambda m: m.setattr(correctness.compare, "__code__", (lambda *a, **k: None).__code__))
+    assert "liger_perf.gate.correctness.compare" in running and "liger_perf.gate.correctness.compare" in strict

@@ -19,7 +19,7 @@ import itertools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
+from types import FunctionType, ModuleType
 from typing import Any
 
 from liger_perf.core.errors import UserError
@@ -81,7 +81,16 @@ def _runs_the_harness(attr: str, value) -> bool:
     return _dunder(attr) or (not attr.startswith("_") and callable(value))
 
 
-def harness_snapshot(while_running: bool = False) -> dict[tuple[str, str], int]:
+def _identity(value) -> tuple[int, ...]:
+    """What a watched attribute is: the object it holds, and for a Python function also its code, defaults and
+    keyword defaults, which can be swapped in place (``compare.__code__ = ...`` kept the same function object and
+    made the gate pass a wrong kernel, in a review's escape through a since-closed route of the static check)."""
+    if isinstance(value, FunctionType):
+        return (id(value), id(value.__code__), id(value.__defaults__), id(value.__kwdefaults__))
+    return (id(value),)
+
+
+def harness_snapshot(while_running: bool = False) -> dict[tuple[str, str], tuple[int, ...]]:
     """The identity of every attribute of the watched modules and classes, and of liger-perf's own modules, as
     loaded now (only liger-perf's measuring modules are imported for it). ``while_running``: only those
     ``_runs_the_harness`` keeps, to compare across the gate's cases."""
@@ -94,8 +103,8 @@ def harness_snapshot(while_running: bool = False) -> dict[tuple[str, str], int]:
         owner = sys.modules.get(module_name)
         if owner is not None and isinstance(getattr(owner, cls, None), type):
             namespaces[f"{module_name}.{cls}"] = vars(getattr(owner, cls))
-    return {(space, attr): id(value) for space, attrs in namespaces.items() for attr, value in list(attrs.items())
-            if not while_running or _runs_the_harness(attr, value)}
+    return {(space, attr): _identity(value) for space, attrs in namespaces.items()
+            for attr, value in list(attrs.items()) if not while_running or _runs_the_harness(attr, value)}
 
 
 def _current(space: str, attr: str):
@@ -107,7 +116,7 @@ def _current(space: str, attr: str):
     return getattr(owner, attr, None)
 
 
-def changed_harness(before: dict[tuple[str, str], int], after: dict[tuple[str, str], int],
+def changed_harness(before: dict[tuple[str, str], tuple[int, ...]], after: dict[tuple[str, str], tuple[int, ...]],
                     while_running: bool = False) -> list[str]:
     """``space.attr`` of every watched attribute rebound, added or removed between two snapshots; a submodule
     that an import attached to its package is not a change. ``while_running`` (snapshots of ``harness_snapshot(
@@ -126,7 +135,7 @@ def changed_harness(before: dict[tuple[str, str], int], after: dict[tuple[str, s
                 continue
             if while_running and not _dunder(attr) and space not in _CLASS_SPACES:
                 continue  # a module's new name changes nothing the harness calls; a class's shadows what it inherits
-        elif while_running and key in after and id(getattr(value, "__wrapped__", None)) == before[key]:
+        elif while_running and key in after and _identity(getattr(value, "__wrapped__", None)) == before[key]:
             continue
         changed.append(f"{space}.{attr}")
     return changed
