@@ -201,6 +201,28 @@ def test_every_committed_variant_passes_the_static_check():
             assert check_generated_source(path.read_text(), get_spec(kernel)) == "", path
 
 
+def test_the_language_s_surface_is_what_kernels_are_written_in(monkeypatch):
+    """A public host-side helper of triton.language (tl.str_to_ty ran its argument through eval) or another
+    module's function re-exported there (tl.math.wraps) is never on the surface; builtins, the standard library,
+    dtypes and classes are."""
+    import functools
+
+    import triton.language as tl
+
+    from liger_perf.propose import safety
+
+    monkeypatch.setattr(tl, "liger_perf_helper", lambda text: text, raising=False)
+    monkeypatch.setattr(tl, "liger_perf_reexport", functools.partial, raising=False)
+    safety.surface.cache_clear()
+    try:
+        names = safety.surface()
+    finally:
+        safety.surface.cache_clear()
+    assert "triton.language.liger_perf_helper" not in names and "triton.language.liger_perf_reexport" not in names
+    assert {"triton.language.load", "triton.language.sum", "triton.language.float32", "triton.language.constexpr",
+            "triton.language.math.rsqrt"} <= names
+
+
 def test_the_watch_while_a_variant_runs_tells_its_patches_from_torch_s_own_lazy_changes(monkeypatch):
     """The gate compares the harness before and after each case: torch's own lazy changes are not the variant's
     (torch._dynamo, imported on first use, rebinds `torch.manual_seed` to a wrapper of itself; data such as

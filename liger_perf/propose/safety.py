@@ -167,19 +167,24 @@ def surface() -> frozenset[str]:
     names |= {f"math.{n}" for n in dir(math) if not n.startswith("_")}
     # The language's own names and its math functions; never one of its modules (tl.math.core reaches knobs, os,
     # builtins: a surface of whole modules is no surface).
-    names |= {f"triton.language.{n}" for n in _public_members(tl)}
-    names |= {f"triton.language.math.{n}" for n in _public_members(tl.math)}
+    names |= {f"triton.language.{n}" for n in _public_members(tl) if _kernel_language(getattr(tl, n))}
+    names |= {f"triton.language.math.{n}" for n in _public_members(tl.math) if _kernel_language(getattr(tl.math, n))}
     names |= {f"typing.{n}" for n in _TYPING_MEMBERS}
-    # Never another module's function re-exported by triton (tl.math.wraps is functools.wraps).
-    names = {n for n in names if not n.startswith("triton.") or _triton_own(_member(n))}
     return frozenset(names - UNSAFE_SURFACE)
 
 
-def _triton_own(member: object) -> bool:
-    """A triton member defined by triton itself (or a value: a dtype, a constant), not a function or class of
-    another module that triton imported (``tl.math.wraps`` is ``functools.wraps``, ``tl.math.List`` typing's)."""
-    defined_in = getattr(member, "__module__", None) if callable(member) else None
-    return not isinstance(defined_in, str) or defined_in.split(".")[0] == "triton"
+def _kernel_language(member: object) -> bool:
+    """A member of ``triton.language`` that kernels are written in: a builtin of the language, a function of its
+    standard library (JIT), a class or dtype of triton's own, or a plain value. Not a host-side helper that
+    happens to be public (``tl.str_to_ty`` runs its argument through ``eval``), nor another module's function
+    re-exported (``tl.math.wraps`` is ``functools.wraps``, ``tl.math.List`` typing's)."""
+    from triton.runtime.jit import KernelInterface
+
+    if not callable(member) or getattr(member, "__triton_builtin__", False) or isinstance(member, KernelInterface):
+        return True
+    defined_in = getattr(member, "__module__", None)
+    triton_own = isinstance(defined_in, str) and defined_in.split(".")[0] == "triton"
+    return triton_own and isinstance(member, type) or type(member).__name__ in ("JITCallable", "ConstexprFunction")
 
 
 @functools.cache
