@@ -192,6 +192,30 @@ HOSTILE = {
     "a context manager returned by a function": ("module", "_CM = []\n\n\ndef _cm():\n    return _CM[0]\n\n\n"
                                                            "def _g():\n    _CM.append(torch.no_grad())\n"
                                                            "    with _cm():\n        with _cm():\n            pass"),
+    # found by a fifth review (each passed the check before, each proven on CPU torch under the interpreter): a
+    # Function with setup_context, whose forward's "ctx" is .apply's first argument (torch.Tensor patched; a
+    # tensor's numel made a wrong kernel pass check), a manager handed back by functools.reduce entered twice (grad
+    # mode off), a legacy storage's .type importing any name and AttributeError.obj handing it back (eval, os)
+    "setup_context makes forward's ctx any object": ("module", "class _Knob(torch.autograd.Function):\n"
+                                                              "    @staticmethod\n    def forward(ctx, value):\n"
+                                                              "        ctx.liger_perf_patched = value\n"
+                                                              "        return value\n\n    @staticmethod\n"
+                                                              "    def setup_context(ctx, inputs, output):\n"
+                                                              "        pass\n\n\ndef _g():\n"
+                                                              "    _Knob.apply(torch.Tensor, None)"),
+    "setup_context bound by a class-level literal": ("module", "class _Knob(torch.autograd.Function):\n"
+                                                              "    setup_context = 0\n\n    @staticmethod\n"
+                                                              "    def forward(ctx, value):\n"
+                                                              "        ctx.liger_perf_patched = value\n"
+                                                              "        return value"),
+    "a manager handed back by functools.reduce entered twice": (
+        "inside", "    ng = torch.no_grad()\n    with functools.reduce(lambda a, b: a, [ng]):\n"
+                  "        with functools.reduce(lambda a, b: a, [ng]):\n            pass"),
+    "a legacy storage's type importing eval": ("inside", "    s = X.storage_type()(1)\n    try:\n"
+                                                         "        s.type('builtins.eval')\n"
+                                                         "    except Exception as e:\n        e.obj('1')"),
+    "AttributeError.obj": ("inside", "    try:\n        X.liger_perf_missing\n    except Exception as e:\n"
+                                     "        e.obj"),
 }
 METHOD = "        ctx.save_for_backward(X)"
 

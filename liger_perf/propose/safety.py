@@ -19,11 +19,16 @@ A variant module may
   called directly any object is their ``ctx`` (``Fn.forward(torch.Tensor, f)`` would set ``torch.Tensor``'s
   attributes); nor the context's setters (``save_for_backward``, ``set_materialize_grads`` ...) of anything but its
   own ``ctx``; and bind ``ctx`` by nothing but its parameter (no ``def ctx``, ``except ... as ctx``, ``lambda
-  ctx: ...``);
+  ctx: ...``), and bind no ``setup_context`` in a class (with one, ``forward``'s first parameter is
+  ``.apply``'s first argument, any object: ``_Knob.apply(torch.Tensor, f)`` set ``torch.Tensor``'s attributes);
 - reach no container that torch or triton keep for the whole process (``SURFACE_CONTAINERS`` and every public
   list, dict or set of a surface member: ``tl.float32.FP_TYPES`` reached through an alias made fp32 not floating
   for every later kernel), and use triton's own JIT functions (``tl.sum``, ``triton.cdiv`` ...) only by calling
   them, like the module's own kernels;
+- enter in a ``with`` block only ``torch.no_grad()``, ``torch.enable_grad()`` or ``torch.device(...)`` made there
+  (``functools.reduce`` hands back any object: a no_grad made elsewhere, entered twice, stays on);
+- reach no tensor's legacy storage class (``storage_type``: its ``.type("builtins.eval")`` imports any name) and
+  no ``AttributeError.obj`` (the object a failed lookup was made on: that imported module);
 - neither yield nor await: a suspended generator or coroutine keeps its ``with`` blocks open after the call
   returns (``torch.no_grad()`` or ``torch.device("meta")`` held for the whole process);
 - define classes at module level only (a class body in a function runs any statement and reads the builtins
@@ -113,7 +118,10 @@ FORBIDDEN_ATTRIBUTES = {"gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame"
                         # a JIT callable's inspect.Signature: from_callable(f, eval_str=True) evaluates f's string
                         # annotations with f's globals and builtins (a fourth review reached os through
                         # ``c = triton.cdiv; c.signature.from_callable``); an Autotuner's JIT function and disk cache
-                        "signature", "from_callable", "base_fn", "check_disk_cache", "parse", "create_binder"}
+                        "signature", "from_callable", "base_fn", "check_disk_cache", "parse", "create_binder",
+                        # a fifth review: a tensor's legacy storage class, whose .type("builtins.eval") imports any
+                        # dotted name; and AttributeError.obj, the object a failed lookup was made on (that module)
+                        "storage_type", "obj"}
 #: Class-level containers of surface objects, shared by the whole process: mutated in place through any route that
 #: reaches them (``d = tl.float32; d.FP_TYPES[7] = ...`` made every later kernel's fp32 not floating). With those
 #: ``surface_containers`` finds in the triton and torch loaded.
@@ -128,6 +136,13 @@ UNSAFE_SURFACE = {"triton.language.inline_asm_elementwise",
                   "triton.language.str_to_ty",
                   # print, as the builtin does: a channel into the records (a review printed instructions with them)
                   "triton.language.static_print", "triton.language.device_print"}
+#: What a with-block may enter: a manager made there by one of these (a fifth review entered a no_grad made
+#: elsewhere twice through ``with functools.reduce(lambda a, b: a, [ng]):``, and grad mode stayed off).
+WITH_MAKERS = {"torch.no_grad", "torch.enable_grad", "torch.device"}
+#: Never bound in a class body: a Function with its own ``setup_context`` gets no context in ``forward``, whose
+#: first parameter is then .apply's first argument (a fifth review's ``_Knob.apply(torch.Tensor, f)`` set
+#: ``torch.Tensor``'s attributes as "its own ctx", and a tensor's ``numel`` made a wrong kernel pass the gate).
+UNBOUND_IN_CLASSES = {"setup_context"}
 #: Used only as decorators of module- and class-level definitions, never called or bound in a function.
 JIT_MAKERS = {"triton.jit", "triton.autotune", "triton.heuristics"}
 #: The autograd methods whose first parameter is the context, the one object a variant may set attributes on.
@@ -311,7 +326,7 @@ class _Checker(ast.NodeVisitor):
     def visit_With(self, node: ast.With) -> None:
         for item in node.items:
             call = item.context_expr
-            if not (isinstance(call, ast.Call) and _allowed_chain(self._dotted(call.func))):
+            if not (isinstance(call, ast.Call) and self._dotted(call.func) in WITH_MAKERS):
                 self.fail(node, f"enters {ast.unparse(call)}: a with-block enters only a context manager it makes "
                                 "there (with torch.no_grad():); one entered twice keeps its mode after both exit")
         self.generic_visit(node)
@@ -331,6 +346,14 @@ class _Checker(ast.NodeVisitor):
             # builtins until it binds them (symtable calls them its own): refused outright inside a function.
             return self.fail(node, f"defines class {node.name} inside a function: classes belong at module level")
         self._no_ctx_binding(node, node.name)
+        for stmt in node.body:
+            bound = ([stmt.name] if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else
+                     [t.id for t in stmt.targets if isinstance(t, ast.Name)] if isinstance(stmt, ast.Assign) else
+                     [stmt.target.id] if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                     else [])
+            for name in set(bound) & UNBOUND_IN_CLASSES:
+                return self.fail(stmt, f"binds {name} in class {node.name}: with it, forward's first parameter is "
+                                       ".apply's first argument, any object, not the context")
         outer = self.in_function_class
         self.in_function_class = any(self._dotted(b) == "torch.autograd.Function" for b in node.bases)
         self.generic_visit(node)
