@@ -166,8 +166,9 @@ def rules_in_words() -> str:
             "(_name) attribute; set attributes only on the ctx parameter of an autograd.Function's forward or "
             "backward, and only new ones; call the Function through .apply, never its forward or backward "
             "directly; a @triton.jit function (yours or triton's, such as tl.sum) is only called or launched "
-            "(kernel[grid](...)). No generators or coroutines (yield, await, async). Touch no file, process, "
-            "network or environment.")
+            "(kernel[grid](...)). No generators or coroutines (yield, await, async); no setup_context (forward "
+            f"takes ctx); a with-block enters only {', '.join(f'{m}(...)' for m in sorted(WITH_MAKERS))} made there. "
+            "Touch no file, process, network or environment.")
 
 
 @functools.cache
