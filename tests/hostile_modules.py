@@ -216,6 +216,15 @@ HOSTILE = {
                                                          "    except Exception as e:\n        e.obj('1')"),
     "AttributeError.obj": ("inside", "    try:\n        X.liger_perf_missing\n    except Exception as e:\n"
                                      "        e.obj"),
+    # found by a sixth review (each passed the check before, each proven on CPU torch): ABCMeta.register through
+    # typing's forwarding of an alias's attributes to its origin (every dict a collections.abc.Sequence for the
+    # whole process, unseen by the watch), a class's mro() (object, torch._C.TensorBase: off the surface), and the
+    # in-place samplers that advance torch's global generator (a model's dropout stream when the best is patched in)
+    "typing.Sequence.register through an alias": ("inside", "    s = typing.Sequence\n    s.register(dict)"),
+    "typing.Callable.register through a subscript": ("inside", "    typing.Callable[[int], int].register(torch.Tensor)"),
+    "a surface class's mro": ("inside", "    t = torch.Tensor\n    o = t.mro()[-1]"),
+    "the global generator through normal_": ("inside", "    X.new_empty(1).normal_()"),
+    "the global generator through bernoulli": ("inside", "    X.new_ones(1).bernoulli(0.5)"),
 }
 METHOD = "        ctx.save_for_backward(X)"
 
