@@ -113,6 +113,15 @@ def test_compare_never_passes_nan_or_inf():
     assert compare(ref.clone(), ref, Tolerance(0, 0, 0))["verdict"] == "pass"
 
 
+def test_compare_fails_a_sparse_result_instead_of_crashing():
+    """A sparse result gets through autograd; reshaping it raised inside the comparison (a review's variant made
+    `check` exit with a traceback instead of a verdict)."""
+    ref = torch.ones(4, 3)
+    verdict = compare(torch.zeros_like(ref).to_sparse(), ref, Tolerance(atol=1e9, rtol=1e9, norm=1e9))
+    assert verdict["verdict"] == "FAIL" and "strided" in verdict["reason"]
+    assert compare(torch.ones(4, 3), ref, Tolerance(0, 0, 0))["verdict"] == "pass"
+
+
 def test_compare_norm_bound_catches_systematic_error_within_elementwise_bound():
     ref = torch.linspace(1, 2, 1000)
     out = ref * (1 + 5e-4)  # every element off by a little: inside rtol, outside the norm bound
