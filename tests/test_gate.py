@@ -113,6 +113,15 @@ def test_compare_never_passes_nan_or_inf():
     assert compare(ref.clone(), ref, Tolerance(0, 0, 0))["verdict"] == "pass"
 
 
+def test_compare_fails_a_sparse_result_instead_of_crashing():
+    """A sparse result gets through autograd; reshaping it raised inside the comparison (a review's variant made
+    `check` exit with a traceback instead of a verdict)."""
+    ref = torch.ones(4, 3)
+    verdict = compare(torch.zeros_like(ref).to_sparse(), ref, Tolerance(atol=1e9, rtol=1e9, norm=1e9))
+    assert verdict["verdict"] == "FAIL" and "strided" in verdict["reason"]
+    assert compare(torch.ones(4, 3), ref, Tolerance(0, 0, 0))["verdict"] == "pass"
+
+
 def test_compare_norm_bound_catches_systematic_error_within_elementwise_bound():
     ref = torch.linspace(1, 2, 1000)
     out = ref * (1 + 5e-4)  # every element off by a little: inside rtol, outside the norm bound
@@ -539,3 +548,35 @@ def test_scalar_outputs_and_integer_inputs_do_not_crash_the_layout_checks():
     index = torch.randperm(9)
     assert torch.equal(_padded(index, 3), index)
     assert _padded(torch.randn(9), 3).stride() == (2,)
+
+
+def test_a_variant_that_patches_the_harness_when_called_fails_the_gate(tmp_path, interpret_device):
+    """A review's variant patched `torch.Tensor.numel` when first called (through an autograd method called with
+    `torch.Tensor` as its ctx, a route the static check now refuses) and every comparison after it passed: the
+    import is watched, its calls were not. Here a correct kernel rebinds a tensor method no comparison uses
+    (`logaddexp2`) on its first call: the gate fails, naming it, where every comparison alone would pass. Torch's
+    own lazy changes (torch._dynamo wrapping `torch.manual_seed`, which this gate's first case triggers) are not
+    the variant's."""
+    import torch
+
+    source = baseline_path("relu_squared").read_text()
+    entry = '    """Returns ``relu(X) ** 2`` (see the module docstring)."""\n'
+    assert source.count(entry) == 1
+    source = source.replace(entry, entry + "    _Knob.forward(torch.Tensor, torch.Tensor.logaddexp)\n") + (
+        "\n\nclass _Knob(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, value):\n"
+        "        ctx.logaddexp2 = value\n")
+    path = tmp_path / "patches_when_called.py"
+    path.write_text(source)
+    spec = get_spec("relu_squared")
+    original = torch.Tensor.logaddexp2
+    try:
+        result = check_variant(spec, load_variant(path, spec), interpret_device, convergence=False)
+    finally:
+        torch.Tensor.logaddexp2 = original
+    assert not result.passed
+    failures = result.failures()
+    assert list(failures["case"]) == ["the harness"], failures.to_string()
+    assert failures["reason"].iloc[0].startswith("the variant changed torch.Tensor.logaddexp2 while it ran"), \
+        failures["reason"].iloc[0]
+    # It stopped there: nothing after the first case was judged by the patched harness.
+    assert len(result.rows[result.rows["case"] != "the harness"]["case"].unique()) == 1

@@ -69,7 +69,9 @@ class ReluSquaredSpec(KernelSpec):
         return []
 
     def make_inputs(self, shape, dtype, device, generator=None, config=None):
-        x = torch.randn(*shape, generator=generator, dtype=torch.float32, device="cpu")
+        # Seeded (the gate): on the CPU, the same values on every device; unseeded (timing): on the device.
+        x = torch.randn(*shape, generator=generator, dtype=torch.float32,
+                        device="cpu" if generator is not None else device)
         return {"X": x.to(device=device, dtype=dtype)}
 
     def reference(self, inputs, config):

@@ -216,6 +216,10 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, check_dtype: b
     spread, ``sum_spread``), added to the element-wise bound. The norm bound is ``tol.norm`` of the reference's
     norm, with the rounding noise of few elements beside it (``ROUNDING_FLIPS``). ``tolerance_used`` is the
     largest share of the element-wise or the norm bound used."""
+    if not isinstance(out, torch.Tensor) or out.layout != torch.strided:
+        # A sparse or blocked result got through autograd once and then crashed the comparison: fail it instead.
+        layout = getattr(out, "layout", type(out).__name__)
+        return _failure(f"a {layout} result, not a dense (strided) tensor")
     if out.shape != ref.shape:
         return _failure(f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
     if check_dtype and out.dtype != ref.dtype:
@@ -935,9 +939,27 @@ def check_variant(spec: KernelSpec, variant: Variant, device: Device, convergenc
     variant's verdict."""
     from liger_perf.gate.convergence import check_convergence
 
+    from liger_perf.kernel.variants import changed_harness, harness_snapshot
+
     quick = stage == "quick"
     chosen = quick_gate_cases(spec, device) if quick else gate_cases(spec, variant, device, cases)
     rows: list[dict[str, Any]] = []
+    # The import was watched (``load_variant``); so are the variant's calls: a patch made when it is first called
+    # (torch.Tensor.numel set through an autograd method called with torch.Tensor as its ctx) would make every
+    # comparison after it pass.
+    if not device.interpreted:  # CUDA's lazy start rebinds some of torch.cuda: done before the snapshot
+        import torch
+
+        torch.cuda.init()
+    watched = harness_snapshot(while_running=True)
+
+    def tampered() -> dict[str, Any] | None:
+        changed = changed_harness(watched, harness_snapshot(while_running=True), while_running=True)
+        return _row({"case": "the harness", "shape": "", "dtype": "", "config": "", "layout": "", "seed": math.nan},
+                    "*", "-", _failure(f"the variant changed {', '.join(changed[:3])} while it ran: a variant may "
+                                       "not touch torch, triton, the timers or liger-perf, which judge it")
+                    ) if changed else None
+
     for index, gate_case in enumerate(chosen):
         if index < start or (gate_case.kind == "large" and not large):
             continue
@@ -964,16 +986,27 @@ def check_variant(spec: KernelSpec, variant: Variant, device: Device, convergenc
         rows.extend(case_rows)
         if progress is not None:
             progress(gate_case.case)
+        patched = tampered()
+        if patched:  # every row after it would be judged by the patched harness
+            rows.append(patched)
+            return GateResult(pd.DataFrame(rows, columns=COLUMNS), convergence_skipped=True,
+                              interpreted=device.interpreted)
         if fail_fast and any(r["verdict"] != "pass" for r in case_rows):
             break
     if quick:
         return GateResult(pd.DataFrame(rows, columns=COLUMNS), interpreted=device.interpreted)
     if not device.interpreted and not (fail_fast and any(r["verdict"] != "pass" for r in rows)):
         rows.extend(determinism_rows(spec, variant, device, seed))
+        patched = tampered()
+        if patched:
+            rows.append(patched)
     result = GateResult(pd.DataFrame(rows, columns=COLUMNS), interpreted=device.interpreted)
     if convergence:
         if result.failures().empty:
             result.convergence = check_convergence(spec, variant, device)
+            patched = tampered()
+            if patched:
+                result.rows = pd.DataFrame([*rows, patched], columns=COLUMNS)
         else:
             result.convergence_skipped = True
     return result
