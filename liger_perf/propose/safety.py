@@ -201,13 +201,19 @@ def _kernel_language(member: object) -> bool:
     standard library (JIT), a class or dtype of triton's own, or a plain value. Not a host-side helper that
     happens to be public (``tl.str_to_ty`` runs its argument through ``eval``), nor another module's function
     re-exported (``tl.math.wraps`` is ``functools.wraps``, ``tl.math.List`` typing's)."""
-    from triton.runtime.jit import KernelInterface
-
-    if not callable(member) or getattr(member, "__triton_builtin__", False) or isinstance(member, KernelInterface):
+    if not callable(member) or getattr(member, "__triton_builtin__", False) or _is_jit_function(member):
         return True
     defined_in = getattr(member, "__module__", None)
-    triton_own = isinstance(defined_in, str) and defined_in.split(".")[0] == "triton"
-    return triton_own and isinstance(member, type) or type(member).__name__ in ("JITCallable", "ConstexprFunction")
+    return isinstance(defined_in, str) and defined_in.split(".")[0] == "triton" and isinstance(member, type)
+
+
+def _is_jit_function(member: object) -> bool:
+    """A function triton compiles into kernels (``tl.sum``, a ``@triton.jit`` one, ``triton.cdiv``): a
+    ``KernelInterface`` or, since triton 3.5, a ``JITCallable`` (``triton.cdiv`` is a ``ConstexprFunction``, one of
+    those and no ``KernelInterface``). The one test both the surface and ``surface_kernels`` use."""
+    from triton.runtime import jit
+
+    return isinstance(member, (jit.KernelInterface, getattr(jit, "JITCallable", jit.KernelInterface)))
 
 
 @functools.cache
@@ -227,13 +233,7 @@ def surface_containers() -> frozenset[str]:
 def surface_kernels() -> frozenset[str]:
     """The surface members that are JIT functions (``tl.sum``, ``triton.cdiv`` ...): only called, never values
     (their hooks and lists are triton's, for every kernel of the process)."""
-    from triton.runtime.jit import KernelInterface
-
-    try:  # triton.cdiv is a ConstexprFunction, no KernelInterface: its .signature is inspect's too
-        from triton.runtime.jit import JITCallable
-    except ImportError:
-        JITCallable = KernelInterface
-    return frozenset(d for d in surface() if isinstance(_member(d), (KernelInterface, JITCallable)))
+    return frozenset(d for d in surface() if _is_jit_function(_member(d)))
 
 
 def _member(dotted: str) -> object:
