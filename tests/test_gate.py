@@ -485,6 +485,7 @@ def test_the_large_case_repeats_drawn_rows_and_compares_in_its_own_dtype(interpr
 
     monkeypatch.setattr(correctness, "LARGE_DRAWN_ROWS", 7)
     monkeypatch.setattr(correctness, "COMPARE_CHUNK", 100)
+    monkeypatch.setattr(correctness, "REFERENCE_CHUNK", 64)  # the reference 4 rows at a time
     spec = get_spec("relu_squared")
     variant = load_variant(baseline_path("relu_squared"), spec)
     rows = check_case(spec, variant, GateCase(Case((30, 16), torch.float16), kind="large"), interpret_device, 5)
@@ -493,6 +494,44 @@ def test_the_large_case_repeats_drawn_rows_and_compares_in_its_own_dtype(interpr
                                                Path(tempfile.mkdtemp())), spec)
     rows = check_case(spec, broken, GateCase(Case((30, 16), torch.float16), kind="large"), interpret_device, 5)
     assert any(r["verdict"] == "FAIL" and r["output"] == "Y" for r in rows)
+
+
+def test_the_large_case_s_reference_by_chunks_of_rows_is_the_whole_reference(interpret_device, monkeypatch):
+    """The large case takes its reference a few rows at a time and keeps it on the host (whole, it took 92 GiB
+    on the H200): the outputs and row-wise gradients are the whole reference's, the weight's gradient the sum
+    over every row. An output without rows cannot be taken so: the caller is told to take it whole."""
+    from liger_perf.gate import correctness
+    from liger_perf.gate.correctness import (GateCase, _backward, _forward, _large_reference, _leaves, check_case)
+    from liger_perf.kernel.spec import Case
+
+    monkeypatch.setattr(correctness, "REFERENCE_CHUNK", 64)  # 4 rows of 16 at a time: 30 rows in 8 pieces
+    spec = get_spec("fused_add_rms_norm")
+    config = {"casting_mode": "llama", "offset": 0.0, "eps": 1e-6}
+    generator = torch.Generator().manual_seed(3)
+    inputs = spec.make_inputs((30, 16), torch.float32, "cpu", generator, config)
+    drawn = [torch.randn(30, 16, generator=generator) for _ in spec.outputs]
+    calls = []
+    reference = spec.reference
+    monkeypatch.setattr(spec, "reference", lambda leaves, c: calls.append(len(leaves["X"])) or reference(leaves, c))
+    got, cotangents = _large_reference(spec, inputs, 30, lambda outputs: tuple(drawn), config)
+    assert calls == [4] * 7 + [2] + [4] * 7 + [2]  # the outputs, then each piece again with its backward
+    assert cotangents == tuple(drawn)
+    leaves = _leaves(inputs, spec.differentiable, "contiguous")
+    outputs = _forward(spec.reference_forward(), leaves, config)
+    whole = dict(zip((*spec.outputs, *spec.gradient_names()),
+                     (*outputs, *_backward(spec, outputs, leaves, drawn))))
+    assert set(got) == set(whole)
+    for name, value in whole.items():
+        torch.testing.assert_close(got[name], value.detach(), rtol=1e-6, atol=1e-6)
+    monkeypatch.setattr(spec, "reference", lambda leaves, c: (leaves["X"].sum(),))
+    assert _large_reference(spec, inputs, 30, lambda outputs: outputs, config) is None
+    monkeypatch.setattr(spec, "reference", reference)
+    # The whole case, in half precision: the baseline passes with its weight's gradient summed over pieces.
+    monkeypatch.setattr(correctness, "LARGE_DRAWN_ROWS", 7)
+    variant = load_variant(baseline_path("fused_add_rms_norm"), spec)
+    rows = check_case(spec, variant, GateCase(Case((30, 16), torch.float16, config), kind="large"),
+                      interpret_device, 5)
+    assert {r["output"] for r in rows} >= {"Y", "S", "dX", "dR", "dW"} and all(r["verdict"] == "pass" for r in rows)
 
 
 def test_the_large_case_s_float64_gradients_come_from_its_drawn_rows_weighted_by_their_repeats():
