@@ -31,6 +31,7 @@
 #   selfcheck[:KERNEL]     liger-perf selfcheck --device cuda [--kernel KERNEL]  -> reports/nvidia-h200/selfcheck.json
 #                          (the fused kernel alone: 186-288 s of the whole check's 278-432 s, 2026-12-04)
 #   gate-evidence          scripts/gate_evidence.py: the row-reduction rule at the gate's bfloat16 seeds
+#   check-best             liger-perf check of the H200 history's best, on a GPU that is no H200 (skipped on one)
 #   inductor-probe:SHAPES  scripts/inductor_probe.py: torch.compile's generated Triton for the backward, each
 #                          contender's backward kernels (torch.profiler) and one NCU pass of each, at SHAPES
 #                          (ROWSxCOLS:DTYPE joined by "+", e.g. 16384x2304:float32+32768x1152:float32);
@@ -132,6 +133,12 @@ for step in "$@"; do
   case "$name" in
     selfcheck) run "$dir" python3 -m liger_perf selfcheck --device cuda ${arg:+--kernel "$arg"} ;;
     gate-evidence) run "$dir" python3 scripts/gate_evidence.py "$dir/dw.json" ;;
+    check-best)  # the H200 history's best through the full gate on another GPU (a selfcheck there has no best)
+      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then log "skipped on an H200: selfcheck gates the best"; continue; fi
+      best=$(python3 -c 'from liger_perf.record.history import best_variant_file
+from liger_perf.record.store import Store
+print(best_variant_file("fused_add_rms_norm", Store(device="nvidia-h200").notebooks))')
+      run "$dir" python3 -m liger_perf check fused_add_rms_norm --device cuda --variant "$best" ;;
     inductor-probe)  # torch.compile's generated backward beside the best's at SHAPES (ROWSxCOLS:DTYPE+...)
       best=$(python3 -c 'from liger_perf.record.history import best_variant_file
 from liger_perf.record.store import Store
