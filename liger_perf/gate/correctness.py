@@ -804,7 +804,9 @@ def _large_reference(spec: KernelSpec, inputs: dict[str, torch.Tensor], rows: in
                                              for c in cotangents])
         for name, input_name, g in zip(spec.gradient_names(), spec.differentiable, got):
             if input_name in row_inputs:
-                gradients.setdefault(name, g.new_empty((rows, *g.shape[1:]), device="cpu"))[a:b] = g
+                if name not in gradients:
+                    gradients[name] = g.new_empty((rows, *g.shape[1:]), device="cpu")
+                gradients[name][a:b] = g
             else:  # summed wide, rounded once below
                 wide = g.to(torch.promote_types(g.dtype, torch.float32))
                 gradients[name] = gradients[name] + wide if name in gradients else wide
