@@ -534,6 +534,66 @@ def test_the_large_case_s_reference_by_chunks_of_rows_is_the_whole_reference(int
     assert {r["output"] for r in rows} >= {"Y", "S", "dX", "dR", "dW"} and all(r["verdict"] == "pass" for r in rows)
 
 
+def test_an_incoming_gradient_is_laid_out_in_storage_of_its_own(interpret_device):
+    """The gate checks after the run that the variant left its incoming gradients alone, against the values laid
+    out again: a layout that handed over the drawn gradient's own storage would make that check blind (a
+    review's: transposing a (1, 37) gradient is contiguous already, and contiguous() made no copy)."""
+    import types
+
+    from liger_perf.gate.correctness import COTANGENT_LAYOUTS, GateCase, Probe, _laid_out, check_case
+    from liger_perf.kernel.spec import Case
+
+    for shape in ((1, 37), (37, 1), (1, 1), (5, 7), (2, 1, 3), (2, 3, 1), (7,), ()):
+        t = torch.randn(shape)
+        for layout in COTANGENT_LAYOUTS:
+            laid = _laid_out(t, layout)
+            assert torch.equal(laid, t) or layout == "expanded", (shape, layout)
+            assert laid.untyped_storage().data_ptr() != t.untyped_storage().data_ptr(), (shape, layout)
+
+    class Square(torch.autograd.Function):  # right in every output, but it scribbles on its incoming gradient
+        @staticmethod
+        def forward(ctx, X):
+            ctx.save_for_backward(X)
+            return torch.relu(X) ** 2
+
+        @staticmethod
+        def backward(ctx, dY):
+            (X,) = ctx.saved_tensors
+            dX = 2 * torch.relu(X) * dY
+            dY.fill_(12345.0)
+            return dX
+
+    spec = get_spec("relu_squared")
+    variant = types.SimpleNamespace(module=types.SimpleNamespace(relu_squared=Square.apply))
+    rows = check_case(spec, variant, GateCase(Case((1, 37), torch.float32), Probe(cotangents="transposed")),
+                      interpret_device, 5)
+    assert [r["output"] for r in rows if r["verdict"] != "pass"] == ["dY (given)"]
+
+
+def test_the_large_case_takes_a_reference_that_mixes_rows_whole(interpret_device, monkeypatch):
+    """A reference by pieces of rows is the whole one only where rows are independent: a spec that does not say
+    so (a review's: Y = X minus the mean over rows) keeps its reference whole, so the right variant passes and
+    one that centres each piece alone fails."""
+    import types
+
+    from liger_perf.gate import correctness
+    from liger_perf.gate.correctness import GateCase, check_case
+    from liger_perf.kernel.spec import Case
+
+    monkeypatch.setattr(correctness, "LARGE_DRAWN_ROWS", 7)
+    monkeypatch.setattr(correctness, "REFERENCE_CHUNK", 64)  # 4 rows of 16 at a time
+    spec = get_spec("relu_squared")
+    assert spec.rows_independent and get_spec("fused_add_rms_norm").rows_independent
+    monkeypatch.setattr(spec, "rows_independent", False)
+    monkeypatch.setattr(spec, "reference", lambda leaves, config: (leaves["X"] - leaves["X"].mean(0),))
+    centred = types.SimpleNamespace(module=types.SimpleNamespace(relu_squared=lambda X: X - X.mean(0)))
+    by_pieces = types.SimpleNamespace(module=types.SimpleNamespace(
+        relu_squared=lambda X: torch.cat([p - p.mean(0) for p in X.split(4)])))
+    case = GateCase(Case((30, 16), torch.float32), kind="large")
+    assert all(r["verdict"] == "pass" for r in check_case(spec, centred, case, interpret_device, 5))
+    assert any(r["verdict"] == "FAIL" for r in check_case(spec, by_pieces, case, interpret_device, 5))
+
+
 def test_the_large_case_s_float64_gradients_come_from_its_drawn_rows_weighted_by_their_repeats():
     """dW over 30 rows that repeat 7 drawn ones, from the 7 rows alone, equals dW of the 30 in float64; the
     row-wise gradients are the drawn rows' own."""

@@ -16,6 +16,7 @@ class ReluSquaredSpec(KernelSpec):
     interface = ("relu_squared", "KNOBS", "KNOB_CHOICES")
     differentiable = ("X",)
     outputs = ("Y",)
+    rows_independent = True  # elementwise
     #: An MLP activation spans the model's intermediate width (``--suite models``).
     model_widths = "intermediate"
     suites = {

@@ -373,13 +373,16 @@ def _padded(t: torch.Tensor, pad: int) -> torch.Tensor:
 
 
 def _laid_out(t: torch.Tensor, layout: str, pad: int = 5) -> torch.Tensor:
-    """An incoming gradient with ``t``'s values in ``layout`` (``expanded`` has been given row-equal values)."""
+    """An incoming gradient with ``t``'s values in ``layout`` (``expanded`` has been given row-equal values), in
+    storage of its own."""
     if layout == "contiguous" or t.dim() == 0:
         return t.clone()
     if layout == "sliced" or t.dim() == 1:  # a slice of a wider tensor: what torch.cat's backward hands over
         return _padded(t, pad)
     if layout == "transposed":  # column-major storage of the last two dimensions
-        return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+        # clone, not contiguous(): with a dimension of 1 the transpose is contiguous already, and contiguous()
+        # would hand the variant t's own storage (which the gate compares it with afterwards)
+        return t.transpose(-1, -2).clone(memory_format=torch.contiguous_format).transpose(-1, -2)
     if layout == "expanded":  # one row broadcast over the leading dimension (stride 0): a sum's gradient
         return t[:1].clone().expand_as(t)
     raise ValueError(f"unknown gradient layout {layout!r}")
@@ -495,19 +498,22 @@ def _case_row(spec: KernelSpec, gate_case: GateCase, seed: int, output: str, aga
     return _row(_case_base(spec, gate_case, seed), output, against, verdict)
 
 
-#: GPU memory the large case takes at its peak, in multiples of one of its inputs: the inputs, the incoming
-#: gradients and their copies, the variant's inputs, outputs and gradients, and the comparison's float64 chunks
-#: (the reference is taken by chunks and kept on the host, ``_large_reference``). Whole on the GPU it took 23 on
-#: the H200 (92.1 GiB with both built-in kernels at aec01ee, ``reports/nvidia-h200/selfcheck.json``, which
-#: records the peak of each run); by chunks about 15 when a torch stand-in for a kernel runs the case on the
-#: CPU at 1/16 of its size.
-LARGE_CASE_INPUTS = 16
+#: GPU memory the large case takes at its peak, in multiples of one of its inputs, where the spec's rows are
+#: independent (``KernelSpec.rows_independent``) and its reference goes by pieces of rows to the host
+#: (``_large_reference``): the inputs, the incoming gradients and their copies, the variant's inputs, outputs and
+#: gradients, the comparison's float64 chunks. Measured: 52.1 GiB, 13.0 inputs, on an H100 with the fused
+#: baseline at 0a828e2 (``reports/nvidia-h100-80gb-hbm3/selfcheck.json`` records the peak of each run).
+LARGE_CASE_INPUTS = 14
+#: The same with the reference whole on the GPU beside them (its float32 intermediates): 92.1 GiB, 23 inputs,
+#: on the H200 with both built-in kernels at aec01ee (``reports/nvidia-h200/selfcheck.json``).
+LARGE_CASE_INPUTS_WHOLE = 24
 
 
 def large_case_bytes(spec: KernelSpec, gate_case: GateCase) -> int:
     """About how much GPU memory the large case needs (see ``LARGE_CASE_INPUTS``)."""
     size = torch.tensor([], dtype=gate_case.case.dtype).element_size()
-    return LARGE_CASE_INPUTS * math.prod(gate_case.shape(spec)) * size
+    inputs = LARGE_CASE_INPUTS if spec.rows_independent else LARGE_CASE_INPUTS_WHOLE
+    return inputs * math.prod(gate_case.shape(spec)) * size
 
 
 def _free_device_memory(device: Device) -> int:
@@ -573,7 +579,8 @@ def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: 
             given = tuple(_row_equal(c) for c in given)
         return _quiet_huge_rows(given) if probe.values == "edges" else given
 
-    by_rows = _large_reference(spec, inputs, shape[0], cotangents_of, case.config) if large else None
+    by_rows = (_large_reference(spec, inputs, shape[0], cotangents_of, case.config)
+               if large and spec.rows_independent else None)
     if by_rows is not None:
         ref, cotangents = by_rows
     else:
@@ -771,9 +778,9 @@ def _large_reference(spec: KernelSpec, inputs: dict[str, torch.Tensor], rows: in
     The outputs come first, without a graph; then each chunk's forward again and its backward with the chunk's
     rows of the incoming gradients. The gradient of an input taken by rows is its chunks' rows; of an input every
     chunk takes whole (a weight), the sum of the chunks' in float32 or wider, rounded once to its dtype: the
-    chain rule's own sum, in another order than autograd's over all rows. The math must be row by row, as the
-    large case's float64 gradients assume (``_large_float64``); None where an output is not (no row dimension):
-    the caller takes the reference whole."""
+    chain rule's own sum, in another order than autograd's over all rows. Only for a spec whose rows are
+    independent (``KernelSpec.rows_independent``: a reference that mixes rows would be wrong by pieces); None
+    where an output has no row dimension: the caller takes the reference whole."""
     row_inputs = {k for k, t in inputs.items() if t.dim() >= 2 and t.shape[0] == rows}
     if not row_inputs:
         return None

@@ -133,6 +133,10 @@ class KernelSpec(ABC):
     outputs: tuple[str, ...]
     #: Outputs (or gradients, named ``d<input>``) that are sums over rows, such as a weight's gradient.
     row_reductions: tuple[str, ...] = ()
+    #: Whether each output row, and each row of a row input's gradient, depends on that row of the inputs alone
+    #: (a weight's gradient then sums over rows): the gate's large case may take its reference a piece of rows
+    #: at a time (``correctness._large_reference``), in about 14 inputs' worth of GPU memory instead of 24.
+    rows_independent: bool = False
     passes: tuple[str, ...] = PASSES
     #: Dtypes per suite. The Triton interpreter rounds float32 -> bfloat16 by truncation where a GPU rounds to
     #: nearest even, so a casting-faithful comparison in bfloat16 is only meaningful on a GPU; the interpreter
