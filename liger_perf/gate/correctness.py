@@ -72,8 +72,9 @@ COMPARE_CHUNK = 1 << 26
 #: The large case's inputs and gradients: this many rows drawn, then repeated down the rows (drawing 2**31
 #: numbers on the CPU would take longer than the rest of the gate).
 LARGE_DRAWN_ROWS = 1021
-#: Elements of a row input the large case's reference takes at once (``_large_reference``): its float32
-#: intermediates, whole, took most of the 92 GiB the case needed on the H200.
+#: Elements of a row input the large case's reference takes at once (``_large_reference``): whole, its float32
+#: intermediates came to about 10 inputs' worth at its peak (a CPU stand-in at 1/16 of the case's size), of the
+#: 23 (92.1 GiB) the case took on the H200.
 REFERENCE_CHUNK = 1 << 28
 
 
