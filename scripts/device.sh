@@ -68,6 +68,7 @@
 #   ab-time:K,R,NAME=FILE[,NAME=FILE...]  scripts/ab_time.py: the variants (the first the reference) and
 #                          liger-kernel on the tuning split, backward, R repetitions, no gate -> <date>-ab-time-K/ab.json
 #                          (AB_MAX_COLUMNS=H / AB_MIN_COLUMNS=H: only the cases at most / at least H columns wide; AB_NAME=X: the folder <date>-X)
+#   draw-cost[:K]          scripts/draw_cost.py: seconds to draw K's tuning-split inputs on the CPU and on the device
 #   bench-models:K,R[,no-compile[,S]]  liger-perf bench K --suite models, R repetitions (torch.compile left out
 #                          with no-compile; "compile" keeps it), stopped after S seconds -> reports/nvidia-h200/K/bench-models.*
 #                          (BENCH_SHAPES=4096x1024,...: those shapes only -> bench-models-shapes.*, e.g. torch.compile
@@ -207,6 +208,8 @@ bwd_fused_dw_max_cols@1024x2=1024,num_warps@8192x2=8" > "$dir/dispatched.py"
       mkdir -p "$out"
       run "$out" python3 scripts/ab_time.py "$kernel" "$out/ab.json" --repetitions "${reps:-10}" \
         --max-columns "${AB_MAX_COLUMNS:-0}" --min-columns "${AB_MIN_COLUMNS:-0}" $(tr ',' '\n' <<< "$variants" | sed 's/^/--variant /') ;;
+    draw-cost)  # what drawing the tuning split's inputs costs on the CPU (as before device-draws) and on the device
+      run "$dir" python3 scripts/draw_cost.py "${arg:-fused_add_rms_norm}" "$dir/draw-cost-$(date +%H%M%S).json" --device cuda ;;
     bench-models)
       IFS=, read -r kernel reps compiled seconds <<< "$arg"
       limit=$(( $(left) > 60 ? $(left) - 30 : 30 )); [ -n "$seconds" ] && [ "$seconds" -lt "$limit" ] && limit=$seconds

@@ -222,3 +222,38 @@ def test_the_language_s_surface_is_what_kernels_are_written_in(monkeypatch):
     assert {"triton.language.load", "triton.language.sum", "triton.language.float32", "triton.language.constexpr",
             "triton.language.math.rsqrt"} <= names
 
+
+def test_the_watch_while_a_variant_runs_tells_its_patches_from_torch_s_own_lazy_changes(monkeypatch):
+    """The gate compares the harness before and after each case: torch's own lazy changes are not the variant's
+    (torch._dynamo, imported on first use, rebinds `torch.manual_seed` to a wrapper of itself; data such as
+    `torch.cuda.default_generators` is rebound when CUDA starts), a function rebound to something else is, and so
+    is a method set on a watched class (it shadows what `torch.Tensor` inherits), where a new name on a module is
+    not. The import-time check, stricter, counts every one of them."""
+    import functools
+
+    import torch
+
+    from liger_perf.kernel.variants import changed_harness, harness_snapshot
+
+    def changes(patch):
+        before, strict = harness_snapshot(while_running=True), harness_snapshot()
+        with monkeypatch.context() as m:
+            patch(m)
+            return (changed_harness(before, harness_snapshot(while_running=True), while_running=True),
+                    changed_harness(strict, harness_snapshot()))
+
+    seed = torch.manual_seed
+    assert changes(lambda m: m.setattr(torch, "manual_seed", functools.wraps(seed)(lambda s: seed(s)))) == (
+        [], ["torch.manual_seed"])
+    assert changes(lambda m: m.setattr(torch.cuda, "default_generators", (None,))) == (
+        [], ["torch.cuda.default_generators"])
+    assert changes(lambda m: m.setattr(torch, "manual_seed", lambda s: None))[0] == ["torch.manual_seed"]
+    assert changes(lambda m: m.setattr(torch.Tensor, "numel", lambda self: 0, raising=False))[0] == [
+        "torch.Tensor.numel"]
+    assert changes(lambda m: m.setattr(torch, "liger_perf_probe", len, raising=False)) == (
+        [], ["torch.liger_perf_probe"])
+    # A function's code swapped in place keeps the object: still a change, in both snapshots.
+    from liger_perf.gate import correctness
+
+    running, strict = changes(lambda m: m.setattr(correctness.compare, "__code__", (lambda *a, **k: None).__code__))
+    assert "liger_perf.gate.correctness.compare" in running and "liger_perf.gate.correctness.compare" in strict

@@ -113,6 +113,15 @@ def test_compare_never_passes_nan_or_inf():
     assert compare(ref.clone(), ref, Tolerance(0, 0, 0))["verdict"] == "pass"
 
 
+def test_compare_fails_a_sparse_result_instead_of_crashing():
+    """A sparse result gets through autograd; reshaping it raised inside the comparison (a review's variant made
+    `check` exit with a traceback instead of a verdict)."""
+    ref = torch.ones(4, 3)
+    verdict = compare(torch.zeros_like(ref).to_sparse(), ref, Tolerance(atol=1e9, rtol=1e9, norm=1e9))
+    assert verdict["verdict"] == "FAIL" and "strided" in verdict["reason"]
+    assert compare(torch.ones(4, 3), ref, Tolerance(0, 0, 0))["verdict"] == "pass"
+
+
 def test_compare_norm_bound_catches_systematic_error_within_elementwise_bound():
     ref = torch.linspace(1, 2, 1000)
     out = ref * (1 + 5e-4)  # every element off by a little: inside rtol, outside the norm bound
@@ -476,6 +485,7 @@ def test_the_large_case_repeats_drawn_rows_and_compares_in_its_own_dtype(interpr
 
     monkeypatch.setattr(correctness, "LARGE_DRAWN_ROWS", 7)
     monkeypatch.setattr(correctness, "COMPARE_CHUNK", 100)
+    monkeypatch.setattr(correctness, "REFERENCE_CHUNK", 64)  # the reference 4 rows at a time
     spec = get_spec("relu_squared")
     variant = load_variant(baseline_path("relu_squared"), spec)
     rows = check_case(spec, variant, GateCase(Case((30, 16), torch.float16), kind="large"), interpret_device, 5)
@@ -484,6 +494,104 @@ def test_the_large_case_repeats_drawn_rows_and_compares_in_its_own_dtype(interpr
                                                Path(tempfile.mkdtemp())), spec)
     rows = check_case(spec, broken, GateCase(Case((30, 16), torch.float16), kind="large"), interpret_device, 5)
     assert any(r["verdict"] == "FAIL" and r["output"] == "Y" for r in rows)
+
+
+def test_the_large_case_s_reference_by_chunks_of_rows_is_the_whole_reference(interpret_device, monkeypatch):
+    """The large case takes its reference a few rows at a time and keeps it on the host (whole, it took 92 GiB
+    on the H200): the outputs and row-wise gradients are the whole reference's, the weight's gradient the sum
+    over every row. An output without rows cannot be taken so: the caller is told to take it whole."""
+    from liger_perf.gate import correctness
+    from liger_perf.gate.correctness import (GateCase, _backward, _forward, _large_reference, _leaves, check_case)
+    from liger_perf.kernel.spec import Case
+
+    monkeypatch.setattr(correctness, "REFERENCE_CHUNK", 64)  # 4 rows of 16 at a time: 30 rows in 8 pieces
+    spec = get_spec("fused_add_rms_norm")
+    config = {"casting_mode": "llama", "offset": 0.0, "eps": 1e-6}
+    generator = torch.Generator().manual_seed(3)
+    inputs = spec.make_inputs((30, 16), torch.float32, "cpu", generator, config)
+    drawn = [torch.randn(30, 16, generator=generator) for _ in spec.outputs]
+    calls = []
+    reference = spec.reference
+    monkeypatch.setattr(spec, "reference", lambda leaves, c: calls.append(len(leaves["X"])) or reference(leaves, c))
+    got, cotangents = _large_reference(spec, inputs, 30, lambda outputs: tuple(drawn), config)
+    assert calls == [4] * 7 + [2] + [4] * 7 + [2]  # the outputs, then each piece again with its backward
+    assert cotangents == tuple(drawn)
+    leaves = _leaves(inputs, spec.differentiable, "contiguous")
+    outputs = _forward(spec.reference_forward(), leaves, config)
+    whole = dict(zip((*spec.outputs, *spec.gradient_names()),
+                     (*outputs, *_backward(spec, outputs, leaves, drawn))))
+    assert set(got) == set(whole)
+    for name, value in whole.items():
+        torch.testing.assert_close(got[name], value.detach(), rtol=1e-6, atol=1e-6)
+    monkeypatch.setattr(spec, "reference", lambda leaves, c: (leaves["X"].sum(),))
+    assert _large_reference(spec, inputs, 30, lambda outputs: outputs, config) is None
+    monkeypatch.setattr(spec, "reference", reference)
+    # The whole case, in half precision: the baseline passes with its weight's gradient summed over pieces.
+    monkeypatch.setattr(correctness, "LARGE_DRAWN_ROWS", 7)
+    variant = load_variant(baseline_path("fused_add_rms_norm"), spec)
+    rows = check_case(spec, variant, GateCase(Case((30, 16), torch.float16, config), kind="large"),
+                      interpret_device, 5)
+    assert {r["output"] for r in rows} >= {"Y", "S", "dX", "dR", "dW"} and all(r["verdict"] == "pass" for r in rows)
+
+
+def test_an_incoming_gradient_is_laid_out_in_storage_of_its_own(interpret_device):
+    """The gate checks after the run that the variant left its incoming gradients alone, against the values laid
+    out again: a layout that handed over the drawn gradient's own storage would make that check blind (a
+    review's: transposing a (1, 37) gradient is contiguous already, and contiguous() made no copy)."""
+    import types
+
+    from liger_perf.gate.correctness import COTANGENT_LAYOUTS, GateCase, Probe, _laid_out, check_case
+    from liger_perf.kernel.spec import Case
+
+    for shape in ((1, 37), (37, 1), (1, 1), (5, 7), (2, 1, 3), (2, 3, 1), (7,), ()):
+        t = torch.randn(shape)
+        for layout in COTANGENT_LAYOUTS:
+            laid = _laid_out(t, layout)
+            assert torch.equal(laid, t) or layout == "expanded", (shape, layout)
+            assert laid.untyped_storage().data_ptr() != t.untyped_storage().data_ptr(), (shape, layout)
+
+    class Square(torch.autograd.Function):  # right in every output, but it scribbles on its incoming gradient
+        @staticmethod
+        def forward(ctx, X):
+            ctx.save_for_backward(X)
+            return torch.relu(X) ** 2
+
+        @staticmethod
+        def backward(ctx, dY):
+            (X,) = ctx.saved_tensors
+            dX = 2 * torch.relu(X) * dY
+            dY.fill_(12345.0)
+            return dX
+
+    spec = get_spec("relu_squared")
+    variant = types.SimpleNamespace(module=types.SimpleNamespace(relu_squared=Square.apply))
+    rows = check_case(spec, variant, GateCase(Case((1, 37), torch.float32), Probe(cotangents="transposed")),
+                      interpret_device, 5)
+    assert [r["output"] for r in rows if r["verdict"] != "pass"] == ["dY (given)"]
+
+
+def test_the_large_case_takes_a_reference_that_mixes_rows_whole(interpret_device, monkeypatch):
+    """A reference by pieces of rows is the whole one only where rows are independent: a spec that does not say
+    so (a review's: Y = X minus the mean over rows) keeps its reference whole, so the right variant passes and
+    one that centres each piece alone fails."""
+    import types
+
+    from liger_perf.gate import correctness
+    from liger_perf.gate.correctness import GateCase, check_case
+    from liger_perf.kernel.spec import Case
+
+    monkeypatch.setattr(correctness, "LARGE_DRAWN_ROWS", 7)
+    monkeypatch.setattr(correctness, "REFERENCE_CHUNK", 64)  # 4 rows of 16 at a time
+    spec = get_spec("relu_squared")
+    assert spec.rows_independent and get_spec("fused_add_rms_norm").rows_independent
+    monkeypatch.setattr(spec, "rows_independent", False)
+    monkeypatch.setattr(spec, "reference", lambda leaves, config: (leaves["X"] - leaves["X"].mean(0),))
+    centred = types.SimpleNamespace(module=types.SimpleNamespace(relu_squared=lambda X: X - X.mean(0)))
+    by_pieces = types.SimpleNamespace(module=types.SimpleNamespace(
+        relu_squared=lambda X: torch.cat([p - p.mean(0) for p in X.split(4)])))
+    case = GateCase(Case((30, 16), torch.float32), kind="large")
+    assert all(r["verdict"] == "pass" for r in check_case(spec, centred, case, interpret_device, 5))
+    assert any(r["verdict"] == "FAIL" for r in check_case(spec, by_pieces, case, interpret_device, 5))
 
 
 def test_the_large_case_s_float64_gradients_come_from_its_drawn_rows_weighted_by_their_repeats():
@@ -539,3 +647,35 @@ def test_scalar_outputs_and_integer_inputs_do_not_crash_the_layout_checks():
     index = torch.randperm(9)
     assert torch.equal(_padded(index, 3), index)
     assert _padded(torch.randn(9), 3).stride() == (2,)
+
+
+def test_a_variant_that_patches_the_harness_when_called_fails_the_gate(tmp_path, interpret_device):
+    """A review's variant patched `torch.Tensor.numel` when first called (through an autograd method called with
+    `torch.Tensor` as its ctx, a route the static check now refuses) and every comparison after it passed: the
+    import is watched, its calls were not. Here a correct kernel rebinds a tensor method no comparison uses
+    (`logaddexp2`) on its first call: the gate fails, naming it, where every comparison alone would pass. Torch's
+    own lazy changes (torch._dynamo wrapping `torch.manual_seed`, which this gate's first case triggers) are not
+    the variant's."""
+    import torch
+
+    source = baseline_path("relu_squared").read_text()
+    entry = '    """Returns ``relu(X) ** 2`` (see the module docstring)."""\n'
+    assert source.count(entry) == 1
+    source = source.replace(entry, entry + "    _Knob.forward(torch.Tensor, torch.Tensor.logaddexp)\n") + (
+        "\n\nclass _Knob(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, value):\n"
+        "        ctx.logaddexp2 = value\n")
+    path = tmp_path / "patches_when_called.py"
+    path.write_text(source)
+    spec = get_spec("relu_squared")
+    original = torch.Tensor.logaddexp2
+    try:
+        result = check_variant(spec, load_variant(path, spec), interpret_device, convergence=False)
+    finally:
+        torch.Tensor.logaddexp2 = original
+    assert not result.passed
+    failures = result.failures()
+    assert list(failures["case"]) == ["the harness"], failures.to_string()
+    assert failures["reason"].iloc[0].startswith("the variant changed torch.Tensor.logaddexp2 while it ran"), \
+        failures["reason"].iloc[0]
+    # It stopped there: nothing after the first case was judged by the patched harness.
+    assert len(result.rows[result.rows["case"] != "the harness"]["case"].unique()) == 1

@@ -221,6 +221,30 @@ def test_a_variant_named_through_a_link_is_readable_and_the_caller_s_folder_stay
     assert done.stdout == "read\n" and "FileNotFoundError" in done.stderr, done.stderr[-500:]
 
 
+
+def test_folders_the_environment_names_never_bind_the_checkout_or_the_caller_s_folder(tmp_path, monkeypatch):
+    """A review found `LD_LIBRARY_PATH=.`, run from the checkout, bound the whole checkout (its notebooks,
+    reports and .git) read-only into the sandbox: only the import path was kept from it. Now no folder the
+    environment names is bound where it is relative, the caller's working folder, the checkout, or a folder that
+    holds either; an absolute library folder elsewhere still is."""
+    from liger_perf.core.workspace import PACKAGE
+
+    checkout = PACKAGE.parent.resolve()
+    libraries = tmp_path / "lib"
+    libraries.mkdir()
+    caller = tmp_path / "caller"
+    caller.mkdir()
+    monkeypatch.chdir(caller)
+    monkeypatch.setenv("LD_LIBRARY_PATH", os.pathsep.join([".", str(libraries), str(checkout)]))
+    monkeypatch.setenv("JUPYTER_PATH", str(checkout.parent))
+    monkeypatch.setenv("CONDA_PREFIX", str(tmp_path))  # holds the caller's folder
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["relative/dir", os.environ.get("PYTHONPATH", "")]))
+    bound = {real for real, _ in sandbox.needed_paths()} | {named for _, named in sandbox.needed_paths()}
+    assert str(libraries.resolve()) in bound
+    for hidden in (checkout, checkout.parent, caller.resolve(), tmp_path.resolve(), caller / "relative" / "dir"):
+        assert str(hidden) not in bound, hidden
+    assert str(PACKAGE.resolve()) in bound  # the package's own folder of the checkout, as before
+
 LOOKER = '''
 import json as _json, os as _os
 _seen = {"environ": {}, "root": sorted(_os.listdir("/")), "etc": sorted(_os.listdir("/etc")), "files": {}}

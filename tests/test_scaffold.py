@@ -259,6 +259,23 @@ def test_a_function_undefined_for_negative_inputs_draws_positive_ones(workspace)
     assert bool(torch.isfinite(model(data[0])).all())
 
 
+def test_a_scaffolded_spec_draws_unseeded_inputs_on_the_device_and_seeded_ones_on_the_cpu(workspace, monkeypatch):
+    from test_spec import _draws_where
+
+    kernels, module = workspace
+    target = torch.device("meta")  # stands for the GPU
+    for name in ("leaky", "log_sqrt"):  # drawn by randn, and by rand (a function of positive inputs)
+        scaffold_kernel(kernels, name, f"{module}:{name}")
+        spec = load_spec(kernels / name)
+        asked = _draws_where(monkeypatch)
+        assert all(t.device == target for t in spec.make_inputs((4, 8), torch.float32, target).values())
+        assert asked and set(asked) == {target}, name
+        asked.clear()
+        spec.make_inputs((4, 8), torch.float32, target, torch.Generator().manual_seed(0))
+        assert asked and set(asked) == {torch.device("cpu")}, name
+        monkeypatch.undo()
+
+
 #: One op per entry, each on inputs of its own (``a``, and ``b`` for a second operand), so that every output and
 #: every gradient belongs to one op. ``exempt``: input values of ``a`` where PyTorch's CPU kernels, which the
 #: interpreter is compared with, give NaN or a zero gradient where PyTorch's CUDA kernels and its own decompositions

@@ -28,6 +28,40 @@ def test_inputs_are_fresh_unless_seeded():
     assert (a["X"] != 0).all()
 
 
+def _draws_where(monkeypatch):
+    """torch.randn and torch.rand recording the device each draw asked for (made on the CPU whatever it asked)."""
+    asked = []
+    for name in ("randn", "rand"):
+        real = getattr(torch, name)
+
+        def draw(*size, real=real, device=None, **kwargs):
+            asked.append(torch.device(device) if device is not None else torch.device("cpu"))
+            return real(*size, **kwargs)
+
+        monkeypatch.setattr(torch, name, draw)
+    return asked
+
+
+def test_unseeded_inputs_are_drawn_on_the_device_and_seeded_ones_on_the_cpu(monkeypatch):
+    """A trial's timing, screening, precompile and profile draw every case afresh, unseeded, and the timing draws
+    each twice: on the device, not in the CPU's one thread. Seeded draws (the gate) stay on the CPU, so a seed gives
+    the same values on every device."""
+    target = torch.device("meta")  # stands for the GPU: a device the draw can be asked for without one
+    for name in ("fused_add_rms_norm", "relu_squared"):
+        spec = get_spec(name)
+        asked = _draws_where(monkeypatch)
+        inputs = spec.make_inputs((4, 64), torch.bfloat16, target)
+        spec.grad_outputs(tuple(torch.empty(4, 64, device=target) for _ in spec.outputs))
+        assert asked and set(asked) == {target}, name
+        assert all(t.device == target for t in inputs.values())
+        asked.clear()
+        spec.make_inputs((4, 64), torch.bfloat16, target, torch.Generator().manual_seed(1))
+        spec.grad_outputs(tuple(torch.empty(4, 64, device=target) for _ in spec.outputs),
+                          torch.Generator().manual_seed(1))
+        assert asked and set(asked) == {torch.device("cpu")}, name
+        monkeypatch.undo()
+
+
 def test_reference_casting_modes_differ_in_half_precision():
     spec = get_spec("fused_add_rms_norm")
     inputs = spec.make_inputs((8, 64), torch.float16, torch.device("cpu"), torch.Generator().manual_seed(0))

@@ -16,6 +16,7 @@ class ReluSquaredSpec(KernelSpec):
     interface = ("relu_squared", "KNOBS", "KNOB_CHOICES")
     differentiable = ("X",)
     outputs = ("Y",)
+    rows_independent = True  # elementwise
     #: An MLP activation spans the model's intermediate width (``--suite models``).
     model_widths = "intermediate"
     suites = {
@@ -69,7 +70,9 @@ class ReluSquaredSpec(KernelSpec):
         return []
 
     def make_inputs(self, shape, dtype, device, generator=None, config=None):
-        x = torch.randn(*shape, generator=generator, dtype=torch.float32, device="cpu")
+        # Seeded (the gate): on the CPU, the same values on every device; unseeded (timing): on the device.
+        x = torch.randn(*shape, generator=generator, dtype=torch.float32,
+                        device="cpu" if generator is not None else device)
         return {"X": x.to(device=device, dtype=dtype)}
 
     def reference(self, inputs, config):

@@ -72,6 +72,10 @@ COMPARE_CHUNK = 1 << 26
 #: The large case's inputs and gradients: this many rows drawn, then repeated down the rows (drawing 2**31
 #: numbers on the CPU would take longer than the rest of the gate).
 LARGE_DRAWN_ROWS = 1021
+#: Elements of a row input the large case's reference takes at once (``_large_reference``): whole, its float32
+#: intermediates came to about 10 inputs' worth at its peak (a CPU stand-in at 1/16 of the case's size), of the
+#: 23 (92.1 GiB) the case took on the H200.
+REFERENCE_CHUNK = 1 << 28
 
 
 class PoisonAllocations(TorchDispatchMode):
@@ -216,6 +220,10 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, check_dtype: b
     spread, ``sum_spread``), added to the element-wise bound. The norm bound is ``tol.norm`` of the reference's
     norm, with the rounding noise of few elements beside it (``ROUNDING_FLIPS``). ``tolerance_used`` is the
     largest share of the element-wise or the norm bound used."""
+    if not isinstance(out, torch.Tensor) or out.layout != torch.strided:
+        # A sparse or blocked result got through autograd once and then crashed the comparison: fail it instead.
+        layout = getattr(out, "layout", type(out).__name__)
+        return _failure(f"a {layout} result, not a dense (strided) tensor")
     if out.shape != ref.shape:
         return _failure(f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
     if check_dtype and out.dtype != ref.dtype:
@@ -223,7 +231,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, check_dtype: b
     if out.numel() == 0:
         return {"max_abs_err": 0.0, "max_rel_err": 0.0, "norm_rel_err": 0.0, "tolerance_used": 0.0,
                 "verdict": "pass", "reason": ""}
-    flat_out, flat_ref = out.detach().reshape(-1), ref.detach().reshape(-1).to(out.device)
+    flat_out, flat_ref = out.detach().reshape(-1), ref.detach().reshape(-1)  # ref may be on the host: by chunks
     flat_spread = None if spread is None else spread.detach().reshape(-1).to(out.device).double()
     max_abs = max_rel = max_used = 0.0
     err_sq = ref_sq = 0.0
@@ -236,7 +244,7 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, check_dtype: b
     exponents = torch.zeros(EXPONENT_BINS, dtype=torch.float64)  # the reference's binary exponents, counted
     for start in range(0, flat_out.numel(), COMPARE_CHUNK):
         o = flat_out[start:start + COMPARE_CHUNK].double()
-        r = flat_ref[start:start + COMPARE_CHUNK].double()
+        r = flat_ref[start:start + COMPARE_CHUNK].to(o.device).double()
         ref_ok, out_ok = torch.isfinite(r), torch.isfinite(o)
         unwritten = ref_ok & ~out_ok
         # Same kind of special value: NaN for NaN, +inf for +inf (equality holds for infinities, not NaN).
@@ -366,13 +374,16 @@ def _padded(t: torch.Tensor, pad: int) -> torch.Tensor:
 
 
 def _laid_out(t: torch.Tensor, layout: str, pad: int = 5) -> torch.Tensor:
-    """An incoming gradient with ``t``'s values in ``layout`` (``expanded`` has been given row-equal values)."""
+    """An incoming gradient with ``t``'s values in ``layout`` (``expanded`` has been given row-equal values), in
+    storage of its own."""
     if layout == "contiguous" or t.dim() == 0:
         return t.clone()
     if layout == "sliced" or t.dim() == 1:  # a slice of a wider tensor: what torch.cat's backward hands over
         return _padded(t, pad)
     if layout == "transposed":  # column-major storage of the last two dimensions
-        return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+        # clone, not contiguous(): with a dimension of 1 the transpose is contiguous already, and contiguous()
+        # would hand the variant t's own storage (which the gate compares it with afterwards)
+        return t.transpose(-1, -2).clone(memory_format=torch.contiguous_format).transpose(-1, -2)
     if layout == "expanded":  # one row broadcast over the leading dimension (stride 0): a sum's gradient
         return t[:1].clone().expand_as(t)
     raise ValueError(f"unknown gradient layout {layout!r}")
@@ -459,10 +470,17 @@ def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Equal bit for bit (NaN payloads included), where ``torch.equal`` calls NaN unequal to itself."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    # A copy with stride 1: contiguous() leaves a one-element tensor of another stride as it is, and a view as
-    # bytes needs stride 1.
-    return torch.equal(a.detach().reshape(-1).clone(memory_format=torch.contiguous_format).view(torch.uint8),
-                       b.detach().reshape(-1).clone(memory_format=torch.contiguous_format).view(torch.uint8))
+    return torch.equal(_flat_bytes(a), _flat_bytes(b))
+
+
+def _flat_bytes(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s elements in order, as bytes: a view where its storage allows one (a large case's input is 4 GiB),
+    else a copy with stride 1 (a view as bytes needs it; contiguous() leaves a one-element tensor of another
+    stride as it is)."""
+    flat = t.detach().reshape(-1)
+    if flat.stride() != (1,):
+        flat = flat.clone(memory_format=torch.contiguous_format)
+    return flat.view(torch.uint8)
 
 
 def _row(base: dict, output: str, against: str, verdict: dict[str, Any]) -> dict[str, Any]:
@@ -481,17 +499,22 @@ def _case_row(spec: KernelSpec, gate_case: GateCase, seed: int, output: str, aga
     return _row(_case_base(spec, gate_case, seed), output, against, verdict)
 
 
-#: GPU memory the large case takes at its peak, in multiples of one of its inputs (the inputs, their snapshot,
-#: the incoming gradients and their copies, the reference's outputs, gradients and float32 intermediates, the
-#: variant's outputs and gradients): measured on the H200 with both built-in kernels (``reports/nvidia-h200/
-#: selfcheck.json`` records the peak of each run).
-LARGE_CASE_INPUTS = 24
+#: GPU memory the large case takes at its peak, in multiples of one of its inputs, where the spec's rows are
+#: independent (``KernelSpec.rows_independent``) and its reference goes by pieces of rows to the host
+#: (``_large_reference``): the inputs, the incoming gradients and their copies, the variant's inputs, outputs and
+#: gradients, the comparison's float64 chunks. Measured: 52.1 GiB, 13.0 inputs, on an H100 with the fused
+#: baseline at 0a828e2 (``reports/nvidia-h100-80gb-hbm3/selfcheck.json`` records the peak of each run).
+LARGE_CASE_INPUTS = 14
+#: The same with the reference whole on the GPU beside them (its float32 intermediates): 92.1 GiB, 23 inputs,
+#: on the H200 with both built-in kernels at aec01ee (``reports/nvidia-h200/selfcheck.json``).
+LARGE_CASE_INPUTS_WHOLE = 24
 
 
 def large_case_bytes(spec: KernelSpec, gate_case: GateCase) -> int:
     """About how much GPU memory the large case needs (see ``LARGE_CASE_INPUTS``)."""
     size = torch.tensor([], dtype=gate_case.case.dtype).element_size()
-    return LARGE_CASE_INPUTS * math.prod(gate_case.shape(spec)) * size
+    inputs = LARGE_CASE_INPUTS if spec.rows_independent else LARGE_CASE_INPUTS_WHOLE
+    return inputs * math.prod(gate_case.shape(spec)) * size
 
 
 def _free_device_memory(device: Device) -> int:
@@ -539,23 +562,35 @@ def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: 
         inputs = {k: _rows_repeated(t, shape[0], drawn[0]) for k, t in inputs.items()}
     if probe.values != "random":
         inputs = _planted(inputs, probe.values)
-    snapshot = {k: v.detach().clone() for k, v in inputs.items()}
+    # Handed to no one (the reference and the variant get copies, ``_leaves``): what the variant's inputs must
+    # still hold when it is done.
+    snapshot = inputs
     names = (*spec.outputs, *spec.gradient_names())
 
-    ref_leaves = _leaves(inputs, spec.differentiable, "contiguous")
-    ref_out = _forward(spec.reference_forward(), ref_leaves, case.config)
-    if large:
-        drawn_out = tuple(o.detach()[: drawn[0]] if o.dim() >= 2 else o.detach() for o in ref_out)
-        drawn_cotangents = spec.grad_outputs(drawn_out, generator)
-        cotangents = tuple(_rows_repeated(c, shape[0], drawn[0]) for c in drawn_cotangents)
+    def cotangents_of(outputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        """The incoming gradients, drawn for the reference's outputs (the large case's for its drawn rows), on the
+        case's device."""
+        if large:
+            drawn_out = tuple((o.detach()[: drawn[0]] if o.dim() >= 2 else o.detach()).to(device.torch_device)
+                              for o in outputs)  # _large_reference's are on the host
+            given = tuple(_rows_repeated(c, shape[0], drawn[0]) for c in spec.grad_outputs(drawn_out, generator))
+        else:
+            given = spec.grad_outputs(tuple(o.detach() for o in outputs), generator)
+        if probe.cotangents == "expanded":
+            given = tuple(_row_equal(c) for c in given)
+        return _quiet_huge_rows(given) if probe.values == "edges" else given
+
+    by_rows = (_large_reference(spec, inputs, shape[0], cotangents_of, case.config)
+               if large and spec.rows_independent else None)
+    if by_rows is not None:
+        ref, cotangents = by_rows
     else:
-        cotangents = spec.grad_outputs(tuple(o.detach() for o in ref_out), generator)
-    if probe.cotangents == "expanded":
-        cotangents = tuple(_row_equal(c) for c in cotangents)
-    if probe.values == "edges":
-        cotangents = _quiet_huge_rows(cotangents)
-    ref = dict(zip(names, (*ref_out, *_backward(spec, ref_out, ref_leaves, cotangents))))
-    del ref_out, ref_leaves
+        ref_leaves = _leaves(inputs, spec.differentiable, "contiguous")
+        ref_out = _forward(spec.reference_forward(), ref_leaves, case.config)
+        cotangents = cotangents_of(ref_out)
+        ref = dict(zip(names, (*ref_out, *_backward(spec, ref_out, ref_leaves, cotangents))))
+        del ref_out, ref_leaves
+    drawn_cotangents = tuple(c[: drawn[0]] if c.dim() >= 2 and c.shape[0] == shape[0] else c for c in cotangents)
     ref64 = None
     large64: dict[str, torch.Tensor] = {}
     terms: dict[str, torch.Tensor] = {}
@@ -567,7 +602,6 @@ def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: 
 
     leaves = _leaves(inputs, spec.differentiable, probe.inputs)
     given = [_laid_out(c, probe.cotangents) for c in cotangents]
-    given_before = [c.clone() for c in given]
     reuse = not large
     try:
         # The interpreter computes with NumPy, which warns on every overflow the edge values cause on purpose.
@@ -618,8 +652,8 @@ def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: 
         if not _bitwise_equal(leaves[name], before):
             rows.append(_row(base, name, "input unchanged", _failure(f"the variant wrote into its input {name}")))
     if not spec.may_overwrite_cotangents(case.config):
-        for output, now, before in zip(spec.outputs, given, given_before):
-            if not _bitwise_equal(now, before):
+        for output, now, c in zip(spec.outputs, given, cotangents):
+            if not _bitwise_equal(now, _laid_out(c, probe.cotangents)):  # laid out again: a copy of c's values
                 rows.append(_row(base, f"d{output} (given)", "gradient unchanged", _failure(
                     f"the variant wrote into the incoming gradient of {output}, which autograd may hand to other "
                     f"consumers (allowed only where the spec says so for the options: {case.config_label()})")))
@@ -733,6 +767,61 @@ SUM_SPREAD = 6.0
 def sum_spread(root_sum_squares: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The per-element allowance of a row reduction in ``dtype`` (see ``SUM_SPREAD``)."""
     return SUM_SPREAD * torch.finfo(dtype).eps * root_sum_squares
+
+
+def _large_reference(spec: KernelSpec, inputs: dict[str, torch.Tensor], rows: int, cotangents_of, config,
+                     ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]] | None:
+    """The large case's same-dtype reference taken ``REFERENCE_CHUNK`` elements of rows at a time, and its
+    incoming gradients (``cotangents_of`` the outputs); the outputs and gradients on the host, so that the
+    variant has the GPU to itself. Whole, the reference's float32 intermediates and the results beside the
+    variant's took 92 GiB on the H200: no 80 GB GPU could run the case.
+
+    The outputs come first, without a graph; then each chunk's forward again and its backward with the chunk's
+    rows of the incoming gradients. The gradient of an input taken by rows is its chunks' rows; of an input every
+    chunk takes whole (a weight), the sum of the chunks' in float32 or wider, rounded once to its dtype: the
+    chain rule's own sum, in another order than autograd's over all rows. Only for a spec whose rows are
+    independent (``KernelSpec.rows_independent``: a reference that mixes rows would be wrong by pieces); None
+    where an output has no row dimension: the caller takes the reference whole."""
+    row_inputs = {k for k, t in inputs.items() if t.dim() >= 2 and t.shape[0] == rows}
+    if not row_inputs:
+        return None
+    width = math.prod(inputs[next(iter(row_inputs))].shape[1:])
+    step = max(1, REFERENCE_CHUNK // max(1, width))
+    spans = [(a, min(a + step, rows)) for a in range(0, rows, step)]
+
+    def chunk(a: int, b: int) -> dict[str, torch.Tensor]:
+        return _leaves({k: t[a:b] if k in row_inputs else t for k, t in inputs.items()}, spec.differentiable,
+                       "contiguous")
+
+    outputs: list[torch.Tensor] = []
+    with torch.no_grad():
+        for a, b in spans:
+            part = _forward(spec.reference_forward(), chunk(a, b), config)
+            if any(o.dim() < 1 or o.shape[0] != b - a for o in part):
+                return None
+            if not outputs:
+                outputs = [o.new_empty((rows, *o.shape[1:]), device="cpu") for o in part]
+            for whole, o in zip(outputs, part):
+                whole[a:b] = o
+    cotangents = cotangents_of(tuple(outputs))
+    gradients: dict[str, torch.Tensor] = {}
+    for a, b in spans:
+        leaves = chunk(a, b)
+        part = _forward(spec.reference_forward(), leaves, config)
+        got = _backward(spec, part, leaves, [c[a:b] if c.dim() >= 1 and c.shape[0] == rows else c
+                                             for c in cotangents])
+        for name, input_name, g in zip(spec.gradient_names(), spec.differentiable, got):
+            if input_name in row_inputs:
+                if name not in gradients:
+                    gradients[name] = g.new_empty((rows, *g.shape[1:]), device="cpu")
+                gradients[name][a:b] = g
+            else:  # summed wide, rounded once below
+                wide = g.to(torch.promote_types(g.dtype, torch.float32))
+                gradients[name] = gradients[name] + wide if name in gradients else wide
+    for name, input_name in zip(spec.gradient_names(), spec.differentiable):
+        if input_name not in row_inputs:
+            gradients[name] = gradients[name].to(inputs[input_name].dtype).cpu()
+    return dict(zip(spec.outputs, outputs)) | gradients, cotangents
 
 
 def _large_float64(spec: KernelSpec, drawn_inputs: dict[str, torch.Tensor], drawn_cotangents, rows: int,
@@ -935,9 +1024,27 @@ def check_variant(spec: KernelSpec, variant: Variant, device: Device, convergenc
     variant's verdict."""
     from liger_perf.gate.convergence import check_convergence
 
+    from liger_perf.kernel.variants import changed_harness, harness_snapshot
+
     quick = stage == "quick"
     chosen = quick_gate_cases(spec, device) if quick else gate_cases(spec, variant, device, cases)
     rows: list[dict[str, Any]] = []
+    # The import was watched (``load_variant``); so are the variant's calls: a patch made when it is first called
+    # (torch.Tensor.numel set through an autograd method called with torch.Tensor as its ctx) would make every
+    # comparison after it pass.
+    if not device.interpreted:  # CUDA's lazy start rebinds some of torch.cuda: done before the snapshot
+        import torch
+
+        torch.cuda.init()
+    watched = harness_snapshot(while_running=True)
+
+    def tampered() -> dict[str, Any] | None:
+        changed = changed_harness(watched, harness_snapshot(while_running=True), while_running=True)
+        return _row({"case": "the harness", "shape": "", "dtype": "", "config": "", "layout": "", "seed": math.nan},
+                    "*", "-", _failure(f"the variant changed {', '.join(changed[:3])} while it ran: a variant may "
+                                       "not touch torch, triton, the timers or liger-perf, which judge it")
+                    ) if changed else None
+
     for index, gate_case in enumerate(chosen):
         if index < start or (gate_case.kind == "large" and not large):
             continue
@@ -964,16 +1071,27 @@ def check_variant(spec: KernelSpec, variant: Variant, device: Device, convergenc
         rows.extend(case_rows)
         if progress is not None:
             progress(gate_case.case)
+        patched = tampered()
+        if patched:  # every row after it would be judged by the patched harness
+            rows.append(patched)
+            return GateResult(pd.DataFrame(rows, columns=COLUMNS), convergence_skipped=True,
+                              interpreted=device.interpreted)
         if fail_fast and any(r["verdict"] != "pass" for r in case_rows):
             break
     if quick:
         return GateResult(pd.DataFrame(rows, columns=COLUMNS), interpreted=device.interpreted)
     if not device.interpreted and not (fail_fast and any(r["verdict"] != "pass" for r in rows)):
         rows.extend(determinism_rows(spec, variant, device, seed))
+        patched = tampered()
+        if patched:
+            rows.append(patched)
     result = GateResult(pd.DataFrame(rows, columns=COLUMNS), interpreted=device.interpreted)
     if convergence:
         if result.failures().empty:
             result.convergence = check_convergence(spec, variant, device)
+            patched = tampered()
+            if patched:
+                result.rows = pd.DataFrame([*rows, patched], columns=COLUMNS)
         else:
             result.convergence_skipped = True
     return result

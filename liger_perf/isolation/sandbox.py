@@ -125,17 +125,26 @@ def needed_paths(extra: Iterable[Path | str] = ()) -> list[tuple[str, str]]:
     caller nor a whole emptied place (``python -m`` from ``$HOME`` puts it on ``sys.path``)."""
     from liger_perf.kernel.registry import kernel_folders
 
-    listed = lambda name: os.environ.get(name, "").split(os.pathsep)  # noqa: E731
     here = os.path.realpath(os.getcwd())
     from liger_perf.core.workspace import PACKAGE as package
     # The checkout the package runs from (a source tree on the import path) is the workspace too: only the
-    # package's folder of it, never its notebooks, reports or git history.
-    imports = [p for p in [*sys.path[1:], *listed("PYTHONPATH")]
-               if p and os.path.realpath(p) not in (here, str(package.parent))]
+    # package's folder of it, never its notebooks, reports or git history. A folder the environment names is
+    # bound only where it is absolute and neither the caller's working folder, the checkout, nor a folder that holds
+    # either (LD_LIBRARY_PATH=. bound the whole checkout, .git included; a PYTHONPATH of the home, everything).
+    guarded = [here, os.path.realpath(str(package.parent))]
+
+    def named_by_environment(entries):
+        return [e for e in entries if e and os.path.isabs(e)
+                and not any(_within(g, [os.path.realpath(e)]) for g in guarded)]
+
+    def listed(name):
+        return named_by_environment(os.environ.get(name, "").split(os.pathsep))
+
+    imports = named_by_environment([*sys.path[1:], *os.environ.get("PYTHONPATH", "").split(os.pathsep)])
     ncu = shutil.which("ncu")
     paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, *imports, *listed("LD_LIBRARY_PATH"),
-             *listed("JUPYTER_PATH"), os.environ.get("CUDA_HOME", ""), os.environ.get("CONDA_PREFIX", ""),
-             os.environ.get("TRITON_PTXAS_PATH", ""), os.environ.get("TRITON_LIBCUDA_PATH", ""),
+             *listed("JUPYTER_PATH"), *listed("CUDA_HOME"), *listed("CONDA_PREFIX"), *listed("TRITON_PTXAS_PATH"),
+             *listed("TRITON_LIBCUDA_PATH"),
              os.path.dirname(sys.executable), str(package), *(str(folder) for folder, _ in kernel_folders()),
              *([os.path.dirname(ncu), os.path.dirname(os.path.dirname(os.path.realpath(ncu)))] if ncu else []),
              # NCU's launcher in CUDA's bin/ runs the Nsight Compute installed beside CUDA or under /opt/nvidia

@@ -74,8 +74,8 @@ TOKENS: tuple[int, ...] = (1024, 2047, 4096, 8192, 12289, 16384, 32768, 65536)
 #: No case above this many elements per tensor: a width whose turn falls on more tokens takes the most that fit.
 #: 64 Mi elements (128 MiB in bfloat16, 2.5 times the H200's L2) keeps every large case a DRAM-bound one, as a
 #: training step's are. At 256 Mi the bench of the 86 cases did not finish in 421 s on the H200
-#: (``reports/evidence/2026-12-02-device.log``, its call at a91815a): each case's inputs are drawn on the CPU
-#: and held by four slots per contender; a trial on the tuning split pays the same per case.
+#: (``reports/evidence/2026-12-02-device.log``, its call at a91815a): each case's inputs were drawn on the CPU
+#: then (now on the device: ``KernelSpec.make_inputs``) and are held by four slots per contender.
 MAX_ELEMENTS = 2**26
 
 

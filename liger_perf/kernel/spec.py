@@ -133,6 +133,10 @@ class KernelSpec(ABC):
     outputs: tuple[str, ...]
     #: Outputs (or gradients, named ``d<input>``) that are sums over rows, such as a weight's gradient.
     row_reductions: tuple[str, ...] = ()
+    #: Whether each output row, and each row of a row input's gradient, depends on that row of the inputs alone
+    #: (a weight's gradient then sums over rows): the gate's large case may take its reference a piece of rows
+    #: at a time (``correctness._large_reference``), in about 14 inputs' worth of GPU memory instead of 24.
+    rows_independent: bool = False
     passes: tuple[str, ...] = PASSES
     #: Dtypes per suite. The Triton interpreter rounds float32 -> bfloat16 by truncation where a GPU rounds to
     #: nearest even, so a casting-faithful comparison in bfloat16 is only meaningful on a GPU; the interpreter
@@ -164,6 +168,13 @@ class KernelSpec(ABC):
     def make_inputs(self, shape: Shape, dtype: torch.dtype, device: torch.device,
                     generator: torch.Generator | None = None, config: Mapping[str, Any] | None = None) -> Inputs:
         """Fresh random inputs (never zeros: they hide unwritten outputs); seeded only through ``generator``.
+
+        Seeded draws (the gate, the accuracy step: ``generator`` is a CPU generator) are made on the CPU, so that a
+        seed gives the same values on every device. Unseeded ones (timing, screening, precompile, NCU) need values of
+        the same distribution, not the same values everywhere (they come from the device's default generator: the
+        same from run to run on one kind of device, not across kinds), and are best made on ``device``: torch draws
+        normal values on the CPU in one thread, a trial's timing draws every case's inputs twice, and
+        ``scripts/draw_cost.py`` measures what that cost on a GPU machine.
 
         ``config`` is the case's kernel options: a spec may shape its inputs to what the options must survive
         (activation outliers for a casting mode that promises float32 statistics, say)."""
@@ -236,9 +247,11 @@ class KernelSpec(ABC):
         return self.reference
 
     def grad_outputs(self, outputs: Outputs, generator: torch.Generator | None = None) -> Outputs:
-        """Random cotangents for every output, so that every output's gradient path is exercised; drawn on the
-        CPU (``generator`` is a CPU generator), so a seed gives the same values on every device."""
-        return tuple(torch.randn(o.shape, generator=generator).to(device=o.device, dtype=o.dtype) for o in outputs)
+        """Random cotangents for every output, so that every output's gradient path is exercised. Seeded
+        (``generator`` is a CPU generator) they are drawn on the CPU, so a seed gives the same values on every
+        device; unseeded, on the outputs' device (``make_inputs`` says why)."""
+        return tuple(torch.randn(o.shape, generator=generator, device="cpu" if generator is not None else o.device
+                                 ).to(device=o.device, dtype=o.dtype) for o in outputs)
 
     # -- what the correctness gate derives from the spec (``liger_perf.gate.correctness``) -------------------------
 

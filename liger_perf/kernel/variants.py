@@ -19,7 +19,7 @@ import itertools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
+from types import FunctionType, ModuleType
 from typing import Any
 
 from liger_perf.core.errors import UserError
@@ -65,13 +65,35 @@ def parse_source(source: str, path: str | Path) -> ast.Module:
 WATCHED_MODULES = ("builtins", "time", "math", "torch", "torch.cuda", "torch.autograd", "torch.nn.functional",
                    "torch.testing", "triton", "triton.language", "triton.testing")
 WATCHED_CLASSES = (("torch", "Tensor"), ("torch.cuda", "Event"), ("torch.autograd", "Function"))
+_CLASS_SPACES = {f"{module}.{cls}" for module, cls in WATCHED_CLASSES}
 #: liger-perf's modules that measure, loaded before the variant so that it cannot load and patch one first.
 MEASURING = ("liger_perf.gate.correctness", "liger_perf.measure.timing", "liger_perf.kernel.passes", "liger_perf.gate.convergence")
 
 
-def harness_snapshot() -> dict[tuple[str, str], int]:
+def _dunder(attr: str) -> bool:
+    return attr.startswith("__") and attr.endswith("__")
+
+
+def _runs_the_harness(attr: str, value) -> bool:
+    """What a patch made while a variant runs would change a result through: the public functions, methods and
+    classes and every dunder (a tensor's ``__sub__``); not data nor private state, which the harness's own lazy
+    start rebinds (CUDA's ``torch.cuda.default_generators`` and ``_initialized``)."""
+    return _dunder(attr) or (not attr.startswith("_") and callable(value))
+
+
+def _identity(value) -> tuple[int, ...]:
+    """What a watched attribute is: the object it holds, and for a Python function also its code, defaults and
+    keyword defaults, which can be swapped in place (``compare.__code__ = ...`` kept the same function object and
+    made the gate pass a wrong kernel, in a review's escape through a since-closed route of the static check)."""
+    if isinstance(value, FunctionType):
+        return (id(value), id(value.__code__), id(value.__defaults__), id(value.__kwdefaults__))
+    return (id(value),)
+
+
+def harness_snapshot(while_running: bool = False) -> dict[tuple[str, str], tuple[int, ...]]:
     """The identity of every attribute of the watched modules and classes, and of liger-perf's own modules, as
-    loaded now (only liger-perf's measuring modules are imported for it)."""
+    loaded now (only liger-perf's measuring modules are imported for it). ``while_running``: only those
+    ``_runs_the_harness`` keeps, to compare across the gate's cases."""
     for name in MEASURING:
         importlib.import_module(name)
     namespaces = {name: vars(sys.modules[name]) for name in WATCHED_MODULES if name in sys.modules}
@@ -81,22 +103,40 @@ def harness_snapshot() -> dict[tuple[str, str], int]:
         owner = sys.modules.get(module_name)
         if owner is not None and isinstance(getattr(owner, cls, None), type):
             namespaces[f"{module_name}.{cls}"] = vars(getattr(owner, cls))
-    return {(space, attr): id(value) for space, attrs in namespaces.items() for attr, value in list(attrs.items())}
+    return {(space, attr): _identity(value) for space, attrs in namespaces.items()
+            for attr, value in list(attrs.items()) if not while_running or _runs_the_harness(attr, value)}
 
 
-def changed_harness(before: dict[tuple[str, str], int], after: dict[tuple[str, str], int]) -> list[str]:
+def _current(space: str, attr: str):
+    """The value ``space.attr`` holds now (``space``: a module's name, or ``module.Class`` of a watched class)."""
+    owner = sys.modules.get(space)
+    if owner is None and "." in space:
+        module, _, cls = space.rpartition(".")
+        owner = getattr(sys.modules.get(module), cls, None)
+    return getattr(owner, attr, None)
+
+
+def changed_harness(before: dict[tuple[str, str], tuple[int, ...]], after: dict[tuple[str, str], tuple[int, ...]],
+                    while_running: bool = False) -> list[str]:
     """``space.attr`` of every watched attribute rebound, added or removed between two snapshots; a submodule
-    that an import attached to its package is not a change."""
+    that an import attached to its package is not a change. ``while_running`` (snapshots of ``harness_snapshot(
+    while_running=True)``): a public name added to a module is not a change either (one added to a watched class
+    is: ``torch.Tensor.numel`` set there shadows what Tensor inherits from C, as a dunder does), nor a function rebound
+    to a wrapper of itself (``torch._dynamo``, imported lazily by torch, wraps ``torch.manual_seed``)."""
     spaces = {space for space, _ in before}
     changed = []
     for key in sorted(set(before) | set(after)):
         space, attr = key
         if space not in spaces or before.get(key) == after.get(key):
             continue  # a module first loaded by the variant's imports; or nothing changed
+        value = _current(space, attr)
         if key not in before:
-            value = getattr(sys.modules.get(space), attr, None)
             if value is not None and type(value).__name__ == "module":
                 continue
+            if while_running and not _dunder(attr) and space not in _CLASS_SPACES:
+                continue  # a module's new name changes nothing the harness calls; a class's shadows what it inherits
+        elif while_running and key in after and _identity(getattr(value, "__wrapped__", None)) == before[key]:
+            continue
         changed.append(f"{space}.{attr}")
     return changed
 

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
             continue
         if args.dtypes and dtype_name(case.dtype) not in args.dtypes.split(","):
             continue
-        inputs, cotangents = case_inputs(spec, case, device)  # once for every pass: drawn on the CPU
+        inputs, cotangents = case_inputs(spec, case, device)  # once for every pass
         for pass_name in args.passes.split(","):
             prepared = prepare_pass(spec, forward, inputs, case.config, pass_name, cotangents)
             for _ in range(args.warmup):

@@ -184,8 +184,9 @@ def shares(items: Sequence[WorkItem], n: int) -> list[list[WorkItem]]:
 
 def run_item(spec: KernelSpec, forward, item: WorkItem, device, drawn: dict | None = None) -> None:
     """Run one call once, as the gate (its layouts) or the timing (``prepare_pass``) would, and wait for it.
-    ``drawn``: the inputs of the last case, kept for the next item of the same case (another variant's): the
-    specs draw on the CPU, one thread per child, and at the widest shapes drawing costs more than compiling."""
+    ``drawn``: the inputs of the last case, kept for the next item of the same case (another variant's): when the
+    specs drew on the CPU, one thread per child, drawing cost more than compiling at the widest shapes (unseeded
+    draws are made on the device now: ``KernelSpec.make_inputs``)."""
     import numpy
 
     from liger_perf.kernel.passes import as_tuple, case_inputs, prepare_pass

@@ -315,8 +315,9 @@ def time_suite(spec: KernelSpec, contenders: Mapping[str, ForwardFn], cases: lis
     judged = tuple(judged)
     rng = np.random.default_rng(plan.seed)
     rows = []
-    # Each case's inputs are drawn once for all its passes (and once more, fresh, for their spot checks): the
-    # specs draw on the CPU, and at the suite's widest shapes drawing per pass took longer than the timing.
+    # Each case's inputs are drawn once for all its passes (and once more, fresh, for their spot checks): when the
+    # specs drew them on the CPU, drawing per pass took longer than the timing at the suite's widest shapes (now
+    # unseeded draws are made on the device: ``KernelSpec.make_inputs``).
     for case in cases:
         drawn = case_inputs(spec, case, device)
         if keep is not None:

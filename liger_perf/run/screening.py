@@ -224,7 +224,7 @@ class Screen(Trial):
 
         self.progress.report("screening", detail="a run of each candidate at every timed shape")
         for case in cases:
-            inputs, cotangents = case_inputs(self.spec, case, self.device)  # once per case: drawn on the CPU
+            inputs, cotangents = case_inputs(self.spec, case, self.device)  # once per case, for every candidate
             for entry in self.entries:
                 variant = self.modules.get(entry["name"])
                 if variant is None:

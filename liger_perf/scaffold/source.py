@@ -301,8 +301,8 @@ def spec_source(name: str, ref: Reference, probe: Probe, names: _Names, shapes, 
     math_lines += [f"Backward: its vector-Jacobian product ({', '.join(names.gradients)}). ",
                    "Computed in float32, each output and gradient rounded once to the inputs' dtype."]
     math_src = "\n".join(f"        {line!r}" for line in math_lines)
-    draw = ("(torch.rand(*shape, generator=generator) * 2 + 0.1)" if positive
-            else "torch.randn(*shape, generator=generator)")
+    draw = ("(torch.rand(*shape, generator=generator, device=where) * 2 + 0.1)" if positive
+            else "torch.randn(*shape, generator=generator, device=where)")
     n_in, n_out = len(inputs), len(outputs)
     if probe.same_shape:
         min_bytes = [
@@ -412,7 +412,9 @@ def spec_source(name: str, ref: Reference, probe: Probe, names: _Names, shapes, 
         _tolerances_source(tier),
         "",
         "    def make_inputs(self, shape, dtype, device, generator=None, config=None):",
-        "        # Drawn in float32 on the CPU, so that a seed gives the same values on every device.",
+        "        # Seeded (the gate, accuracy): drawn in float32 on the CPU, so that a seed gives the same values on",
+        "        # every device. Unseeded (timing, profiles): drawn on the device, not in the CPU's one thread.",
+        '        where = "cpu" if generator is not None else device',
         f"        return {{name: {draw}.to(device=device, dtype=dtype)",
         "                for name in INPUTS}",
         "",
