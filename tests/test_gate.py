@@ -513,7 +513,7 @@ def test_the_large_case_s_reference_by_chunks_of_rows_is_the_whole_reference(int
     calls = []
     reference = spec.reference
     monkeypatch.setattr(spec, "reference", lambda leaves, c: calls.append(len(leaves["X"])) or reference(leaves, c))
-    got, cotangents = _large_reference(spec, inputs, 30, lambda outputs: tuple(drawn), config)
+    got, cotangents = _large_reference(spec, inputs, {"X", "R"}, 30, lambda outputs: tuple(drawn), config)
     assert calls == [4] * 7 + [2] + [4] * 7 + [2]  # the outputs, then each piece again with its backward
     assert cotangents == tuple(drawn)
     leaves = _leaves(inputs, spec.differentiable, "contiguous")
@@ -524,7 +524,7 @@ def test_the_large_case_s_reference_by_chunks_of_rows_is_the_whole_reference(int
     for name, value in whole.items():
         torch.testing.assert_close(got[name], value.detach(), rtol=1e-6, atol=1e-6)
     monkeypatch.setattr(spec, "reference", lambda leaves, c: (leaves["X"].sum(),))
-    assert _large_reference(spec, inputs, 30, lambda outputs: outputs, config) is None
+    assert _large_reference(spec, inputs, {"X", "R"}, 30, lambda outputs: outputs, config) is None
     monkeypatch.setattr(spec, "reference", reference)
     # The whole case, in half precision: the baseline passes with its weight's gradient summed over pieces.
     monkeypatch.setattr(correctness, "LARGE_DRAWN_ROWS", 7)
@@ -592,6 +592,56 @@ def test_the_large_case_takes_a_reference_that_mixes_rows_whole(interpret_device
     case = GateCase(Case((30, 16), torch.float32), kind="large")
     assert all(r["verdict"] == "pass" for r in check_case(spec, centred, case, interpret_device, 5))
     assert any(r["verdict"] == "FAIL" for r in check_case(spec, by_pieces, case, interpret_device, 5))
+
+
+def test_the_large_case_repeats_rows_of_any_rank_and_no_weight(interpret_device, monkeypatch):
+    """The large case repeats its drawn rows down to the case's: a per-row input or output of one dimension has
+    rows too (it crashed: a 1-D output's gradient was drawn for every row, a 1-D input not repeated), and a weight
+    as long as the drawn rows has none. Right variants pass, in float32 and float64, by pieces and whole; one
+    wrong past the drawn rows fails."""
+    import types
+
+    from liger_perf.gate import correctness
+    from liger_perf.gate.correctness import GateCase, _row_inputs, check_case
+    from liger_perf.kernel.spec import Case
+
+    monkeypatch.setattr(correctness, "LARGE_DRAWN_ROWS", 7)
+    monkeypatch.setattr(correctness, "REFERENCE_CHUNK", 64)  # 4 rows of 16 at a time
+    spec = get_spec("relu_squared")
+    f32 = spec.tolerances[torch.float32]
+    monkeypatch.setattr(spec, "tolerances", {**spec.tolerances, torch.float64: f32})
+
+    def make(shape, dtype, device, generator=None, config=None):  # X, a scale per row, a weight of 7
+        return {"X": torch.randn(*shape, generator=generator).to(device, dtype),
+                "scale": (torch.rand(shape[0], generator=generator) + 0.5).to(device, dtype),
+                "W": torch.randn(7, generator=generator).to(device, dtype)}
+
+    monkeypatch.setattr(spec, "make_inputs", make)
+    monkeypatch.setattr(spec, "outputs", ("Y", "S"))
+    monkeypatch.setattr(spec, "call", lambda module, inputs, config: module.norms(**inputs))
+    monkeypatch.setattr(spec, "reference", lambda i, config: (i["X"] * i["scale"][:, None] * i["W"].sum(),
+                                                              i["X"].pow(2).sum(-1)))
+    drawn = make((7, 16), torch.float32, "cpu", torch.Generator().manual_seed(1))
+    assert _row_inputs(spec, drawn, (7, 16), torch.float32, {}) == {"X", "scale"}
+
+    def right(X, scale, W):
+        return X * scale[:, None] * W.sum(), X.pow(2).sum(-1)
+
+    def late(X, scale, W):  # rows 20 onwards scaled by the first row's scale, their squares a little off
+        Y, S = right(X, scale, W)
+        return torch.cat([Y[:20], X[20:] * scale[0] * W.sum()]), torch.cat([S[:20], S[20:] * 1.01])
+
+    for dtype in (torch.float32, torch.float64):
+        for pieces in (True, False):
+            monkeypatch.setattr(spec, "rows_independent", pieces)
+            case = GateCase(Case((30, 16), dtype), kind="large")
+            rows = check_case(spec, types.SimpleNamespace(module=types.SimpleNamespace(norms=right)), case,
+                              interpret_device, 5)
+            assert {r["output"] for r in rows} == {"Y", "S", "dX"}, (dtype, pieces)
+            assert all(r["verdict"] == "pass" for r in rows), (dtype, pieces, rows)
+            rows = check_case(spec, types.SimpleNamespace(module=types.SimpleNamespace(norms=late)), case,
+                              interpret_device, 5)
+            assert {r["output"] for r in rows if r["verdict"] == "FAIL"} >= {"Y", "S"}, (dtype, pieces)
 
 
 def test_the_large_case_s_float64_gradients_come_from_its_drawn_rows_weighted_by_their_repeats():

@@ -390,10 +390,24 @@ def _laid_out(t: torch.Tensor, layout: str, pad: int = 5) -> torch.Tensor:
 
 
 def _rows_repeated(t: torch.Tensor, rows: int, drawn: int) -> torch.Tensor:
-    """``t``'s first ``drawn`` rows repeated down to ``rows`` rows (a tensor without those rows as it is)."""
-    if t.dim() < 2 or t.shape[0] != drawn or rows == drawn:
+    """``t``'s first ``drawn`` rows repeated down to ``rows`` rows (a tensor without those rows as it is). Only
+    for a tensor that has rows (``_row_inputs``, a row output's gradient): a weight as long as the drawn rows
+    would be repeated too."""
+    if t.dim() < 1 or t.shape[0] != drawn or rows == drawn:
         return t
     return t.repeat(math.ceil(rows / drawn), *[1] * (t.dim() - 1))[:rows].contiguous()
+
+
+def _row_inputs(spec: KernelSpec, drawn: dict[str, torch.Tensor], shape: tuple[int, ...], dtype: torch.dtype,
+                config) -> set[str]:
+    """The inputs whose first dimension is the case's rows: those that a draw of two rows has two of, where the
+    case's draw (``drawn``, of ``shape``'s rows) has ``shape[0]``. A per-row input of one dimension is one of them; a
+    weight whose length happens to equal the rows is not (its length does not follow the rows)."""
+    few = 2 if shape[0] != 2 else 3
+    probe = spec.make_inputs((few, *shape[1:]), dtype, "cpu", torch.Generator().manual_seed(0), config)
+    return {k for k, t in drawn.items()
+            if t.dim() >= 1 and t.shape[0] == shape[0] and k in probe and probe[k].dim() == t.dim()
+            and probe[k].shape[0] == few and probe[k].shape[1:] == t.shape[1:]}
 
 
 def _row_equal(t: torch.Tensor) -> torch.Tensor:
@@ -558,8 +572,9 @@ def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: 
     drawn = (min(shape[0], LARGE_DRAWN_ROWS), *shape[1:]) if large else shape
     inputs = spec.make_inputs(drawn, case.dtype, device.torch_device, generator, case.config)
     drawn_inputs = inputs
+    row_inputs = _row_inputs(spec, inputs, drawn, case.dtype, case.config) if large else set()
     if large:
-        inputs = {k: _rows_repeated(t, shape[0], drawn[0]) for k, t in inputs.items()}
+        inputs = {k: _rows_repeated(t, shape[0], drawn[0]) if k in row_inputs else t for k, t in inputs.items()}
     if probe.values != "random":
         inputs = _planted(inputs, probe.values)
     # Handed to no one (the reference and the variant get copies, ``_leaves``): what the variant's inputs must
@@ -570,17 +585,19 @@ def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: 
     def cotangents_of(outputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         """The incoming gradients, drawn for the reference's outputs (the large case's for its drawn rows), on the
         case's device."""
-        if large:
-            drawn_out = tuple((o.detach()[: drawn[0]] if o.dim() >= 2 else o.detach()).to(device.torch_device)
-                              for o in outputs)  # _large_reference's are on the host
-            given = tuple(_rows_repeated(c, shape[0], drawn[0]) for c in spec.grad_outputs(drawn_out, generator))
+        if large:  # an output with the case's rows (of any rank) is drawn for the drawn rows and repeated
+            has_rows = [o.dim() >= 1 and o.shape[0] == shape[0] for o in outputs]
+            drawn_out = tuple((o.detach()[: drawn[0]] if rows else o.detach()).to(device.torch_device)
+                              for o, rows in zip(outputs, has_rows))  # _large_reference's are on the host
+            given = tuple(_rows_repeated(c, shape[0], drawn[0]) if rows else c
+                          for c, rows in zip(spec.grad_outputs(drawn_out, generator), has_rows))
         else:
             given = spec.grad_outputs(tuple(o.detach() for o in outputs), generator)
         if probe.cotangents == "expanded":
             given = tuple(_row_equal(c) for c in given)
         return _quiet_huge_rows(given) if probe.values == "edges" else given
 
-    by_rows = (_large_reference(spec, inputs, shape[0], cotangents_of, case.config)
+    by_rows = (_large_reference(spec, inputs, row_inputs, shape[0], cotangents_of, case.config)
                if large and spec.rows_independent else None)
     if by_rows is not None:
         ref, cotangents = by_rows
@@ -590,7 +607,8 @@ def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: 
         cotangents = cotangents_of(ref_out)
         ref = dict(zip(names, (*ref_out, *_backward(spec, ref_out, ref_leaves, cotangents))))
         del ref_out, ref_leaves
-    drawn_cotangents = tuple(c[: drawn[0]] if c.dim() >= 2 and c.shape[0] == shape[0] else c for c in cotangents)
+    drawn_cotangents = tuple(c[: drawn[0]] if large and c.dim() >= 1 and c.shape[0] == shape[0] else c
+                             for c in cotangents)
     ref64 = None
     large64: dict[str, torch.Tensor] = {}
     terms: dict[str, torch.Tensor] = {}
@@ -769,8 +787,8 @@ def sum_spread(root_sum_squares: torch.Tensor, dtype: torch.dtype) -> torch.Tens
     return SUM_SPREAD * torch.finfo(dtype).eps * root_sum_squares
 
 
-def _large_reference(spec: KernelSpec, inputs: dict[str, torch.Tensor], rows: int, cotangents_of, config,
-                     ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]] | None:
+def _large_reference(spec: KernelSpec, inputs: dict[str, torch.Tensor], row_inputs: set[str], rows: int,
+                     cotangents_of, config) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]] | None:
     """The large case's same-dtype reference taken ``REFERENCE_CHUNK`` elements of rows at a time, and its
     incoming gradients (``cotangents_of`` the outputs); the outputs and gradients on the host, so that the
     variant has the GPU to itself. Whole, the reference's float32 intermediates and the results beside the
@@ -781,11 +799,11 @@ def _large_reference(spec: KernelSpec, inputs: dict[str, torch.Tensor], rows: in
     chunk takes whole (a weight), the sum of the chunks' in float32 or wider, rounded once to its dtype: the
     chain rule's own sum, in another order than autograd's over all rows. Only for a spec whose rows are
     independent (``KernelSpec.rows_independent``: a reference that mixes rows would be wrong by pieces); None
-    where an output has no row dimension: the caller takes the reference whole."""
-    row_inputs = {k for k, t in inputs.items() if t.dim() >= 2 and t.shape[0] == rows}
+    where an output has no row dimension or no input has rows (``row_inputs``, from ``_row_inputs``): the caller
+    takes the reference whole."""
     if not row_inputs:
         return None
-    width = math.prod(inputs[next(iter(row_inputs))].shape[1:])
+    width = max(math.prod(inputs[k].shape[1:]) for k in row_inputs)
     step = max(1, REFERENCE_CHUNK // max(1, width))
     spans = [(a, min(a + step, rows)) for a in range(0, rows, step)]
 
