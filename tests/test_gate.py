@@ -592,6 +592,40 @@ def test_the_large_case_takes_a_reference_that_mixes_rows_whole(interpret_device
     case = GateCase(Case((30, 16), torch.float32), kind="large")
     assert all(r["verdict"] == "pass" for r in check_case(spec, centred, case, interpret_device, 5))
     assert any(r["verdict"] == "FAIL" for r in check_case(spec, by_pieces, case, interpret_device, 5))
+    # A spec that says its rows are independent and mixes them is found out on the drawn rows: whole again, and
+    # no float64 from the drawn rows alone (it would judge gradients against the mean of 7 rows, not of 30).
+    float64_from = []
+    monkeypatch.setattr(correctness, "_large_float64", lambda spec, drawn, *a: float64_from.append(drawn) or ({}, {}))
+    monkeypatch.setattr(spec, "rows_independent", True)
+    assert all(r["verdict"] == "pass" for r in check_case(spec, centred, case, interpret_device, 5))
+    assert any(r["verdict"] == "FAIL" for r in check_case(spec, by_pieces, case, interpret_device, 5))
+    assert not float64_from
+    monkeypatch.setattr(spec, "reference", lambda leaves, config: (torch.relu(leaves["X"]) ** 2,))
+    check_case(spec, centred, case, interpret_device, 5)
+    assert len(float64_from) == 1 and float64_from[0]["X"].shape == (7, 16)
+
+
+def test_the_large_case_s_probe_tells_rows_that_mix_from_rows_that_do_not():
+    """``_rows_mix`` on drawn rows: the fused norm's rows (a weight shared by all, its gradient a sum over rows)
+    and an elementwise kernel's are independent; a mean over rows, a cumulative sum and an output without rows
+    are not."""
+    from liger_perf.gate.correctness import _rows_mix
+
+    fused = get_spec("fused_add_rms_norm")
+    config = {"casting_mode": "llama", "offset": 0.0, "eps": 1e-6}
+    generator = torch.Generator().manual_seed(4)
+    assert not _rows_mix(fused, fused.make_inputs((7, 48), torch.bfloat16, "cpu", generator, config), {"X", "R"},
+                         config)
+    spec = get_spec("relu_squared")
+    drawn = {"X": torch.randn(7, 16, generator=generator)}
+    assert not _rows_mix(spec, drawn, {"X"}, {})
+    for mixing in (lambda i, c: (i["X"] - i["X"].mean(0),), lambda i, c: (i["X"].cumsum(0),),
+                   lambda i, c: (torch.relu(i["X"]).sum(0),)):
+        spec = get_spec("relu_squared")
+        spec = type(spec)()
+        spec.reference = mixing
+        assert _rows_mix(spec, drawn, {"X"}, {})
+    assert _rows_mix(get_spec("relu_squared"), drawn, set(), {})  # no input with rows: nothing to go by
 
 
 def test_the_large_case_repeats_rows_of_any_rank_and_no_weight(interpret_device, monkeypatch):

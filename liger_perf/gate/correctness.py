@@ -597,8 +597,9 @@ def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: 
             given = tuple(_row_equal(c) for c in given)
         return _quiet_huge_rows(given) if probe.values == "edges" else given
 
+    rows_mix = large and _rows_mix(spec, drawn_inputs, row_inputs, case.config)
     by_rows = (_large_reference(spec, inputs, row_inputs, shape[0], cotangents_of, case.config)
-               if large and spec.rows_independent else None)
+               if large and spec.rows_independent and not rows_mix else None)
     if by_rows is not None:
         ref, cotangents = by_rows
     else:
@@ -614,7 +615,7 @@ def check_case(spec: KernelSpec, variant: Variant, gate_case: GateCase, device: 
     terms: dict[str, torch.Tensor] = {}
     if not large:
         ref64, terms = float64_reference(spec, inputs, cotangents, case.config)
-    elif probe.values == "random":
+    elif probe.values == "random" and not rows_mix:
         large64, terms = _large_float64(spec, drawn_inputs, drawn_cotangents, shape[0], drawn[0], case.config)
     spread = {name: sum_spread(value, case.dtype) for name, value in terms.items()}
 
@@ -840,6 +841,58 @@ def _large_reference(spec: KernelSpec, inputs: dict[str, torch.Tensor], row_inpu
         if input_name not in row_inputs:
             gradients[name] = gradients[name].to(inputs[input_name].dtype).cpu()
     return dict(zip(spec.outputs, outputs)) | gradients, cotangents
+
+
+def _rows_mix(spec: KernelSpec, drawn_inputs: dict[str, torch.Tensor], row_inputs: set[str], config) -> bool:
+    """Whether the reference's rows depend on other rows, on the large case's drawn rows in float64: each half of
+    the rows alone against the whole, in the outputs and gradients (a row input's gradient by its rows, a weight's
+    as the sum of the halves').
+
+    The large case leans on independent rows twice: its same-dtype reference by pieces (where the spec says
+    ``rows_independent``) and its float64 gradients from the drawn rows alone (every spec). A reference that
+    mixes rows (a mean over them, a scan) is wrong by either, so it gets neither. A probe, not a proof: a mixing
+    that the drawn rows do not show goes unseen, and the spec's word then stands."""
+    if not row_inputs:
+        return True
+    rows = drawn_inputs[next(iter(row_inputs))].shape[0]
+    if rows < 2:
+        return False
+    given: list[torch.Tensor] = []
+
+    def reference(a: int, b: int):
+        leaves = _leaves({k: t[a:b] if k in row_inputs else t for k, t in drawn_inputs.items()},
+                         spec.differentiable, "contiguous", torch.float64)
+        outputs = _forward(spec.reference_forward(), leaves, config)
+        if any(o.dim() < 1 or o.shape[0] != b - a for o in outputs):
+            return None
+        if not given:  # the whole's, drawn first
+            given.extend(c.double() for c in spec.grad_outputs(tuple(o.detach() for o in outputs),
+                                                                 torch.Generator().manual_seed(0)))
+        return outputs, _backward(spec, outputs, leaves, [c[a:b] for c in given])
+
+    def near(a: torch.Tensor, b: torch.Tensor) -> bool:
+        if a.shape != b.shape:
+            return False
+        a, b = a.detach().double(), b.detach().double().to(a.device)
+        finite = b[torch.isfinite(b)]
+        scale = max(float(finite.abs().max()), 1.0) if finite.numel() else 1.0
+        return torch.allclose(a, b, rtol=1e-9, atol=1e-12 * scale, equal_nan=True)
+
+    half = rows // 2
+    whole = reference(0, rows)
+    if whole is None:
+        return True
+    halves = []
+    for a, b in ((0, half), (half, rows)):
+        part = reference(a, b)
+        if part is None or not all(near(mine, w[a:b]) for mine, w in zip(part[0], whole[0])):
+            return True
+        for name, got, full in zip(spec.differentiable, part[1], whole[1]):
+            if name in row_inputs and not near(got, full[a:b]):
+                return True
+        halves.append(part[1])
+    return not all(near(f + s, full) for name, f, s, full in zip(spec.differentiable, *halves, whole[1])
+                   if name not in row_inputs)
 
 
 def _large_float64(spec: KernelSpec, drawn_inputs: dict[str, torch.Tensor], drawn_cotangents, rows: int,
