@@ -576,6 +576,7 @@ def test_the_large_case_takes_a_reference_that_mixes_rows_whole(interpret_device
     one that centres each piece alone fails."""
     import types
 
+    from liger_perf.core.errors import UserError
     from liger_perf.gate import correctness
     from liger_perf.gate.correctness import GateCase, check_case
     from liger_perf.kernel.spec import Case
@@ -592,14 +593,15 @@ def test_the_large_case_takes_a_reference_that_mixes_rows_whole(interpret_device
     case = GateCase(Case((30, 16), torch.float32), kind="large")
     assert all(r["verdict"] == "pass" for r in check_case(spec, centred, case, interpret_device, 5))
     assert any(r["verdict"] == "FAIL" for r in check_case(spec, by_pieces, case, interpret_device, 5))
-    # A spec that says its rows are independent and mixes them is found out on the drawn rows: whole again, and
-    # no float64 from the drawn rows alone (it would judge gradients against the mean of 7 rows, not of 30).
+    # No float64 from the drawn rows alone for rows that mix (it would judge gradients against the mean of 7 rows,
+    # not of 30); a spec that says its rows are independent and mixes them is found out and told so.
     float64_from = []
     monkeypatch.setattr(correctness, "_large_float64", lambda spec, drawn, *a: float64_from.append(drawn) or ({}, {}))
-    monkeypatch.setattr(spec, "rows_independent", True)
-    assert all(r["verdict"] == "pass" for r in check_case(spec, centred, case, interpret_device, 5))
-    assert any(r["verdict"] == "FAIL" for r in check_case(spec, by_pieces, case, interpret_device, 5))
+    check_case(spec, centred, case, interpret_device, 5)
     assert not float64_from
+    monkeypatch.setattr(spec, "rows_independent", True)
+    with pytest.raises(UserError, match="says rows_independent, but its reference's rows mix"):
+        check_case(spec, centred, case, interpret_device, 5)
     monkeypatch.setattr(spec, "reference", lambda leaves, config: (torch.relu(leaves["X"]) ** 2,))
     check_case(spec, centred, case, interpret_device, 5)
     assert len(float64_from) == 1 and float64_from[0]["X"].shape == (7, 16)
@@ -619,13 +621,24 @@ def test_the_large_case_s_probe_tells_rows_that_mix_from_rows_that_do_not():
     spec = get_spec("relu_squared")
     drawn = {"X": torch.randn(7, 16, generator=generator)}
     assert not _rows_mix(spec, drawn, {"X"}, {})
+    def in_groups(g):  # each row less the mean of its group of g rows (a review's: the halves of 1021 rows
+        # alone did not see groups of 2, 3, 5 or 17)
+        return lambda i, c: (torch.cat([p - p.mean(0) for p in i["X"].split(g)]),)
+
+    drawn_1021 = {"X": torch.randn(1021, 4, generator=generator, dtype=torch.float64)}
     for mixing in (lambda i, c: (i["X"] - i["X"].mean(0),), lambda i, c: (i["X"].cumsum(0),),
-                   lambda i, c: (torch.relu(i["X"]).sum(0),)):
-        spec = get_spec("relu_squared")
-        spec = type(spec)()
+                   lambda i, c: (torch.relu(i["X"]).sum(0),), *(in_groups(g) for g in (2, 3, 5, 17))):
+        spec = type(get_spec("relu_squared"))()
         spec.reference = mixing
-        assert _rows_mix(spec, drawn, {"X"}, {})
+        assert _rows_mix(spec, drawn, {"X"}, {}) and _rows_mix(spec, drawn_1021, {"X"}, {})
     assert _rows_mix(get_spec("relu_squared"), drawn, set(), {})  # no input with rows: nothing to go by
+    # A reference that computes in float32 (transformers' Gemma norm: a weight's gradient summed in float32) moves
+    # by its rounding with the rows it is given, which is no mixing.
+    spec = type(get_spec("relu_squared"))()
+    spec.reference = lambda i, c: ((torch.relu(i["X"].float()) ** 2 * (1.0 + i["W"].float())).to(i["X"].dtype),)
+    spec.differentiable = ("X", "W")
+    with_weight = {"X": torch.randn(1021, 256, generator=generator), "W": torch.randn(256, generator=generator)}
+    assert not _rows_mix(spec, with_weight, {"X"}, {})
 
 
 def test_the_large_case_repeats_rows_of_any_rank_and_no_weight(interpret_device, monkeypatch):
@@ -646,6 +659,7 @@ def test_the_large_case_repeats_rows_of_any_rank_and_no_weight(interpret_device,
     monkeypatch.setattr(spec, "tolerances", {**spec.tolerances, torch.float64: f32})
 
     def make(shape, dtype, device, generator=None, config=None):  # X, a scale per row, a weight of 7
+        assert isinstance(device, torch.device), device  # what the spec's API promises (a review's: "cpu" came)
         return {"X": torch.randn(*shape, generator=generator).to(device, dtype),
                 "scale": (torch.rand(shape[0], generator=generator) + 0.5).to(device, dtype),
                 "W": torch.randn(7, generator=generator).to(device, dtype)}
@@ -655,7 +669,7 @@ def test_the_large_case_repeats_rows_of_any_rank_and_no_weight(interpret_device,
     monkeypatch.setattr(spec, "call", lambda module, inputs, config: module.norms(**inputs))
     monkeypatch.setattr(spec, "reference", lambda i, config: (i["X"] * i["scale"][:, None] * i["W"].sum(),
                                                               i["X"].pow(2).sum(-1)))
-    drawn = make((7, 16), torch.float32, "cpu", torch.Generator().manual_seed(1))
+    drawn = make((7, 16), torch.float32, torch.device("cpu"), torch.Generator().manual_seed(1))
     assert _row_inputs(spec, drawn, (7, 16), torch.float32, {}) == {"X", "scale"}
 
     def right(X, scale, W):
