@@ -136,7 +136,8 @@ class KernelSpec(ABC):
     #: Whether each output row, and each row of a row input's gradient, depends on that row of the inputs alone
     #: (a weight's gradient then sums over rows): the gate's large case may take its reference a piece of rows
     #: at a time (``correctness._large_reference``), in about 14 inputs' worth of GPU memory instead of 24. The gate
-    #: checks the claim on the drawn rows first (``correctness._rows_mix``) and takes a mixing reference whole.
+    #: checks the claim on the drawn rows first (``correctness._rows_mix``): where the rows mix, ``check`` stops with
+    #: one line that says to set it False (a spec that leaves it False and mixes rows has its reference taken whole).
     rows_independent: bool = False
     passes: tuple[str, ...] = PASSES
     #: Dtypes per suite. The Triton interpreter rounds float32 -> bfloat16 by truncation where a GPU rounds to
