@@ -203,6 +203,7 @@ def test_elementwise_reference_gets_a_triton_baseline_that_passes_the_gate(works
     assert spec.name == function and spec.interface == (function, "KNOBS", "KNOB_CHOICES")
     assert spec.differentiable == inputs and spec.outputs == ("Y",)
     assert spec.check_configs == ({},) and spec.remedies == {}
+    assert spec.rows_independent  # elementwise: the large case may take its reference by pieces of rows
     assert spec.min_bytes("forward", (4, 8), torch.float32) == 4 * 32 * (len(inputs) + 1)
     assert spec.min_bytes("backward", (4, 8), torch.bfloat16) == 2 * 32 * (2 * len(inputs) + 1)
     assert f"def {function}(" in spec.math  # the math is the reference's source
@@ -388,6 +389,8 @@ def test_a_user_kernel_is_wrapped_and_passes_the_gate(workspace, interpret_devic
     assert SOFTMAX_KERNEL.strip() in source
     assert read_knobs(source) == ({}, {})
     spec = load_spec(folder)
+    # Not elementwise: the spec leaves rows_independent to the user, and says what it buys.
+    assert not spec.rows_independent and "# rows_independent = True" in (folder / "spec.py").read_text()
     variant = load_variant(folder / "baseline.py", spec)
     result = check_variant(spec, variant, interpret_device, convergence=True)
     assert result.passed, result.failures()[["case", "output", "against", "reason"]].head().to_string()

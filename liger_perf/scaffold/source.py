@@ -394,6 +394,11 @@ def spec_source(name: str, ref: Reference, probe: Probe, names: _Names, shapes, 
         f'    interface = ("{name}", "KNOBS", "KNOB_CHOICES")',
         f"    differentiable = {_names_tuple(inputs)}",
         f"    outputs = {_names_tuple(outputs)}",
+        # The large case takes a reference by pieces of rows only where the spec says its rows are independent
+        # (its whole reference needs about 24 inputs' GPU memory, more than an 80 GB GPU has at 4 GiB an input).
+        ("    rows_independent = True  # elementwise, probed at scaffolding (the gate checks it again)" if elementwise
+         else "    # rows_independent = True  # if each output row depends on its own rows alone (the gate checks "
+              "it): the large case then needs about 14 inputs' GPU memory, not 24"),
         f'    dtypes = {{"gpu": ({dtypes_src}{"," if len(dtypes) == 1 else ""}), "interpret": ({interpret_src})}}',
         "    suites = {",
         f'        "gpu": {[tuple(s) for s in suites["gpu"]]!r},',
