@@ -129,12 +129,25 @@ def kernels_command() -> None:
     console.print(f"workspace: {current().root}", markup=False, highlight=False)
 
 
+def _vet_variant(kernel: str, variant: Path | None, trusted: bool) -> None:
+    """A variant file named on the command line meets the static check of generated code before anything imports
+    it, unless the caller vouches for it (``--trusted``); the kernel's own files (no ``--variant``) are trusted."""
+    if variant is None:
+        return
+    from liger_perf.kernel.registry import get_spec
+    from liger_perf.propose.safety import vet_variant_file
+
+    vet_variant_file(variant, get_spec(kernel), trusted)
+
+
 @app.command("check")
 def check_command(
     kernel: str = typer.Argument(..., metavar="KERNEL", help="a registered kernel (see `liger-perf kernels`)"),
     variant: Optional[Path] = typer.Option(None, help="variant module to check; default: the kernel's baseline"),
     device: str = typer.Option("auto", help="auto | cuda | interpret"),
     convergence: bool = typer.Option(True, help="run the convergence check after the unit checks pass"),
+    trusted: bool = typer.Option(False, "--trusted", help="the variant file is your own: run it without the static "
+                                                          "check of generated code (still in the sandbox)"),
 ) -> None:
     """Correctness gate: forward and every gradient against the reference (same dtype and float64)."""
     import time
@@ -142,6 +155,7 @@ def check_command(
     from liger_perf.gate.process import GATE_DONE, run_contained_gate, write_summary
 
     if os.environ.get(GATE_DONE) is None:  # the variant is imported in a process of its own (gate.process)
+        _vet_variant(kernel, variant, trusted)
         run = run_contained_gate(kernel, variant, device, convergence)
         if run.unfinished:
             err_console.print(f"liger-perf: error: {run.unfinished}", highlight=False, markup=False)
@@ -254,6 +268,8 @@ def trial_command(
     timeout: float = typer.Option(3600, help="seconds each step of the trial (a notebook cell) may run before "
                                              "the trial is recorded as crashed"),
     suite: str = typer.Option("", help="what the trial times: '' (the device's suite) | models-tune (GPU only)"),
+    trusted: bool = typer.Option(False, "--trusted", help="the variant file is your own: run it without the static "
+                                                          "check of generated code (still in the sandbox)"),
 ) -> None:
     """Run one trial: a Papermill-executed notebook under notebooks/<device>/<kernel>/ (gate, timings, memory, NCU)."""
     from rich.markup import escape
@@ -269,6 +285,8 @@ def trial_command(
     unknown = [p for p in pass_list if p not in spec.passes]
     if unknown or not pass_list:
         raise UserError(f"--passes {passes!r}: {kernel} has the passes {', '.join(spec.passes)}")
+    _vet_variant(kernel, variant, trusted)
+    _vet_variant(kernel, against, trusted)
     variant = variant or baseline_path(kernel)
     runner = PapermillRunner()
     check_tuning_suite(suite, runner.mode(device))
@@ -663,6 +681,8 @@ def bench_command(
     shapes: str = typer.Option("", help="only these shapes of the suite, comma-separated ROWSxCOLUMNS labels (every "
                                         "dtype of each), e.g. torch.compile at a few model shapes; its report is "
                                         "bench[-models]-shapes.*, the whole suite's is left alone"),
+    trusted: bool = typer.Option(False, "--trusted", help="the variant file is your own: run it without the static "
+                                                          "check of generated code (still in the sandbox)"),
 ) -> None:
     """Best variant, baseline, liger-kernel, eager and torch.compile side by side in one run -> reports/<device>/<kernel>/."""
     from liger_perf.bench import run_bench, summary_table, write_bench_report
@@ -670,7 +690,6 @@ def bench_command(
     from liger_perf.record.history import best_variant_file
     from liger_perf.kernel.registry import get_spec
     from liger_perf.record.store import Store
-    from liger_perf.kernel.variants import read_source
 
     from liger_perf.bench import SUITES, bench_cases
 
@@ -684,8 +703,7 @@ def bench_command(
                         "under the Triton interpreter; on the CPU, leave --suite out")
     chosen_shapes = tuple(dict.fromkeys(s.strip() for s in shapes.split(",") if s.strip()))
     bench_cases(spec, suite, here.suite, chosen_shapes)  # an unknown label: one line here, before the child starts
-    if variant is not None:
-        read_source(variant)  # a missing file is a one-line error here, not in the child process
+    _vet_variant(kernel, variant, trusted)  # a missing file is a one-line error here, not in the child process
     chosen = variant or best_variant_file(kernel, store.notebooks)
     if mode == "interpret":
         console.print("No CUDA device: benchmarking under the Triton interpreter on the CPU (CPU timings; no "

@@ -150,9 +150,41 @@ def test_trial_and_history_bad_input_is_one_line(tmp_path):
     assert "has the passes" in _one_line_error(run_cli("trial", "relu_squared", "--passes", "sideways", env=env))
     line = _one_line_error(run_cli("trial", "relu_squared", "--variant", str(tmp_path / "nope.py"), env=env))
     assert "does not exist" in line
+    for command in ("trial", "check"):  # a folder is said to be one, not to be missing
+        line = _one_line_error(run_cli(command, "relu_squared", "--variant", str(tmp_path), env=env))
+        assert f"{tmp_path} is a folder, not a file" in line, line
     assert "use table, csv or json" in _one_line_error(run_cli("history", "relu_squared", "--format", "xml"))
     assert "unknown kernel" in _one_line_error(run_cli("history", "softmax"))
     assert not list(tmp_path.iterdir())  # bad input writes nothing
+
+
+def _gate_fooling_variant(tmp_path):
+    """A wrong kernel (every output 1.5 times too large) that tells the gate it passed: two lines at import make
+    pandas' ``Series.all``, which the gate's verdict reads, say True. Run unchecked, `check` printed 24 FAIL rows,
+    then PASS, and exited 0 (a review, 2026-12-05)."""
+    from liger_perf.kernel.registry import baseline_path
+
+    source = baseline_path("relu_squared").read_text()
+    wrong = source.replace("(r * r).to(Y.dtype.element_ty)", "(1.5 * r * r).to(Y.dtype.element_ty)")
+    assert wrong != source
+    variant = tmp_path / "fools_the_gate.py"
+    variant.write_text("import pandas as _pd\n_pd.Series.all = lambda self, *a, **k: True\n" + wrong)
+    return variant
+
+
+def test_a_variant_file_named_on_the_command_line_meets_the_static_check(tmp_path):
+    """check, trial and bench refuse a file the static check of generated code refuses, in one line that says how
+    to run a file of one's own anyway, before any process imports it: no trial number is taken."""
+    variant = _gate_fooling_variant(tmp_path)
+    env = {"LIGER_PERF_NOTEBOOKS": str(tmp_path / "nb"), "LIGER_PERF_REPORTS": str(tmp_path / "reports")}
+    for command in (["check", "relu_squared", "--variant", str(variant), "--no-convergence"],
+                    ["trial", "relu_squared", "--variant", str(variant), "--no-ncu"],
+                    ["trial", "relu_squared", "--against", str(variant), "--no-ncu"],
+                    ["bench", "relu_squared", "--variant", str(variant), "--repetitions", "2"]):
+        line = _one_line_error(run_cli(*command, env=env))
+        assert "fails the static check of generated code" in line and "pandas" in line, (command, line)
+        assert "--trusted" in line, line
+    assert not (tmp_path / "nb").exists() and not (tmp_path / "reports").exists()  # nothing ran, nothing written
 
 
 def test_more_local_workers_than_gpus_is_refused_before_a_cluster_starts(monkeypatch, tmp_path):
@@ -182,7 +214,7 @@ def test_a_variant_that_exits_at_import_fails_the_check_and_never_passes_it(tmp_
 
     variant = tmp_path / "quits.py"
     variant.write_text("import sys\nsys.exit(0)\n" + (root / "kernels" / "relu_squared" / "baseline.py").read_text())
-    out = run_cli("check", "relu_squared", "--variant", str(variant), "--no-convergence")
+    out = run_cli("check", "relu_squared", "--variant", str(variant), "--no-convergence", "--trusted")
     assert out.returncode == 2 and "called exit(0) at import" in out.stderr, out.stdout + out.stderr
 
 

@@ -89,7 +89,7 @@ def _telling_spy() -> str:
 def test_check_imports_the_variant_in_a_process_without_secrets(tmp_path):
     variant = tmp_path / "spy.py"
     variant.write_text(_telling_spy())
-    out = _cli("check", "relu_squared", "--variant", str(variant), "--no-convergence")
+    out = _cli("check", "relu_squared", "--variant", str(variant), "--no-convergence", "--trusted")
     assert out.returncode == 2 and "secrets: []; cwd " in out.stderr, out.stdout + out.stderr
     assert "never-seen" not in out.stdout + out.stderr and str(ROOT) not in out.stderr.split("; cwd ")[-1]
 
@@ -98,7 +98,7 @@ def test_check_imports_the_variant_in_a_process_without_secrets(tmp_path):
 def test_a_variant_that_ends_its_process_at_import_fails_check(tmp_path):
     variant = tmp_path / "quits.py"
     variant.write_text("import os\nos._exit(0)\n" + baseline_path("relu_squared").read_text())
-    out = _cli("check", "relu_squared", "--variant", str(variant), "--no-convergence")
+    out = _cli("check", "relu_squared", "--variant", str(variant), "--no-convergence", "--trusted")
     assert out.returncode == 1 and "the gate did not finish" in out.stderr, out.stdout + out.stderr
 
 
@@ -107,6 +107,7 @@ def test_bench_imports_the_variant_in_a_child_without_secrets(tmp_path):
     variant = tmp_path / "spy.py"
     variant.write_text(_telling_spy())
     out = _cli("bench", "relu_squared", "--variant", str(variant), "--device", "interpret", "--repetitions", "2",
+               "--trusted",
                env_extra={"LIGER_PERF_REPORTS": str(tmp_path / "reports")})
     assert out.returncode == 2 and "secrets: []; cwd " in out.stderr, out.stdout + out.stderr
     assert "never-seen" not in out.stdout + out.stderr

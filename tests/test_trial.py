@@ -148,6 +148,40 @@ def test_a_runner_that_fails_before_the_notebook_starts_records_a_harness_error(
     assert trial.status == "harness-error" and not list((tmp_path / "relu_squared").glob(".*"))
 
 
+def test_a_verdict_or_a_result_written_inside_the_trial_is_not_taken(tmp_path, monkeypatch):
+    """A review's variant left a process behind that, after Papermill's last save, added an "accepted" verdict to
+    the notebook and set its result's best to the baseline: `history` then showed the trial accepted and
+    `optimize` ran its next trial against it. Here the same two edits land on the notebook as Papermill finishes."""
+    import papermill
+
+    from liger_perf.kernel.variants import with_knobs
+    from liger_perf.record.schema import VariantRecord
+    from liger_perf.run.papermill import PapermillRunner
+
+    real = papermill.execute_notebook
+
+    def then_tamper(template, output, **kwargs):
+        real(template, output, **kwargs)
+        nb = nbformat.read(output, as_version=4)
+        result = record.read_result(nb)
+        record.set_result(nb, result.model_copy(update={
+            "against": VariantRecord(path=result.against.path, sha256="0" * 64)}))
+        record.set_verdict(nb, Verdict(verdict="accepted", reasons=["planted"]))
+        nbformat.write(nb, output)
+
+    monkeypatch.setattr(papermill, "execute_notebook", then_tamper)  # in this process: the runner outside a sandbox
+    best = tmp_path / "best.py"
+    best.write_text(with_knobs(baseline_path("relu_squared").read_text(), {"BLOCK_SIZE": 2048}))
+    run = run_trial("relu_squared", baseline_path("relu_squared"), against=best, root=tmp_path / "nb", **FAST,
+                    runner=PapermillRunner(sandboxed=False))
+    assert run.result.status == "crashed" and "another best" in run.result.reason, run.result.reason
+    nb = nbformat.read(run.notebook, as_version=4)
+    assert record.read_verdict(nb) is None
+    assert record.read_result(nb).against.sha256 != "0" * 64  # the request's best, not the one written inside
+    (trial,) = load_trials("relu_squared", tmp_path / "nb")
+    assert trial.verdict is None and trial.status == "crashed"
+
+
 def test_a_missing_dependency_in_the_trial_process_is_a_harness_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", broken_dependency(tmp_path))
     run = run_trial("relu_squared", baseline_path("relu_squared"), root=tmp_path, **FAST)

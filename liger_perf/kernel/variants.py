@@ -43,10 +43,16 @@ def source_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
+def missing_variant(path: Path, what: str = "variant file") -> str:
+    """The line for a variant path that names no file: a folder is said to be one."""
+    found = "is a folder, not a file" if path.is_dir() else "does not exist"
+    return f"{what} {path} {found}: give the path of a variant module (.py)"
+
+
 def read_source(path: str | Path) -> str:
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"variant file {path} does not exist: give the path of a variant module (.py)")
+        raise UserError(missing_variant(path))
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:

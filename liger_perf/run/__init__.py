@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from liger_perf.core.errors import UserError
 from liger_perf.kernel.registry import get_spec
-from liger_perf.kernel.variants import check_bucket
+from liger_perf.kernel.variants import check_bucket, missing_variant
 from liger_perf.record.schema import TUNING_SUITES, TrialRequest, TrialResult
 from liger_perf.record.store import Store, TrialPaths
 
@@ -146,9 +146,10 @@ def trial_request(kernel: str, variant: str | Path, against: str | Path | None =
     check_tuning_suite(suite)
     variant = Path(variant)
     if not variant.is_file():
-        raise UserError(f"variant file {variant} does not exist: give the path of a variant module (.py)")
+        raise UserError(missing_variant(variant))
     if against is not None and not Path(against).is_file():
-        raise UserError(f"--against file {against} does not exist: give the current best's variant module")
+        raise UserError(missing_variant(Path(against), "--against file").replace("a variant module",
+                                                                                 "the current best's variant module"))
     if buckets and against is None:
         raise UserError("a timing confined to dispatch buckets needs a current best (--against): elsewhere the "
                         "candidate is taken to run the best's code")

@@ -74,10 +74,14 @@ class PapermillRunner(OneAtATime):
         except (OSError, ValueError) as e:  # Papermill failed before it wrote the notebook: keep the template's
             nb = nbformat.read(template_path(), as_version=4)
             failure = failure or f"Papermill wrote no notebook ({type(e).__name__})"
+        record.clear_verdict(nb)  # only the loop judges, after the trial: one found here was written inside
         try:
             result = record.read_result(nb)
         except ValueError as e:  # the trial's own code wrote a result that is not one
             result, failure = None, failure or f"the trial's result is malformed: {str(e)[:300]}"
+        forged = result and not_this_trial(result, request)
+        if forged:  # written by the code under trial (it may write the notebook): no field of it is kept
+            result, failure = None, failure or forged
         if result is None or failure is not None:
             status = "crashed" if variant_started(nb) else HARNESS_ERROR
             if status == HARNESS_ERROR:
@@ -166,6 +170,29 @@ def record_harness_error(request: TrialRequest, store: Store, reason: str, mode:
     nb = nbformat.read(template_path(), as_version=4)
     result = bare_result(request, mode).model_copy(update={"status": HARNESS_ERROR, "reason": reason[:1000]})
     return file_trial(nb, result, request, store)
+
+
+def not_this_trial(result: TrialResult, request: TrialRequest) -> str | None:
+    """Why ``result`` cannot be the one this trial's harness wrote (it names another kernel, number, variant or
+    best than the request's), or None. The notebook is writable inside the sandbox, where a process the variant
+    leaves behind may outlive Papermill's last save: a review's rewrote the best it was measured against to the
+    baseline and added an "accepted" verdict of its own."""
+    from liger_perf.kernel.variants import source_hash
+
+    def sha(path: str) -> str:
+        return source_hash(Path(path).read_text(errors="replace"))
+
+    if (result.kernel, result.trial_id) != (request.kernel, request.trial_id):
+        return (f"the notebook's result is of {result.kernel} trial {result.trial_id}, not of this one: "
+                "it was not written by the harness")
+    if request.kind != "screening" and result.variant.sha256 != sha(request.variant):
+        return "the notebook's result names another variant than the one under trial: it was not written by the harness"
+    if request.against and result.against is not None and result.against.sha256 != sha(request.against):
+        return ("the notebook's result names another best than the one the trial ran against: it was not written by "
+                "the harness")
+    if request.against and result.against is None and result.status == "complete":
+        return "the notebook's result is complete but names no best, where the trial ran against one"
+    return None
 
 
 def whole_seconds(seconds: float) -> int:
