@@ -236,6 +236,34 @@ def test_corrupt_half_written_and_foreign_notebooks_are_skipped_with_a_warning(h
     assert Store(tmp_path).next_trial_id("relu_squared") == 7  # never reuses a number, even a half-written one's
 
 
+def test_a_fifo_or_a_folder_named_like_a_notebook_is_skipped_with_one_warning(history, tmp_path, capsys):
+    """A FIFO named like a trial notebook made `history` wait forever for a writer; a folder leaked a descriptor on
+    every read, whose number in the warning made it new each time (`plan` said it five times)."""
+    import os
+    import threading
+
+    from liger_perf.record.history import forget_warnings
+
+    root, _, _ = history
+    folder = tmp_path / "relu_squared"
+    shutil.copytree(root / "relu_squared", folder)
+    os.mkfifo(folder / "0002-fifo.ipynb")
+    (folder / "0003-folder.ipynb").mkdir()
+    forget_warnings()
+    open_before, read = len(os.listdir("/proc/self/fd")), []
+    reader = threading.Thread(target=lambda: read.extend(load_trials("relu_squared", tmp_path) for _ in range(3)),
+                              daemon=True)
+    reader.start()
+    reader.join(timeout=120)
+    assert not reader.is_alive(), "reading the history hangs on the FIFO"
+    assert [[t.trial_id for t in trials] for trials in read] == [[0, 1]] * 3
+    assert len(os.listdir("/proc/self/fd")) == open_before
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line]
+    assert len(warnings) == 2, warnings
+    assert "0002-fifo.ipynb: not a readable notebook (OSError: not a regular file" in warnings[0]
+    assert "0003-folder.ipynb: not a readable notebook (OSError: a folder, not a file)" in warnings[1]
+
+
 def test_atomic_write_keeps_the_old_notebook_when_writing_fails(tmp_path, monkeypatch):
     path = tmp_path / "0000-x.ipynb"
     nb = nbformat.v4.new_notebook()
