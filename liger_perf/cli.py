@@ -856,7 +856,7 @@ def _live_status(text):
     with console.status("starting...") as status:
         def refresh():
             while not stop.wait(1.0):
-                status.update(text() or "between trials...")
+                status.update(escape(text()) or "between trials...")  # the trial's own words: never markup
 
         watcher = threading.Thread(target=refresh, daemon=True)
         watcher.start()

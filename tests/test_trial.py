@@ -376,3 +376,30 @@ def test_a_trial_confined_to_a_bucket_times_its_shapes_alone_and_records_the_res
         whole = Trial({"kernel": "fused_add_rms_norm", "variant": path, "against": path, "device": "interpret",
                        "repetitions": 2, "convergence": False, "buckets": buckets})
         assert whole._timed_cases() == (cases, []) and whole._timed_buckets() == []
+
+
+def test_the_status_line_takes_no_step_of_another_shape_and_no_markup_from_the_trial(tmp_path, monkeypatch):
+    """progress.jsonl is written by the trial's process, the code under trial with it: a step that was no string
+    killed the terminal's refresh thread, and `[/]` or `[link=...]` in a step was taken as Rich markup."""
+    import threading
+    import time
+
+    from rich.console import Console
+
+    from liger_perf import cli
+    from liger_perf.run.progress import FILE_NAME, describe, latest
+
+    (tmp_path / FILE_NAME).write_text('{"t": 1, "step": "gate", "done": 2, "total": 9}\n{"t": 2, "step": 5}\n'
+                                      '{"t": 3, "step": "timing", "done": "many"}\n')
+    assert latest(tmp_path)["step"] == "gate"  # the last line of the shape ProgressLog writes
+    (tmp_path / FILE_NAME).write_text('{"t": 1, "step": "gate [/] \\u001b[2J", "detail": "[link=x]y[/link]"}\n')
+    line = describe("0001 x", latest(tmp_path), 0, None)
+    assert "\x1b" not in line and "gate [/] ?[2J ([link=x]y[/link])" in line
+    console = Console(record=True, force_terminal=True, width=200)
+    monkeypatch.setattr(cli, "console", console)
+    failed = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: failed.append(args.exc_value))
+    with cli._live_status(lambda: line):
+        time.sleep(1.6)
+    assert not failed, failed
+    assert "gate [/] ?[2J ([link=x]y[/link])" in console.export_text()

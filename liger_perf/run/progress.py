@@ -40,21 +40,14 @@ class ProgressLog:
 
 def latest(folder: str | Path | None) -> dict | None:
     """The last step a trial reported (None before its first, or when unreadable)."""
-    if not folder:
-        return None
-    from liger_perf.isolation.contained import read_untrusted
-
-    text = read_untrusted(Path(folder) / FILE_NAME, limit=64 * 1024)  # the trial's process writes it
-    try:
-        lines = (text or "").splitlines()
-        return json.loads(lines[-1]) if lines else None
-    except (ValueError, IndexError):
-        return None
+    reported = steps(folder)
+    return reported[-1] if reported else None
 
 
 def steps(folder: str | Path | None) -> list[dict]:
-    """Every step a trial reported that is still in the last 64 KB of its file, in order (torn or odd lines
-    skipped): what a plain log of the trial prints, one line per change of step."""
+    """Every step a trial reported that is still in the last 64 KB of its file, in order: what a plain log of the
+    trial prints, one line per change of step. The trial's process writes the file, the code under trial with it:
+    a torn line, or one whose fields are not of the types ``ProgressLog`` writes, is skipped."""
     if not folder:
         return []
     from liger_perf.isolation.contained import read_untrusted
@@ -65,8 +58,9 @@ def steps(folder: str | Path | None) -> list[dict]:
             state = json.loads(line)
         except ValueError:
             continue
-        if isinstance(state, dict) and isinstance(state.get("step"), str) \
-                and isinstance(state.get("t"), (int, float)):
+        if isinstance(state, dict) and all(isinstance(state.get(key, default), kind) for key, kind, default in (
+                ("t", (int, float), None), ("step", str, None), ("done", int, 0), ("total", int, 0),
+                ("detail", str, ""), ("gpu", str, ""))):
             found.append(state)
     return found
 
@@ -83,7 +77,8 @@ def describe(name: str, state: dict | None, started: float, expected_s: float | 
     left = ""
     if expected_s and math.isfinite(expected_s):
         left = f" · about {max(0.0, expected_s - elapsed):.0f} s left" if elapsed < expected_s else " · overdue"
-    return f"{name}: {where} · {elapsed:.0f} s{left}"
+    # The step and its detail come from the trial's process: no control characters reach a terminal or a log.
+    return "".join(c if c.isprintable() else "?" for c in f"{name}: {where} · {elapsed:.0f} s{left}")
 
 
 def pace_kind(request) -> str:
@@ -145,5 +140,4 @@ class PlainLog:
             self.seen[trial] = (last_t, last_step, last_line)
 
     def _say(self, line: str) -> None:
-        # The step and its detail come from the trial's process: no control characters reach the log.
-        self.echo("  " + "".join(c if c.isprintable() else "?" for c in line))
+        self.echo("  " + line)
