@@ -169,6 +169,14 @@ def test_a_cpu_machine_reads_the_recorded_gpu_history_by_default(tmp_path, monke
 
     with pytest.raises(UserError, match="recorded: nvidia-h200"):
         reading_device("relu_squared", "nvidia-a100")
+    warnings = []
+    reading_device("relu_squared", warn=warnings.append)
+    assert warnings == []  # no trials of this machine's own: nothing to point to
+    shutil.copytree(H200 / "relu_squared", ws / "notebooks" / "interpret" / "relu_squared",
+                    ignore=shutil.ignore_patterns("artifacts", ".*", "0001*", "0002*", "0003*", "0004*", "0005*"))
+    assert reading_device("relu_squared", warn=warnings.append) == "nvidia-h200"
+    # After `trial relu_squared` on a CPU, `history relu_squared` read the H200's and said nothing of the new trial.
+    assert len(warnings) == 1 and "--device interpret" in warnings[0] and "nvidia-h200" in warnings[0], warnings
     out = _cli("history", "relu_squared", cwd=ws)
     assert out.returncode == 0, out.stderr
     assert "relu_squared on nvidia-h200" in out.stdout and "0005" in out.stdout

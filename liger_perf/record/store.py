@@ -260,6 +260,9 @@ def reading_device(kernel: str, asked: str = "auto", warn=None) -> str:
     if gpus:
         if len(gpus) > 1 and warn is not None:
             warn(f"{kernel} has histories of {', '.join(gpus)}: reading {gpus[0]}'s, the latest (--device picks)")
+        elif workspace.INTERPRET in recorded and warn is not None:  # this machine's own trials are the other one
+            warn(f"no GPU here: reading the recorded {gpus[0]} history of {kernel}; this machine's own trials "
+                 f"(the Triton interpreter's): --device {workspace.INTERPRET}")
         return gpus[0]
     if asked == "cuda":
         raise UserError(f"--device cuda: no GPU here and no GPU history of {kernel} in "
