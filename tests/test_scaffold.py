@@ -79,6 +79,10 @@ def calls_helper(x):
 
 def times_width(x):
     return x * x.shape[-1]
+
+
+def jittered(x):
+    return torch.relu(x) * (1 + 0.1 * torch.rand(()))
 '''
 
 SOFTMAX_KERNEL = '''
@@ -449,6 +453,8 @@ def test_bad_inputs_are_one_line_errors(workspace):
     assert_one_line_error(new(reference=f"{module}:nope"), "no function nope")
     assert_one_line_error(new(reference=module), "module:function")
     assert_one_line_error(new(reference=f"{module}:times_width"), "depend on the input shape")
+    # It was refused as "not elementwise", which it is; what the gate cannot use is an answer that changes.
+    assert_one_line_error(new(reference=f"{module}:jittered"), "other outputs for the same inputs", "deterministic")
     assert_one_line_error(new(dtypes=["float64"]), "float64")
     assert_one_line_error(new(shapes=[(4096, 0)]), "positive")
     assert_one_line_error(new(baseline=Path("my_softmax.py")), "--entry")
