@@ -45,6 +45,7 @@ PLOT_MAX_WIDTH = 48  # inches
 #: H200: a bench of torch.compile at two shapes ran past its limit and returned nothing,
 #: ``reports/evidence/2026-12-03-bench-compile-best-0061/stopped-log.txt``).
 PARTIAL_FILE = "bench-partial.json"
+RESULT_LIMIT = 32 * 2**20  # the most of a child's result read back (the model suite's whole bench: 0.6 MB)
 
 
 #: ``--suite``: the device's own suite (empty), or both model suites, each case marked with its split.
@@ -156,13 +157,15 @@ def _append_line(path: Path, data: dict) -> None:
 def partial_result(path: Path) -> dict | None:
     """The bench of the cases a stopped child finished (``measure``'s ``partial`` file), as ``measure`` returns
     it with ``partial`` = {cases_done, cases} added and no peak memory or accuracy; None without a finished case."""
-    if not path.is_file():
-        return None
+    from liger_perf.isolation.contained import read_untrusted
     from liger_perf.kernel.registry import get_spec
     from liger_perf.measure.timing import TimingPlan
 
+    written = read_untrusted(path, limit=RESULT_LIMIT)  # by the child, which imported the variant
+    if written is None:
+        return None
     lines = []
-    for text in path.read_text().splitlines():
+    for text in written.splitlines():
         try:
             lines.append(json.loads(text))
         except json.JSONDecodeError:  # the line a stopped child was writing
@@ -184,6 +187,8 @@ def run_bench(kernel: str, variant: Path, device: str = "auto", repetitions: int
     time ran out after a case was done: ``data["partial"]`` says how many)."""
     # The child imports the variant: in the sandbox where there is one, with the allow-listed environment (no
     # secret of this process), in a scratch folder, where it also writes its result.
+    from liger_perf.isolation.contained import read_untrusted
+
     with tempfile.TemporaryDirectory(prefix="liger-perf-bench-") as scratch:
         out = Path(scratch) / "bench.json"
         argv = [sys.executable, "-m", "liger_perf.bench", kernel, str(Path(variant).resolve()), device,
@@ -197,10 +202,15 @@ def run_bench(kernel: str, variant: Path, device: str = "auto", repetitions: int
                 raise UserError(f"bench of {kernel} ran past {timeout_s:.0f} s and was stopped before its first "
                                 "case was done; pass a larger --timeout") from None
             return data
-        if done.returncode != 0 or not out.is_file():
+        written = read_untrusted(out, limit=RESULT_LIMIT)  # never through a link the child left, nor a FIFO
+        if done.returncode != 0 or written is None:
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
             raise UserError(f"bench of {kernel} failed in its child process: {tail[0]}")
-        return json.loads(out.read_text())
+        try:
+            return json.loads(written)
+        except (ValueError, RecursionError) as e:
+            raise UserError(f"bench of {kernel}: its child process wrote no readable result ({type(e).__name__})"
+                            ) from None
 
 
 def speedups(data: dict) -> pd.DataFrame:

@@ -182,6 +182,65 @@ def test_a_verdict_or_a_result_written_inside_the_trial_is_not_taken(tmp_path, m
     assert trial.verdict is None and trial.status == "crashed"
 
 
+@pytest.mark.parametrize("written", ["[" * 100000 + "]" * 100000, '{"nbformat": 4, "nbformat_minor": 5}',
+                                     "TAGS_NULL"], ids=["nested-past-the-parser", "no-cells", "tags-null"])
+def test_a_notebook_written_over_inside_the_trial_is_a_crash_of_the_trial_not_of_the_runner(tmp_path, monkeypatch,
+                                                                                           written):
+    """Each of these raised out of the runner (RecursionError, a schema error, a TypeError in clearing the
+    verdict), so `optimize` stopped with no notebook filed and proposed the same candidate again on resume."""
+    import papermill
+
+    from liger_perf.run.papermill import PapermillRunner
+
+    real = papermill.execute_notebook
+
+    def then_write_over(template, output, **kwargs):
+        real(template, output, **kwargs)
+        if written == "TAGS_NULL":
+            nb = json.loads(open(output).read())
+            for cell in nb["cells"]:
+                cell["metadata"]["tags"] = None
+            open(output, "w").write(json.dumps(nb))
+        else:
+            open(output, "w").write(written)
+
+    monkeypatch.setattr(papermill, "execute_notebook", then_write_over)
+    run = run_trial("relu_squared", baseline_path("relu_squared"), root=tmp_path, **FAST,
+                    runner=PapermillRunner(sandboxed=False))
+    assert run.result.status == "crashed" and "written over inside the sandbox" in run.result.reason, run.result.reason
+    (trial,) = load_trials("relu_squared", tmp_path)  # filed, and the history reads it
+    assert trial.status == "crashed"
+
+
+def test_a_screening_or_a_source_recorded_otherwise_than_the_harness_would_is_not_this_trial(history, tmp_path):
+    """The loop runs a kept screening row's source as the next full trial, and builds candidates from the best's
+    recorded source: a result naming the right hash beside another source, or a candidate the screening was not
+    given, was taken."""
+    from liger_perf.kernel.variants import source_hash
+    from liger_perf.record.schema import ScreenEntry, Screening, ScreeningRow
+    from liger_perf.run import trial_request
+    from liger_perf.run.papermill import not_this_trial
+
+    _, _, second = history
+    store = Store(tmp_path)
+    request = trial_request("relu_squared", baseline_path("relu_squared"), baseline_path("relu_squared"),
+                            store=store, device="interpret")
+    result = second.result.model_copy(update={"trial_id": request.trial_id})
+    assert not_this_trial(result, request) is None
+    other = result.variant.model_copy(update={"source": result.variant.source + "\n# changed\n"})
+    assert "another variant" in not_this_trial(result.model_copy(update={"variant": other}), request)
+    candidate = tmp_path / "candidate.py"
+    candidate.write_text(baseline_path("relu_squared").read_text() + "\n# a candidate\n")
+    screening = request.model_copy(update={"kind": "screening", "screen": [
+        ScreenEntry(name="c", variant=str(candidate))]})
+    row = ScreeningRow(name="c", sha256=source_hash(candidate.read_text()), source=candidate.read_text(), kept=True)
+    honest = result.model_copy(update={"kind": "screening", "screening": Screening(target="forward", rows=[row])})
+    assert not_this_trial(honest, screening) is None
+    planted = row.model_copy(update={"source": "import os\n", "sha256": source_hash("import os\n")})
+    forged = honest.model_copy(update={"screening": Screening(target="forward", rows=[row, planted])})
+    assert "a candidate it was not given" in not_this_trial(forged, screening)
+
+
 def test_a_missing_dependency_in_the_trial_process_is_a_harness_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", broken_dependency(tmp_path))
     run = run_trial("relu_squared", baseline_path("relu_squared"), root=tmp_path, **FAST)
@@ -403,3 +462,4 @@ def test_the_status_line_takes_no_step_of_another_shape_and_no_markup_from_the_t
         time.sleep(1.6)
     assert not failed, failed
     assert "gate [/] ?[2J ([link=x]y[/link])" in console.export_text()
+

@@ -84,19 +84,30 @@ def reduced_environment(scratch: Path) -> Iterator[dict[str, str]]:
         os.environ.update(saved)
 
 
-def read_untrusted(path: Path, limit: int = 1 << 20) -> str | None:
-    """A file a variant's process could have replaced, read safely by its parent: never through a link (it
-    could point at a secret), only a regular file (not a FIFO that blocks, not /dev/zero), at most ``limit``
-    bytes from its end. None when there is no such file."""
+def open_regular(path: Path) -> int:
+    """A descriptor of ``path`` opened for reading, never through a link (it could point at a secret) and never
+    blocking; anything but a regular file (a FIFO would wait for a writer forever, /dev/zero never end, a folder
+    is none) raises ``OSError`` saying what it is, its descriptor closed."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError("a folder, not a file" if stat.S_ISDIR(mode) else "not a regular file (a FIFO or device)")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_untrusted(path: Path, limit: int = 1 << 20) -> str | None:
+    """A file a variant's process could have replaced, read safely by its parent (``open_regular``): at most
+    ``limit`` bytes from its end. None when there is no such file."""
+    try:
+        fd = open_regular(path)
     except OSError:
         return None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return None
-        os.lseek(fd, max(0, info.st_size - limit), os.SEEK_SET)
+        os.lseek(fd, max(0, os.fstat(fd).st_size - limit), os.SEEK_SET)
         return os.read(fd, limit).decode("utf-8", errors="replace")
     finally:
         os.close(fd)

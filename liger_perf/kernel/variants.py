@@ -43,6 +43,12 @@ def source_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
+def variant_text(path: str | Path) -> str:
+    """A variant file's text as a trial records it: UTF-8, undecodable bytes replaced (a file that is not UTF-8,
+    an invalid variant, still has a text to record and hash)."""
+    return Path(path).read_text(encoding="utf-8", errors="replace")
+
+
 def missing_variant(path: Path, what: str = "variant file") -> str:
     """The line for a variant path that names no file: a folder is said to be one."""
     found = "is a folder, not a file" if path.is_dir() else "does not exist"

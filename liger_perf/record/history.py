@@ -56,20 +56,10 @@ _UNREADABLE = (OSError, ValueError, KeyError, TypeError, AttributeError, IndexEr
 
 def _read_no_follow(path: Path) -> str:
     """The text of a regular file, opened without following a link (one swapped in after the check above fails
-    here) and without blocking (a FIFO named like a notebook would wait for a writer forever); anything but a
-    regular file (a folder, a FIFO, a device) raises ``OSError``, its descriptor closed."""
-    import stat
+    here) and without blocking on a FIFO (``open_regular``)."""
+    from liger_perf.isolation.contained import open_regular
 
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise OSError("a folder, not a file" if stat.S_ISDIR(mode) else "not a regular file (a FIFO or device)")
-        f = os.fdopen(fd, encoding="utf-8")
-    except BaseException:
-        os.close(fd)
-        raise
-    with f:
+    with os.fdopen(open_regular(path), encoding="utf-8") as f:
         return f.read(NOTEBOOK_LIMIT + 1)
 
 

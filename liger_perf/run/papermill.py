@@ -69,11 +69,10 @@ class PapermillRunner(OneAtATime):
             # this process) in the trial's own folder.
             with reduced_environment(scratch):
                 failure = execute(request, paths.partial, scratch, self.progress_bar)
-        try:
-            nb = nbformat.read(paths.partial, as_version=4)
-        except (OSError, ValueError) as e:  # Papermill failed before it wrote the notebook: keep the template's
+        nb, unreadable, written = read_partial(paths.partial)
+        if nb is None:  # Papermill failed before it wrote the notebook, or what is there is none: the template's
             nb = nbformat.read(template_path(), as_version=4)
-            failure = failure or f"Papermill wrote no notebook ({type(e).__name__})"
+            failure = failure or unreadable
         record.clear_verdict(nb)  # only the loop judges, after the trial: one found here was written inside
         try:
             result = record.read_result(nb)
@@ -81,9 +80,11 @@ class PapermillRunner(OneAtATime):
             result, failure = None, failure or f"the trial's result is malformed: {str(e)[:300]}"
         forged = result and not_this_trial(result, request)
         if forged:  # written by the code under trial (it may write the notebook): no field of it is kept
-            result, failure = None, failure or forged
+            result, failure = None, forged
         if result is None or failure is not None:
-            status = "crashed" if variant_started(nb) else HARNESS_ERROR
+            # A forged result, or a notebook written over with what is none, is the doing of the code under trial
+            # (Papermill writes notebooks), whatever its cells say of how far the trial got.
+            status = "crashed" if forged or (written and unreadable) or variant_started(nb) else HARNESS_ERROR
             if status == HARNESS_ERROR:
                 failure = (f"the harness failed before the variant was imported: "
                            f"{failure or 'the notebook ended without a result'}")[:1000]
@@ -172,24 +173,52 @@ def record_harness_error(request: TrialRequest, store: Store, reason: str, mode:
     return file_trial(nb, result, request, store)
 
 
+def read_partial(path: Path):
+    """(the notebook at ``path``, '', True), or (None, why there is none, whether anything was written there). The
+    file is writable inside the sandbox, so whatever it holds (no JSON, JSON nested past the parser's depth, cells
+    that break the notebook format) is a failure of the trial, never an exception of this process."""
+    import nbformat
+
+    from liger_perf.isolation.contained import read_untrusted
+    from liger_perf.record.history import NOTEBOOK_LIMIT
+
+    text = read_untrusted(path, limit=NOTEBOOK_LIMIT + 1)
+    if not text:
+        return None, "Papermill wrote no notebook", False
+    if len(text) > NOTEBOOK_LIMIT:
+        return None, f"the trial's notebook is larger than any trial's ({NOTEBOOK_LIMIT >> 20} MB)", True
+    try:
+        nb = nbformat.reads(text, as_version=4)
+        nbformat.validate(nb)
+    except Exception as e:  # noqa: BLE001 (any shape of bad JSON: see above)
+        return None, f"the trial's notebook is not one ({type(e).__name__}: written over inside the sandbox)", True
+    return nb, "", True
+
+
 def not_this_trial(result: TrialResult, request: TrialRequest) -> str | None:
-    """Why ``result`` cannot be the one this trial's harness wrote (it names another kernel, number, variant or
-    best than the request's), or None. The notebook is writable inside the sandbox, where a process the variant
-    leaves behind may outlive Papermill's last save: a review's rewrote the best it was measured against to the
-    baseline and added an "accepted" verdict of its own."""
-    from liger_perf.kernel.variants import source_hash
+    """Why ``result`` cannot be the one this trial's harness wrote, or None: it names another kernel, number,
+    variant or best than the request's, a source whose hash is not the one recorded beside it, or (a screening)
+    a candidate it was not given. The notebook is writable inside the sandbox, where a process the variant leaves
+    behind may outlive Papermill's last save: a review's rewrote the best it was measured against to the baseline
+    and added an "accepted" verdict of its own. The loop builds later candidates from recorded sources."""
+    from liger_perf.kernel.variants import source_hash, variant_text
 
     def sha(path: str) -> str:
-        return source_hash(Path(path).read_text(errors="replace"))
+        return source_hash(variant_text(path))
 
+    def unlike(record) -> bool:  # a recorded source that is not the one its hash names
+        return bool(record.source) and source_hash(record.source) != record.sha256
+
+    not_harness = "it was not written by the harness"
     if (result.kernel, result.trial_id) != (request.kernel, request.trial_id):
-        return (f"the notebook's result is of {result.kernel} trial {result.trial_id}, not of this one: "
-                "it was not written by the harness")
-    if request.kind != "screening" and result.variant.sha256 != sha(request.variant):
-        return "the notebook's result names another variant than the one under trial: it was not written by the harness"
+        return f"the notebook's result is of {result.kernel} trial {result.trial_id}, not of this one: {not_harness}"
+    if result.variant.sha256 != sha(request.variant) or unlike(result.variant):  # a screening's: its best
+        return f"the notebook's result names another variant than the one under trial: {not_harness}"
+    given = {sha(entry.variant) for entry in request.screen}
+    if any(row.sha256 not in given or unlike(row) for row in (result.screening.rows if result.screening else [])):
+        return f"the screening's result names a candidate it was not given: {not_harness}"
     if request.against and result.against is not None and result.against.sha256 != sha(request.against):
-        return ("the notebook's result names another best than the one the trial ran against: it was not written by "
-                "the harness")
+        return f"the notebook's result names another best than the one the trial ran against: {not_harness}"
     if request.against and result.against is None and result.status == "complete":
         return "the notebook's result is complete but names no best, where the trial ran against one"
     return None
@@ -212,10 +241,10 @@ def bare_result(request: TrialRequest, mode: str) -> TrialResult:
     """The result of a trial whose notebook never got to write one: what the request says about it (its status
     ``running`` until the caller says how it ended)."""
     from liger_perf.record.schema import VariantRecord
-    from liger_perf.kernel.variants import source_hash
+    from liger_perf.kernel.variants import source_hash, variant_text
 
-    source = Path(request.variant).read_text(errors="replace")
-    against = source_hash(Path(request.against).read_text(errors="replace")) if request.against else None
+    source = variant_text(request.variant)
+    against = source_hash(variant_text(request.against)) if request.against else None
     return TrialResult(
         kernel=request.kernel, trial_id=request.trial_id, name=request.name, status="running",
         hypothesis=request.hypothesis, prediction=request.prediction, changes=request.changes,
