@@ -129,15 +129,30 @@ def kernels_command() -> None:
     console.print(f"workspace: {current().root}", markup=False, highlight=False)
 
 
-def _vet_variant(kernel: str, variant: Path | None, trusted: bool) -> None:
-    """A variant file named on the command line meets the static check of generated code before anything imports
-    it, unless the caller vouches for it (``--trusted``); the kernel's own files (no ``--variant``) are trusted."""
-    if variant is None:
-        return
-    from liger_perf.kernel.registry import get_spec
-    from liger_perf.propose.safety import vet_variant_file
+TRUSTED = typer.Option(False, "--trusted", help="the variant file is your own: run it without the static check of "
+                                                 "generated code (still in the sandbox)")
 
-    vet_variant_file(variant, get_spec(kernel), trusted)
+
+def _vet_variant(kernel: str, variant: Path | None, trusted: bool, what: str = "variant file") -> None:
+    """A variant file named on the command line meets the static check of generated code before anything imports
+    it (inside, it would share its process with the gate that judges it), unless the caller vouches for it
+    (``--trusted``). The kernel's own baseline is trusted, named or not."""
+    from liger_perf.kernel.registry import baseline_path, get_spec
+    from liger_perf.kernel.variants import missing_variant, parse_source, read_source
+    from liger_perf.propose.safety import check_generated_source
+
+    if variant is None or trusted:
+        return
+    if not variant.is_file():
+        raise UserError(missing_variant(variant, what))
+    if variant.resolve() == baseline_path(kernel).resolve():
+        return
+    source = read_source(variant)
+    parse_source(source, variant)  # a syntax error is its own line: no check would pass it
+    problem = check_generated_source(source, get_spec(kernel))
+    if problem:
+        raise UserError(f"variant {variant} fails the static check of generated code: {problem}. A file of your "
+                        "own runs unchecked with --trusted (in the sandbox still: see docs/security.md)")
 
 
 @app.command("check")
@@ -146,8 +161,7 @@ def check_command(
     variant: Optional[Path] = typer.Option(None, help="variant module to check; default: the kernel's baseline"),
     device: str = typer.Option("auto", help="auto | cuda | interpret"),
     convergence: bool = typer.Option(True, help="run the convergence check after the unit checks pass"),
-    trusted: bool = typer.Option(False, "--trusted", help="the variant file is your own: run it without the static "
-                                                          "check of generated code (still in the sandbox)"),
+    trusted: bool = TRUSTED,
 ) -> None:
     """Correctness gate: forward and every gradient against the reference (same dtype and float64)."""
     import time
@@ -268,8 +282,7 @@ def trial_command(
     timeout: float = typer.Option(3600, help="seconds each step of the trial (a notebook cell) may run before "
                                              "the trial is recorded as crashed"),
     suite: str = typer.Option("", help="what the trial times: '' (the device's suite) | models-tune (GPU only)"),
-    trusted: bool = typer.Option(False, "--trusted", help="the variant file is your own: run it without the static "
-                                                          "check of generated code (still in the sandbox)"),
+    trusted: bool = TRUSTED,
 ) -> None:
     """Run one trial: a Papermill-executed notebook under notebooks/<device>/<kernel>/ (gate, timings, memory, NCU)."""
     from rich.markup import escape
@@ -286,7 +299,7 @@ def trial_command(
     if unknown or not pass_list:
         raise UserError(f"--passes {passes!r}: {kernel} has the passes {', '.join(spec.passes)}")
     _vet_variant(kernel, variant, trusted)
-    _vet_variant(kernel, against, trusted)
+    _vet_variant(kernel, against, trusted, "--against file")
     variant = variant or baseline_path(kernel)
     runner = PapermillRunner()
     check_tuning_suite(suite, runner.mode(device))
@@ -378,8 +391,10 @@ def history_table(kernel: str, device: str, trials) -> Table:
         gain = speedup(ratio, low, high).replace(" [", "\n[", 1)
         if judged is not None and judged.suite_gain is not None:  # judged on the buckets it moves, not the suite
             gain += "\nin " + ", ".join(sorted(target_buckets(t.changes)))
-        table.add_row(f"{t.trial_id:04d}", _wrap_name(t.name, NAME_WIDTH), verdict, gain,
-                      (t.hypothesis or t.reason or "-").replace("\n", " "))
+        # Names, hypotheses and reasons come from the trials' notebooks (a crashing variant's message among
+        # them): text, never markup.
+        table.add_row(f"{t.trial_id:04d}", escape(_wrap_name(t.name, NAME_WIDTH)), escape(verdict), gain,
+                      escape((t.hypothesis or t.reason or "-").replace("\n", " ")))
     return table
 
 
@@ -681,8 +696,7 @@ def bench_command(
     shapes: str = typer.Option("", help="only these shapes of the suite, comma-separated ROWSxCOLUMNS labels (every "
                                         "dtype of each), e.g. torch.compile at a few model shapes; its report is "
                                         "bench[-models]-shapes.*, the whole suite's is left alone"),
-    trusted: bool = typer.Option(False, "--trusted", help="the variant file is your own: run it without the static "
-                                                          "check of generated code (still in the sandbox)"),
+    trusted: bool = TRUSTED,
 ) -> None:
     """Best variant, baseline, liger-kernel, eager and torch.compile side by side in one run -> reports/<device>/<kernel>/."""
     from liger_perf.bench import run_bench, summary_table, write_bench_report

@@ -81,7 +81,7 @@ def test_syntax_error_in_variant(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def relu_squared(x:\n    return x\n")
     line = _one_line_error(run_cli("check", "relu_squared", "--variant", str(bad)))
-    assert "syntax error at line 1" in line
+    assert "syntax error at line 1" in line and "--trusted" not in line  # no flag makes it run
 
 
 def test_variant_missing_interface(tmp_path):
@@ -185,6 +185,28 @@ def test_a_variant_file_named_on_the_command_line_meets_the_static_check(tmp_pat
         assert "fails the static check of generated code" in line and "pandas" in line, (command, line)
         assert "--trusted" in line, line
     assert not (tmp_path / "nb").exists() and not (tmp_path / "reports").exists()  # nothing ran, nothing written
+
+
+def test_the_kernel_s_own_baseline_is_trusted_when_named_and_a_missing_best_is_said_to_be_the_best(tmp_path,
+                                                                                                    monkeypatch):
+    """`trial --against kernels/K/baseline.py` (device.sh's knob checks) named the kernel's own file, which a
+    scaffolded kernel may write with imports the static check refuses; and a missing --against file was called a
+    "variant file"."""
+    from liger_perf import cli
+    from liger_perf.core.errors import UserError
+    from liger_perf.kernel.registry import baseline_path
+    from liger_perf.propose import safety
+
+    monkeypatch.setattr(safety, "check_generated_source", lambda source, spec: "refused (a stand-in)")
+    cli._vet_variant("relu_squared", baseline_path("relu_squared"), trusted=False)
+    copy = tmp_path / "copy.py"
+    copy.write_text(baseline_path("relu_squared").read_text())
+    with pytest.raises(UserError, match="fails the static check of generated code: refused"):
+        cli._vet_variant("relu_squared", copy, trusted=False)
+    cli._vet_variant("relu_squared", copy, trusted=True)
+    line = _one_line_error(run_cli("trial", "relu_squared", "--against", str(tmp_path / "nope.py")))
+    assert line.endswith(f"--against file {tmp_path / 'nope.py'} does not exist: give the path of a variant module "
+                         "(.py)"), line
 
 
 def test_more_local_workers_than_gpus_is_refused_before_a_cluster_starts(monkeypatch, tmp_path):

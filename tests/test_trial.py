@@ -463,3 +463,17 @@ def test_the_status_line_takes_no_step_of_another_shape_and_no_markup_from_the_t
     assert not failed, failed
     assert "gate [/] ?[2J ([link=x]y[/link])" in console.export_text()
 
+
+def test_the_history_table_shows_a_trial_s_words_as_text_not_markup(history):
+    """A variant's RuntimeError("[/]") became its trial's reason, and `history` then stopped with a MarkupError."""
+    from rich.console import Console
+
+    from liger_perf.cli import history_table
+
+    _, _, second = history
+    (trial,) = [t for t in load_trials("relu_squared", history[0]) if t.trial_id == second.result.trial_id]
+    odd = trial.model_copy(update={"name": "a[/]b", "hypothesis": "[/] [b]y[/b]"})
+    console = Console(record=True, width=100, force_terminal=True)
+    console.print(history_table("relu_squared", "interpret", [odd]))
+    text = console.export_text()
+    assert "a[/]b" in text and "[/] [b]y[/b]" in text, text

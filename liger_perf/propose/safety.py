@@ -55,11 +55,10 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
-from pathlib import Path
 
 from liger_perf.core.errors import UserError
 from liger_perf.kernel.spec import KernelSpec
-from liger_perf.kernel.variants import read_knobs, read_source
+from liger_perf.kernel.variants import read_knobs
 
 ALLOWED_IMPORTS = {"__future__", "math", "functools", "typing", "torch", "triton", "triton.language"}
 _TORCH_DTYPES = {"float16", "bfloat16", "float32", "float64", "half", "float", "double", "int8", "int16", "int32",
@@ -635,21 +634,3 @@ def check_generated_source(source: str, spec: KernelSpec) -> str:
     except UserError as e:
         return str(e)
     return ""
-
-
-#: What a caller passes to run a variant file of their own without the static check (``check``, ``trial``, ``bench``).
-TRUSTED_FLAG = "--trusted"
-
-
-def vet_variant_file(path: str | Path, spec: KernelSpec, trusted: bool) -> None:
-    """A variant file named on the command line meets the static check of generated code, as the proposer's do,
-    unless its caller vouches for it (``trusted``). The check runs in the caller's process before any child does:
-    inside, a variant shares its process with the gate and the timing, so it must not be the one to say it passed.
-    Raises one line: what the check refused and how to run the file anyway."""
-    if trusted:
-        return
-    problem = check_generated_source(read_source(path), spec)
-    if problem:
-        raise UserError(f"variant {path} fails the static check of generated code: {problem}. A file of your own "
-                        f"that needs more than the check allows runs with {TRUSTED_FLAG} (in the sandbox, "
-                        "unchecked: see docs/security.md)")

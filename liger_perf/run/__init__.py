@@ -148,8 +148,7 @@ def trial_request(kernel: str, variant: str | Path, against: str | Path | None =
     if not variant.is_file():
         raise UserError(missing_variant(variant))
     if against is not None and not Path(against).is_file():
-        raise UserError(missing_variant(Path(against), "--against file").replace("a variant module",
-                                                                                 "the current best's variant module"))
+        raise UserError(missing_variant(Path(against), "--against file"))
     if buckets and against is None:
         raise UserError("a timing confined to dispatch buckets needs a current best (--against): elsewhere the "
                         "candidate is taken to run the best's code")
