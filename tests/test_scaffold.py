@@ -83,6 +83,10 @@ def times_width(x):
 
 def jittered(x):
     return torch.relu(x) * (1 + 0.1 * torch.rand(()))
+
+
+def jittered_rows(x):
+    return torch.relu(x)[: 2 + int(torch.randint(0, 2, ()))]
 '''
 
 SOFTMAX_KERNEL = '''
@@ -455,6 +459,8 @@ def test_bad_inputs_are_one_line_errors(workspace):
     assert_one_line_error(new(reference=f"{module}:times_width"), "depend on the input shape")
     # It was refused as "not elementwise", which it is; what the gate cannot use is an answer that changes.
     assert_one_line_error(new(reference=f"{module}:jittered"), "other outputs for the same inputs", "deterministic")
+    torch.manual_seed(1)  # its first two calls differ in their rows (the comparison raised where shapes differ)
+    assert_one_line_error(new(reference=f"{module}:jittered_rows"), "other outputs for the same inputs")
     assert_one_line_error(new(dtypes=["float64"]), "float64")
     assert_one_line_error(new(shapes=[(4096, 0)]), "positive")
     assert_one_line_error(new(baseline=Path("my_softmax.py")), "--entry")

@@ -264,7 +264,8 @@ def probe_reference(ref: Reference) -> Probe:
     inputs = _draw(PROBE_SHAPE, len(ref.inputs), domain)
     with torch.no_grad():
         outputs, again = _call(ref, inputs), _call(ref, inputs)
-    if len(outputs) != len(again) or not all(bool(_same(a, b).all()) for a, b in zip(outputs, again)):
+    if len(outputs) != len(again) or not all(a.shape == b.shape and bool(_same(a, b).all())
+                                             for a, b in zip(outputs, again)):
         raise UserError(f"--reference {ref.spec} gives other outputs for the same inputs when called again (it draws "
                         "random numbers, or keeps state): the gate compares a kernel with it, so it must be "
                         "deterministic")
