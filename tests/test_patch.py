@@ -84,6 +84,38 @@ def test_a_wrong_kernel_shows_in_the_loss(interpret_device):
     assert _losses(patched, 1) != pytest.approx(_losses(unpatched, 1), rel=1e-5)
 
 
+def test_a_float64_model_keeps_pytorch_s_forward_and_trains_the_same(interpret_device):
+    # The kernels compute in float32 at most (float64 input is rounded): a float64 model is patched but each call
+    # goes to the layer's and the activation's own forward, and trains exactly as the unpatched one.
+    for model_type, kernel in (("llama", patch.FUSED), ("nemotron", patch.RELU2)):
+        unpatched, patched = _tiny(model_type).double(), _tiny(model_type).double()
+        report = patch.apply(patched, device="interpret")
+        assert report.fused_layers or report.relu_squared
+        assert _losses(patched) == _losses(unpatched), kernel
+
+
+def test_an_attention_in_another_dtype_gets_the_layer_s_own_add_and_norm(interpret_device):
+    # An attention that returns bfloat16 beside float32 activations (autocast): PyTorch's add promotes, and the
+    # layer's own arithmetic is what the fused call must not change.
+    calls, fused = [], _fused_baseline()
+
+    def counting(X, R, W, **options):
+        calls.append(X.dtype)
+        return fused(X, R, W, **options)
+
+    model = _tiny("llama")
+    patch.apply(model, functions={patch.FUSED: counting})
+    layer, hidden = model.model.layers[0], torch.randn(1, 4, 32)
+    attention = torch.randn(1, 4, 32, dtype=torch.bfloat16)
+    layer.self_attn.forward = lambda hidden_states, **kwargs: (attention, None)
+    summed = hidden + attention
+    expected = summed + layer.mlp(layer.post_attention_layernorm(summed))
+    assert torch.equal(layer(hidden), expected) and calls == []
+    attention = torch.randn(1, 4, 32)  # the same dtype: fused
+    layer(hidden)
+    assert calls == [torch.float32]
+
+
 def test_unpatch_restores_the_model_and_a_second_patch_is_refused(interpret_device):
     model = _tiny("nemotron")
     before = {k: v.clone() for k, v in model.state_dict().items()}

@@ -47,6 +47,9 @@ FUSED, RELU2 = "fused_add_rms_norm", "relu_squared"
 _PATCHED = "_liger_perf_patched"  # on a patched model: its PatchReport
 _ORIGINAL = "_liger_perf_original_forward"  # on a patched layer: its forward before
 
+#: The activation dtypes the kernels take; a model in another (float64) keeps PyTorch's own forward.
+KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
 INSTALL_HINT = "transformers is not installed: pip install 'liger-perf[models]' (or pip install transformers)"
 
 
@@ -205,11 +208,17 @@ def _fuse_layer(layer, fused, casting: str, offset: float) -> None:
     def forward(self, hidden_states, *args, **kwargs):
         # transformers passes everything after hidden_states by keyword; a caller that does not gets the original
         # forward, unfused. So does a norm weight in another dtype than the activations (float32 master weights
-        # under autocast): PyTorch then returns the norm in float32, the kernel in the activations' dtype.
-        if args or norm.weight.dtype != hidden_states.dtype:
+        # under autocast): PyTorch then returns the norm in float32, the kernel in the activations' dtype. And so
+        # do activations in a dtype the kernel does not take (a float64 model).
+        if args or norm.weight.dtype != hidden_states.dtype or hidden_states.dtype not in KERNEL_DTYPES:
             return original(hidden_states, *args, **kwargs)
         residual = hidden_states
         attention, *_ = as_tuple(self.self_attn(hidden_states=self.input_layernorm(hidden_states), **kwargs))
+        if attention.dtype != residual.dtype:
+            # An attention that returns another dtype (under autocast): PyTorch's add promotes, the kernel takes
+            # one dtype; the layer's own arithmetic, unfused.
+            summed = residual + attention
+            return summed + self.mlp(norm(summed))
         normed, residual = fused(attention, residual, norm.weight, eps=eps, offset=offset, casting_mode=casting)
         return residual + self.mlp(normed)
 
@@ -247,8 +256,9 @@ class _ReluSquared(torch.nn.Module):
         return self._replaced[0]
 
     def forward(self, x):
-        return self.kernel(x)
+        # A dtype the kernel does not take (float64, integers) goes to the module it replaced.
+        return self.kernel(x) if x.dtype in KERNEL_DTYPES else self.original(x)
 
 
-__all__ = ["INSTALL_HINT", "PatchReport", "SUPPORTED", "apply", "best_variant_file", "load_kernel",
+__all__ = ["INSTALL_HINT", "KERNEL_DTYPES", "PatchReport", "SUPPORTED", "apply", "best_variant_file", "load_kernel",
            "supported_table", "unpatch"]
