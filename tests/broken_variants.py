@@ -107,12 +107,12 @@ BROKEN = (
     BrokenVariant(
         "fused_add_rms_norm", "gemma_y_in_float32", "under gemma, Y comes back in float32 instead of X's dtype",
         "Y|*",
-        (("Y = torch.empty((n_rows, n_cols), dtype=X.dtype, device=X.device)",
-          "Y = torch.empty((n_rows, n_cols), dtype=torch.float32 if casting_mode == 'gemma' else X.dtype, "
+        (("Y_out = torch.empty(shape, dtype=X.dtype, device=X.device)",
+          "Y_out = torch.empty(shape, dtype=torch.float32 if casting_mode == 'gemma' else X.dtype, "
           "device=X.device)"),)),
     BrokenVariant(
         "fused_add_rms_norm", "outputs_left_2d", "Y and S come back as (rows, hidden) for N-D inputs", "Y|S|*",
-        (("return Y.view(shape), S.view(shape)", "return Y, S"),)),
+        (("return Y_out, S_out", "return Y, S"),)),
     BrokenVariant(
         "relu_squared", "output_in_float32", "Y is allocated in float32 whatever X's dtype", "Y|*",
         (("        Y = torch.empty_like(X)\n", "        Y = torch.empty_like(X, dtype=torch.float32)\n"),)),

@@ -253,6 +253,13 @@ def test_the_watch_while_a_variant_runs_tells_its_patches_from_torch_s_own_lazy_
         "torch.Tensor.numel"]
     assert changes(lambda m: m.setattr(torch, "liger_perf_probe", len, raising=False)) == (
         [], ["torch.liger_perf_probe"])
+    # The gate's verdict is read from a pandas DataFrame: a method set there is a patch of the harness too.
+    import pandas
+
+    assert changes(lambda m: m.setattr(pandas.DataFrame, "any", lambda self, *a, **k: False))[0] == [
+        "pandas.DataFrame.any"]
+    assert changes(lambda m: m.setattr(pandas.Series, "all", lambda self, *a, **k: True))[0] == [
+        "pandas.Series.all"]
     # A function's code swapped in place keeps the object: still a change, in both snapshots.
     from liger_perf.gate import correctness
 

@@ -601,9 +601,47 @@ def _reduction_tile(n_partials):
     return block_partials, REDUCTION_TILE_ELEMENTS // block_partials
 
 
+_INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _check_inputs(X, R, W, eps, offset):
+    """One clear line for an input the kernels would read wrongly (out of bounds, or rounded through float32)."""
+    for name, t in (("X", X), ("R", R), ("W", W)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"fused_add_rms_norm: {name} must be a tensor, got {t!r:.60}")
+    if X.dtype not in _INPUT_DTYPES:
+        raise TypeError(f"fused_add_rms_norm takes X and R in float32, bfloat16 or float16, got {X.dtype}")
+    if R.dtype != X.dtype:
+        raise TypeError(f"fused_add_rms_norm: R must have X's dtype {X.dtype}, got {R.dtype}")
+    if R.shape != X.shape:
+        raise ValueError(f"fused_add_rms_norm: R must have X's shape {tuple(X.shape)}, got {tuple(R.shape)}")
+    if X.dim() == 0 or X.shape[-1] == 0:
+        raise ValueError(f"fused_add_rms_norm normalizes the last dimension: X needs one of size >= 1, "
+                         f"got shape {tuple(X.shape)}")
+    if W.shape != X.shape[-1:]:
+        raise ValueError(f"fused_add_rms_norm: W must have shape ({X.shape[-1]},) (X's last dimension), "
+                         f"got {tuple(W.shape)}")
+    if not W.dtype.is_floating_point:
+        raise TypeError(f"fused_add_rms_norm: W must be a floating-point tensor, got {W.dtype}")
+    if R.device != X.device or W.device != X.device:
+        raise ValueError(f"fused_add_rms_norm: X, R and W must be on one device, got {X.device}, {R.device} "
+                         f"and {W.device}")
+    for name, value in (("eps", eps), ("offset", offset)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"fused_add_rms_norm: {name} must be a Python number, got {value!r:.60}")
+
+
 def _rows(t):
     t = t.reshape(-1, t.shape[-1])
     return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _refuse_double_backward():
+    # Autograd enables grad mode in a backward only under create_graph=True. These kernels are no autograd graph,
+    # so a second derivative through them would be silently zero: refuse it.
+    if torch.is_grad_enabled():
+        raise RuntimeError("fused_add_rms_norm is differentiable once: its backward cannot run with "
+                           "create_graph=True")
 
 
 class FusedAddRMSNormFunction(torch.autograd.Function):
@@ -611,14 +649,18 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
     def forward(ctx, X, R, W, eps, offset, casting_mode, in_place):
         if casting_mode not in CASTING_MODES:
             raise ValueError(f"casting_mode must be one of {sorted(CASTING_MODES)}, got {casting_mode!r}")
+        _check_inputs(X, R, W, eps, offset)
         shape = X.shape
         X2, R2 = _rows(X), _rows(R)
         W = W.contiguous()  # the kernels index W by column alone (a strided W is copied: H elements)
         n_rows, n_cols = X2.shape
         settings = _launch_settings(n_cols, X.dtype, X.device)
         mode = CASTING_MODES[casting_mode]
-        Y = torch.empty((n_rows, n_cols), dtype=X.dtype, device=X.device)
-        S = torch.empty((n_rows, n_cols), dtype=X.dtype, device=X.device)
+        # Y and S in X's shape, the kernels writing their row views: a returned view of a tensor made here would
+        # refuse an in-place update (``Y.mul_(2)``) that PyTorch's own outputs take.
+        Y_out = torch.empty(shape, dtype=X.dtype, device=X.device)
+        S_out = torch.empty(shape, dtype=X.dtype, device=X.device)
+        Y, S = Y_out.view(n_rows, n_cols), S_out.view(n_rows, n_cols)
         RSTD = torch.empty(n_rows, dtype=torch.float32, device=X.device)
         rows_per_program = settings["knobs"]["fwd_rows_per_program"]
         _forward_kernel[(max(1, triton.cdiv(n_rows, rows_per_program)),)](
@@ -630,10 +672,11 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
         )
         ctx.save_for_backward(S, W, RSTD)
         ctx.settings, ctx.mode, ctx.offset, ctx.in_place = settings, mode, offset, in_place
-        return Y.view(shape), S.view(shape)
+        return Y_out, S_out
 
     @staticmethod
     def backward(ctx, dY, dS):
+        _refuse_double_backward()
         S, W, RSTD = ctx.saved_tensors
         settings = ctx.settings
         knobs = settings["knobs"]

@@ -62,9 +62,21 @@ def _launch_settings():
     return {"BLOCK_SIZE": block, "num_warps": warps, "bwd_BLOCK_SIZE": bwd_block, "bwd_num_warps": bwd_warps}
 
 
+def _refuse_double_backward():
+    # Autograd enables grad mode in a backward only under create_graph=True. These kernels are no autograd graph,
+    # so a second derivative through them would be silently zero: refuse it.
+    if torch.is_grad_enabled():
+        raise RuntimeError("relu_squared is differentiable once: its backward cannot run with create_graph=True")
+
+
 class ReluSquaredFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, X):
+        if not isinstance(X, torch.Tensor):
+            raise TypeError(f"relu_squared takes a tensor, got {X!r:.60}")
+        if X.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            # float64 would be rounded through float32 and integers truncated: refuse them rather than answer wrongly
+            raise TypeError(f"relu_squared takes float32, bfloat16 or float16, got {X.dtype}")
         X = X.contiguous()
         Y = torch.empty_like(X)
         n = X.numel()
@@ -77,6 +89,7 @@ class ReluSquaredFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dY):
+        _refuse_double_backward()
         (X,) = ctx.saved_tensors
         dY = dY.contiguous()
         dX = torch.empty_like(X)

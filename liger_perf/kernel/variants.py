@@ -76,7 +76,9 @@ def parse_source(source: str, path: str | Path) -> ast.Module:
 #: import (a timer, a CUDA event, a tensor method, the gate or the timing code) could fake its own results.
 WATCHED_MODULES = ("builtins", "time", "math", "torch", "torch.cuda", "torch.autograd", "torch.nn.functional",
                    "torch.testing", "triton", "triton.language", "triton.testing")
-WATCHED_CLASSES = (("torch", "Tensor"), ("torch.cuda", "Event"), ("torch.autograd", "Function"))
+#: pandas' frame and series: the gate's rows are a DataFrame, and its verdict is read from them.
+WATCHED_CLASSES = (("torch", "Tensor"), ("torch.cuda", "Event"), ("torch.autograd", "Function"),
+                   ("pandas", "DataFrame"), ("pandas", "Series"))
 _CLASS_SPACES = {f"{module}.{cls}" for module, cls in WATCHED_CLASSES}
 #: liger-perf's modules that measure, loaded before the variant so that it cannot load and patch one first.
 MEASURING = ("liger_perf.gate.correctness", "liger_perf.measure.timing", "liger_perf.kernel.passes", "liger_perf.gate.convergence")

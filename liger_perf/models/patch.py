@@ -47,7 +47,7 @@ FUSED, RELU2 = "fused_add_rms_norm", "relu_squared"
 _PATCHED = "_liger_perf_patched"  # on a patched model: its PatchReport
 _ORIGINAL = "_liger_perf_original_forward"  # on a patched layer: its forward before
 
-#: The activation dtypes the kernels compute exactly; a model in another (float64) keeps PyTorch's own forward.
+#: The activation dtypes the kernels take; a model in another (float64) keeps PyTorch's own forward.
 KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 INSTALL_HINT = "transformers is not installed: pip install 'liger-perf[models]' (or pip install transformers)"
@@ -209,7 +209,7 @@ def _fuse_layer(layer, fused, casting: str, offset: float) -> None:
         # transformers passes everything after hidden_states by keyword; a caller that does not gets the original
         # forward, unfused. So does a norm weight in another dtype than the activations (float32 master weights
         # under autocast): PyTorch then returns the norm in float32, the kernel in the activations' dtype. And so
-        # do activations the kernel would round through float32 (a float64 model).
+        # do activations in a dtype the kernel refuses (a float64 model).
         if args or norm.weight.dtype != hidden_states.dtype or hidden_states.dtype not in KERNEL_DTYPES:
             return original(hidden_states, *args, **kwargs)
         residual = hidden_states
@@ -256,7 +256,7 @@ class _ReluSquared(torch.nn.Module):
         return self._replaced[0]
 
     def forward(self, x):
-        # A dtype the kernel would round through float32 (float64) or truncate (integers): the module it replaced.
+        # A dtype the kernel refuses (float64, integers) goes to the module it replaced.
         return self.kernel(x) if x.dtype in KERNEL_DTYPES else self.original(x)
 
 
