@@ -79,3 +79,30 @@ def test_the_outputs_take_an_in_place_update_as_pytorch_s_do(interpret_device):
     S64 = (X + R).double().detach()
     reference = 2 * S64 * torch.rsqrt(S64.pow(2).mean(-1, keepdim=True) + 1e-6)  # d(sum Y)/dW, doubled
     torch.testing.assert_close(W.grad.double(), reference.sum(0), rtol=1e-4, atol=1e-4)
+
+
+def test_a_changed_s_meets_autograd_s_own_error(interpret_device):
+    # The backward reads S: changed in place before it, autograd must say so in its own words (the forward saved
+    # a view made with grad off, and autograd blamed that view instead).
+    X, R, W = (t.requires_grad_() for t in _inputs())
+    Y, S = _baseline("fused_add_rms_norm")(X, R, W)
+    S.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        Y.sum().backward()
+
+
+@pytest.mark.parametrize("kernel", ["fused_add_rms_norm", "relu_squared"])
+def test_meta_tensors_get_one_line(kernel, interpret_device):
+    X, R, W = (t.to("meta") for t in _inputs())
+    with pytest.raises(ValueError, match="X is on the meta device"):
+        _baseline(kernel)(X, R, W) if kernel == "fused_add_rms_norm" else _baseline(kernel)(X)
+
+
+def test_relu_squared_gradient_is_zero_where_x_is_not_positive_whatever_dy_holds(interpret_device):
+    X = torch.tensor([-3.0, -0.0, 0.0, 2.0, float("nan")], requires_grad=True)
+    dY = torch.tensor([float("inf"), float("nan"), float("-inf"), 1.0, 1.0])
+    _baseline("relu_squared")(X).backward(dY)
+    X_ref = X.detach().clone().requires_grad_()
+    torch.relu(X_ref).pow(2).backward(dY)
+    torch.testing.assert_close(X.grad, X_ref.grad, equal_nan=True)
+    assert X.grad[:3].eq(0).all() and not X.grad[:3].signbit().any()

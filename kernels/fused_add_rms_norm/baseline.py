@@ -623,6 +623,8 @@ def _check_inputs(X, R, W, eps, offset):
                          f"got {tuple(W.shape)}")
     if not W.dtype.is_floating_point:
         raise TypeError(f"fused_add_rms_norm: W must be a floating-point tensor, got {W.dtype}")
+    if X.device.type == "meta":
+        raise ValueError("fused_add_rms_norm runs its kernels on data: X is on the meta device (move it to the GPU)")
     if R.device != X.device or W.device != X.device:
         raise ValueError(f"fused_add_rms_norm: X, R and W must be on one device, got {X.device}, {R.device} "
                          f"and {W.device}")
@@ -670,7 +672,9 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
             CASTING=mode, BLOCK_SIZE=settings["BLOCK_SIZE"], ROWS_PER_PROGRAM=rows_per_program,
             CHUNKED=settings["fwd_chunked"], W_WITH_ROW=settings["fwd_w_with_row"], num_warps=settings["num_warps"],
         )
-        ctx.save_for_backward(S, W, RSTD)
+        # S_out itself, not the row view made here (with grad off): an in-place change of the returned S before the
+        # backward then meets autograd's own "modified by an inplace operation" error, not a misleading one.
+        ctx.save_for_backward(S_out, W, RSTD)
         ctx.settings, ctx.mode, ctx.offset, ctx.in_place = settings, mode, offset, in_place
         return Y_out, S_out
 
@@ -678,6 +682,7 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
     def backward(ctx, dY, dS):
         _refuse_double_backward()
         S, W, RSTD = ctx.saved_tensors
+        S = S.view(-1, S.shape[-1])
         settings = ctx.settings
         knobs = settings["knobs"]
         shape = dY.shape
@@ -732,5 +737,9 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
 
 
 def fused_add_rms_norm(X, R, W, eps=1e-6, offset=0.0, casting_mode="llama", in_place=False):
-    """Returns ``(Y, S)`` with ``S = X + R`` and ``Y = RMSNorm(S) * (W + offset)`` (see the module docstring)."""
+    """Returns ``(Y, S)`` with ``S = X + R`` and ``Y = RMSNorm(S) * (W + offset)`` (see the module docstring).
+
+    ``in_place=True`` lets the backward write dX into dY's buffer (Liger's contract: saves one allocation). Use it
+    only where nothing else reads that gradient buffer: when ``Y`` also feeds an add, autograd hands both branches
+    one buffer and the other branch would read dX. The default, ``False``, is always safe."""
     return FusedAddRMSNormFunction.apply(X, R, W, eps, offset, casting_mode, in_place)

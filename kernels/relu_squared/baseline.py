@@ -5,7 +5,8 @@ Math, elementwise:
     Y  = relu(X)^2
     dX = 2 * relu(X) * dY
 
-Special values as PyTorch: NaN propagates (relu(NaN) = NaN), relu(+inf)^2 = +inf.
+Special values as PyTorch: NaN propagates (relu(NaN) = NaN), relu(+inf)^2 = +inf, and dX is 0 wherever X <= 0,
+whatever dY holds (inf included).
 
 Casting: each element is computed in float32 and rounded once to X's dtype, which is what PyTorch's
 ``torch.relu(x).pow(2)`` and its autograd do in bfloat16 and float16 too. The forward saves X (not Y)
@@ -51,7 +52,8 @@ def _backward_kernel(DX, DY, X, n_elements, BLOCK_SIZE: tl.constexpr):
     mask = offsets < n_elements
     x = tl.load(X + offsets, mask=mask, other=0.0).to(tl.float32)
     dy = tl.load(DY + offsets, mask=mask, other=0.0).to(tl.float32)
-    dx = 2.0 * _relu(x) * dy
+    # Zero wherever x <= 0, as PyTorch's relu backward masks it: 2 * 0 * dy would be NaN for an infinite dy.
+    dx = tl.where(x <= 0.0, 0.0, 2.0 * x * dy)
     tl.store(DX + offsets, dx.to(DX.dtype.element_ty), mask=mask)
 
 
@@ -74,6 +76,8 @@ class ReluSquaredFunction(torch.autograd.Function):
     def forward(ctx, X):
         if not isinstance(X, torch.Tensor):
             raise TypeError(f"relu_squared takes a tensor, got {X!r:.60}")
+        if X.device.type == "meta":
+            raise ValueError("relu_squared runs its kernels on data: X is on the meta device (move it to the GPU)")
         if X.dtype not in (torch.float32, torch.bfloat16, torch.float16):
             # float64 would be rounded through float32 and integers truncated: refuse them rather than answer wrongly
             raise TypeError(f"relu_squared takes float32, bfloat16 or float16, got {X.dtype}")
