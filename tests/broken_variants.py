@@ -170,7 +170,7 @@ BROKEN = (
     # -- relu_squared ----------------------------------------------------------------------------------------
     BrokenVariant(
         "relu_squared", "backward_without_relu_mask", "the backward forgets the relu mask (dX = 2 * X * dY)", "dX",
-        (("    dx = 2.0 * _relu(x) * dy", "    dx = 2.0 * x * dy"),)),
+        (("    dx = tl.where(x <= 0.0, 0.0, 2.0 * x * dy)", "    dx = 2.0 * x * dy"),)),
     BrokenVariant(
         "relu_squared", "square_before_relu", "the forward squares before the relu, so negatives survive", "Y",
         (("    r = _relu(x)\n    tl.store(Y + offsets, (r * r).to(Y.dtype.element_ty), mask=mask)",
