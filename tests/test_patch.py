@@ -191,3 +191,118 @@ def test_a_best_that_fails_the_static_check_is_not_imported_outside_the_sandbox(
     assert not any("0042-hostile-best" in name for name in sys.modules)
     module, path = patch.load_kernel(patch.FUSED, variant=hostile)
     assert path == hostile and callable(module.fused_add_rms_norm)
+
+
+def _counting_fused():
+    calls, fused = [], _fused_baseline()
+
+    def counting(X, R, W, **options):
+        calls.append(X.shape)
+        return fused(X, R, W, **options)
+
+    return calls, counting
+
+
+def _loss_and_grads(model, ids):
+    model.zero_grad()
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    return float(loss.detach()), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_a_deep_copy_of_a_patched_model_runs_its_own_modules(interpret_device):
+    # The fused forward held the patched layer's norm and its bound forward: a copy computed with the original's
+    # norm weights, and their gradients went to the original.
+    import copy
+
+    calls, counting = _counting_fused()
+    model = _tiny("llama")
+    patch.apply(model, functions={patch.FUSED: counting})
+    copied, reference = copy.deepcopy(model), copy.deepcopy(_tiny("llama"))
+    for m in (copied, reference):
+        m.model.layers[0].post_attention_layernorm.weight.data.fill_(3.0)
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(2))
+    ours, theirs = _loss_and_grads(copied, ids), _loss_and_grads(reference, ids)
+    assert calls and ours[0] == pytest.approx(theirs[0], rel=1e-5)
+    assert ours[1].keys() == theirs[1].keys()
+    for name, grad in theirs[1].items():
+        torch.testing.assert_close(ours[1][name], grad, rtol=1e-4, atol=1e-5)
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_only_transformers_own_classes_are_fused(interpret_device):
+    # Same names, other code: a norm with a bias, a layer that doubles its attention, a relu2 that cubes.
+    from transformers.activations import ReLUSquaredActivation
+    from transformers.models.llama import modeling_llama
+
+    class LlamaRMSNorm(modeling_llama.LlamaRMSNorm):
+        def forward(self, x):
+            return super().forward(x) + 0.5
+
+    class LlamaDecoderLayer(modeling_llama.LlamaDecoderLayer):
+        def forward(self, hidden_states, **kwargs):
+            return super().forward(hidden_states, **kwargs) * 2
+
+    class Cubed(ReLUSquaredActivation):
+        def forward(self, x):
+            return torch.relu(x) ** 3
+
+    calls, counting = _counting_fused()
+    unpatched = _tiny("llama")
+    layers = unpatched.model.layers
+    layers[0].post_attention_layernorm.__class__ = LlamaRMSNorm
+    layers[1].__class__ = LlamaDecoderLayer
+    layers[0].mlp.act_fn = Cubed()
+    patched = _tiny("llama")
+    patched.load_state_dict(unpatched.state_dict())
+    patched.model.layers[0].post_attention_layernorm.__class__ = LlamaRMSNorm
+    patched.model.layers[1].__class__ = LlamaDecoderLayer
+    patched.model.layers[0].mlp.act_fn = Cubed()
+    report = patch.apply(patched, functions={patch.FUSED: counting, patch.RELU2: lambda x: torch.relu(x) ** 2})
+    assert report.fused_layers == [] and report.relu_squared == []
+    assert [why.split(":")[0] for why in report.left_alone] == ["model.layers.0", "model.layers.1"]
+    assert "not transformers' LlamaRMSNorm" in report.left_alone[0]
+    assert "not transformers' LlamaDecoderLayer" in report.left_alone[1]
+    assert _losses(patched) == _losses(unpatched) and calls == []
+
+
+def test_each_call_reads_the_norm_as_it_is_then(interpret_device):
+    calls, counting = _counting_fused()
+    unpatched, patched = _tiny("llama"), _tiny("llama")
+    patch.apply(patched, functions={patch.FUSED: counting})
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(3))
+    for m in (unpatched, patched):  # an epsilon changed after the patch
+        m.model.layers[0].post_attention_layernorm.variance_epsilon = 0.5
+    assert _loss_and_grads(patched, ids)[0] == pytest.approx(_loss_and_grads(unpatched, ids)[0], rel=1e-5)
+    assert len(calls) == 2
+    seen = []  # a hook on the norm: a fused call would skip it, so the layer runs its own forward
+    patched.model.layers[0].post_attention_layernorm.register_forward_hook(lambda *_: seen.append(1))
+    unpatched.model.layers[0].post_attention_layernorm.register_forward_hook(lambda *_: None)
+    assert _loss_and_grads(patched, ids)[0] == pytest.approx(_loss_and_grads(unpatched, ids)[0], rel=1e-5)
+    assert seen == [1] and len(calls) == 3  # layer 1 fused, layer 0 not
+    for m in (unpatched, patched):  # a norm replaced after the patch
+        m.model.layers[1].post_attention_layernorm = torch.nn.Identity()
+    assert _loss_and_grads(patched, ids)[0] == pytest.approx(_loss_and_grads(unpatched, ids)[0], rel=1e-5)
+    assert len(calls) == 3
+
+
+def test_hooks_on_a_patched_relu2_still_fire(interpret_device):
+    model = _tiny("nemotron")
+    seen = []
+    model.model.layers[0].mlp.act_fn.register_forward_hook(lambda module, args, out: seen.append(out.shape))
+    kernel_calls = []
+    report = patch.apply(model, functions={patch.RELU2: lambda x: kernel_calls.append(1) or torch.relu(x) ** 2})
+    assert report.relu_squared == ["model.layers.0.mlp.act_fn", "model.layers.1.mlp.act_fn"]
+    _losses(model, 1)
+    assert len(seen) == 1 and len(kernel_calls) == 2
+
+
+def test_a_kernel_that_fails_to_load_leaves_the_model_untouched(tmp_path, interpret_device):
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=2, head_dim=16, hidden_act="relu2")
+    model = transformers.LlamaForCausalLM(config)
+    with pytest.raises(UserError):
+        patch.apply(model, device="interpret", variants={patch.RELU2: tmp_path / "missing.py"})
+    assert not any("forward" in vars(m) for m in model.modules())
+    patch.apply(model, device="interpret")  # not marked as patched: a second try is taken
+    patch.unpatch(model)

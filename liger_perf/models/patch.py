@@ -12,9 +12,16 @@ What is patched, per model type (``SUPPORTED``):
 * **A ``relu2`` activation** (``transformers.activations.ReLUSquaredActivation``, wherever it sits) becomes
   ``relu_squared``.
 
-A layer is patched only if it has exactly the structure the fused forward replaces (``input_layernorm``,
-``self_attn``, ``post_attention_layernorm`` of the expected norm class, ``mlp``, and no other norm); anything
-else is left alone and named in the report. ``unpatch`` restores every patched forward and module.
+A layer is patched only if it is transformers' own decoder layer class of the model type, its post-attention norm
+transformers' own RMSNorm class (not a subclass, not a look-alike of the same name: the fused forward stands in for
+their code, so it must be their code), with no forward of its own set on either and no other norm; anything else is
+left alone and named in the report. A relu2 activation likewise must be ``ReLUSquaredActivation`` itself.
+
+Each call reads the layer as it is then: its norm, the norm's epsilon and weight. A call the kernel cannot
+stand in for runs the layer's own forward: arguments passed by position, a norm since replaced or hooked (its hooks
+would not fire inside a fused call), a weight of another shape or dtype, a dtype the kernels refuse. So a deep copy
+of a patched model runs its own modules, and hooks on a patched relu2 activation still fire (its forward is
+replaced on the instance, the module stays). ``unpatch`` restores every patched forward.
 
 The kernels are the best accepted variants of the workspace's history for the device the model is on (see
 ``best_variant_file``), else the baselines. Loading a variant runs its code in this process: a variant the
@@ -34,18 +41,28 @@ from liger_perf.core.errors import UserError
 from liger_perf.core.workspace import current
 from liger_perf.kernel.passes import as_tuple
 
-#: model_type -> (the RMSNorm class name its decoder layers use, casting mode, weight offset)
+@dataclass(frozen=True)
+class Family:
+    """How a model type's decoder layers are fused: transformers' classes by name, and the norm's arithmetic."""
+
+    layer_class: str | None  # the decoder layer class in transformers.models.<type>.modeling_<type>; None: no fusing
+    norm_class: str | None  # its RMSNorm class there
+    eps_attribute: str | None  # where that norm keeps its epsilon
+    casting: str | None = None  # the fused kernel's casting mode
+    offset: float | None = None  # the weight offset (Gemma: 1 + w)
+
+
 SUPPORTED = {
-    "llama": ("LlamaRMSNorm", "llama", 0.0),
-    "mistral": ("MistralRMSNorm", "llama", 0.0),
-    "qwen2": ("Qwen2RMSNorm", "llama", 0.0),
-    "qwen3": ("Qwen3RMSNorm", "llama", 0.0),
-    "gemma": ("GemmaRMSNorm", "gemma", 1.0),
-    "nemotron": (None, None, None),  # LayerNorm1P, no RMSNorm to fuse; relu2 MLPs
+    "llama": Family("LlamaDecoderLayer", "LlamaRMSNorm", "variance_epsilon", "llama", 0.0),
+    "mistral": Family("MistralDecoderLayer", "MistralRMSNorm", "variance_epsilon", "llama", 0.0),
+    "qwen2": Family("Qwen2DecoderLayer", "Qwen2RMSNorm", "variance_epsilon", "llama", 0.0),
+    "qwen3": Family("Qwen3DecoderLayer", "Qwen3RMSNorm", "variance_epsilon", "llama", 0.0),
+    "gemma": Family("GemmaDecoderLayer", "GemmaRMSNorm", "eps", "gemma", 1.0),
+    "nemotron": Family(None, None, None),  # LayerNorm1P, no RMSNorm to fuse; relu2 MLPs
 }
 FUSED, RELU2 = "fused_add_rms_norm", "relu_squared"
 _PATCHED = "_liger_perf_patched"  # on a patched model: its PatchReport
-_ORIGINAL = "_liger_perf_original_forward"  # on a patched layer: its forward before
+_PATCHED_FORWARD = "_liger_perf_patched_forward"  # on a patched module: the kernel its instance forward puts in
 
 #: The activation dtypes the kernels take; a model in another (float64) keeps PyTorch's own forward.
 KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -71,8 +88,8 @@ class PatchReport:
 
 def supported_table() -> list[tuple[str, str]]:
     """(model type, what is patched) for ``liger-perf patch --list``."""
-    rows = [(name, (f"{FUSED} (casting {casting}, offset {offset:g}) in each decoder layer; " if casting else "")
-             + f"{RELU2} for relu2") for name, (_, casting, offset) in SUPPORTED.items()]
+    rows = [(name, (f"{FUSED} (casting {family.casting}, offset {family.offset:g}) in each decoder layer; "
+                    if family.casting else "") + f"{RELU2} for relu2") for name, family in SUPPORTED.items()]
     # apply(model) refuses any other type (strict); only apply(model, strict=False) patches its relu2 activations.
     return rows + [("any other", f"refused by apply(model); apply(model, strict=False) puts in {RELU2} for relu2 "
                                  "activations only")]
@@ -123,38 +140,43 @@ def apply(model, device: str = "auto", variants: dict[str, Path] | None = None,
                         "(liger-perf patch --list)")
     variants = variants or {}
     report = PatchReport(model_type=str(model_type))
-    norm_class, casting, offset = SUPPORTED.get(model_type, (None, None, None))
-    if norm_class is not None:
-        layers = [(name, m) for name, m in model.named_modules() if hasattr(m, "post_attention_layernorm")]
-        fused = None
-        for name, layer in layers:
-            why = _mismatch(layer, norm_class)
+    family = SUPPORTED.get(model_type)
+    # What to patch first, then the kernels, then the model: a kernel that fails to load leaves it untouched.
+    layers = []
+    if family is not None and family.layer_class is not None:
+        classes = _family_classes(model_type, family)
+        for name, layer in model.named_modules():
+            if not hasattr(layer, "post_attention_layernorm"):
+                continue
+            why = _mismatch(layer, classes)
+            if why is None and functions is not None and FUSED not in functions:
+                why = f"no {FUSED} function given"
             if why:
                 report.left_alone.append(f"{name}: {why}")
-                continue
-            if functions is not None and FUSED not in functions:
-                report.left_alone.append(f"{name}: no {FUSED} function given")
-                continue
-            if fused is None and functions is not None:
-                fused, report.kernels[FUSED] = functions[FUSED], getattr(functions[FUSED], "__module__", "given")
-            elif fused is None:
-                module, path = load_kernel(FUSED, variants.get(FUSED), device)
-                fused, report.kernels[FUSED] = module.fused_add_rms_norm, current().relative(path)
-            _fuse_layer(layer, fused, casting, offset)
-            report.fused_layers.append(name)
+            else:
+                layers.append((name, layer))
     activations = _relu2_modules(model) if relu2 and (functions is None or RELU2 in functions) else []
+    fused = relu_squared = None
+    if layers:
+        fused, report.kernels[FUSED] = _kernel(FUSED, functions, variants, device)
     if activations:
-        if functions is not None:
-            kernel, report.kernels[RELU2] = functions[RELU2], getattr(functions[RELU2], "__module__", "given")
-        else:
-            module, path = load_kernel(RELU2, variants.get(RELU2), device)
-            kernel, report.kernels[RELU2] = module.relu_squared, current().relative(path)
-        for parent, attr, name in activations:
-            original = getattr(parent, attr)
-            setattr(parent, attr, _ReluSquared(kernel, original))
-            report.relu_squared.append(name)
+        relu_squared, report.kernels[RELU2] = _kernel(RELU2, functions, variants, device)
+    for name, layer in layers:
+        _fuse_layer(layer, fused, family, classes)
+        report.fused_layers.append(name)
+    for name, activation in activations:
+        _replace_relu2(activation, relu_squared)
+        report.relu_squared.append(name)
     setattr(model, _PATCHED, report)
     return report
+
+
+def _kernel(kernel: str, functions, variants, device) -> tuple[Callable, str]:
+    """The function to put in for ``kernel`` and what to call it in the report."""
+    if functions is not None:
+        return functions[kernel], getattr(functions[kernel], "__module__", "given")
+    module, path = load_kernel(kernel, variants.get(kernel), device)
+    return getattr(module, kernel), current().relative(path)
 
 
 def unpatch(model) -> None:
@@ -162,56 +184,91 @@ def unpatch(model) -> None:
     if getattr(model, _PATCHED, None) is None:
         raise UserError("this model is not patched by liger-perf")
     for module in model.modules():
-        if _ORIGINAL in vars(module):  # a layer: its forward was set on the instance
+        if _PATCHED_FORWARD in vars(module):  # a layer or an activation: its forward was set on the instance
             del module.forward
-            delattr(module, _ORIGINAL)
-        for attr, child in list(module.named_children()):
-            if isinstance(child, _ReluSquared):
-                setattr(module, attr, child.original)
+            delattr(module, _PATCHED_FORWARD)
     delattr(model, _PATCHED)
 
 
 # -- decoder layers ---------------------------------------------------------------------------------------------
 
-def _mismatch(layer, norm_class: str) -> str | None:
+@dataclass(frozen=True)
+class _Classes:
+    layer: type | None  # transformers' decoder layer class of the model type (None: not in this transformers)
+    norm: type | None
+
+
+def _family_classes(model_type: str, family: Family) -> _Classes:
+    import importlib
+
+    try:
+        module = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    except ImportError:
+        return _Classes(None, None)
+    return _Classes(getattr(module, family.layer_class, None), getattr(module, family.norm_class, None))
+
+
+def _mismatch(layer, classes: _Classes) -> str | None:
     """Why ``layer`` is not a decoder layer the fused forward can stand in for, or None."""
+    if classes.layer is None or classes.norm is None:
+        return "this transformers has no such decoder layer or norm class"
+    if type(layer) is not classes.layer:
+        # A subclass, a remote-code class of the same name: the fused forward would stand in for code it never read.
+        return f"a {type(layer).__qualname__}, not transformers' {classes.layer.__qualname__}"
+    if "forward" in vars(layer):
+        return "a forward of its own is set on it (another library's patch?)"
     for attr in ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp"):
         if not hasattr(layer, attr):
             return f"no {attr}"
     norm = layer.post_attention_layernorm
-    if type(norm).__name__ != norm_class:
-        return f"post_attention_layernorm is a {type(norm).__name__}, not {norm_class}"
+    if type(norm) is not classes.norm:
+        return f"post_attention_layernorm is a {type(norm).__qualname__}, not transformers' {classes.norm.__qualname__}"
     extra = [n for n, m in layer.named_children() if n not in ("input_layernorm", "post_attention_layernorm")
              and "norm" in type(m).__name__.lower()]
     if extra:
         return f"more norms than a Llama-family layer ({', '.join(extra)}): another structure"
-    if _eps(norm) is None or getattr(norm, "weight", None) is None:
-        return "its post-attention norm has no weight or epsilon"
     return None
 
 
-def _eps(norm) -> float | None:
-    for attr in ("variance_epsilon", "eps"):
-        value = getattr(norm, attr, None)
-        if isinstance(value, (int, float)):
-            return float(value)
-    return None
+def _has_hooks(module) -> bool:
+    """Whether calling ``module`` would run a hook (its own, or a global one): a fused call would skip them."""
+    from torch.nn.modules import module as nn_module
+
+    own = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+    every = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+             "_global_backward_pre_hooks")
+    return any(getattr(module, name, None) for name in own) or any(getattr(nn_module, name, None) for name in every)
 
 
-def _fuse_layer(layer, fused, casting: str, offset: float) -> None:
+def _fusable(norm, family: Family, classes: _Classes, hidden_states) -> float | None:
+    """The norm's epsilon when the kernel computes exactly what calling ``norm`` on ``hidden_states`` would, else
+    None. Read at each call: the norm may have been replaced, hooked or moved since the patch."""
+    if type(norm) is not classes.norm or "forward" in vars(norm) or _has_hooks(norm):
+        return None
+    weight = getattr(norm, "weight", None)
+    if (not isinstance(weight, torch.Tensor) or weight.shape != hidden_states.shape[-1:]
+            or weight.dtype != hidden_states.dtype or hidden_states.dtype not in KERNEL_DTYPES):
+        # A weight in another dtype (float32 master weights under autocast): PyTorch then returns the norm in
+        # float32, the kernel in the activations' dtype. A float64 model: a dtype the kernels refuse.
+        return None
+    eps = getattr(norm, family.eps_attribute, None)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        return None
+    return float(eps)
+
+
+def _fuse_layer(layer, fused, family: Family, classes: _Classes) -> None:
     """Give ``layer`` (one instance) a forward in which the attention's residual add and the post-attention norm
-    are one fused call; the class and every other layer keep theirs."""
-    original = layer.forward
-    norm = layer.post_attention_layernorm
-    eps = _eps(norm)
+    are one fused call; the class and every other layer keep theirs. The forward holds no module of the model
+    (a deep copy of the model rebinds it to the copy's layer, which it reads at each call)."""
 
     def forward(self, hidden_states, *args, **kwargs):
-        # transformers passes everything after hidden_states by keyword; a caller that does not gets the original
-        # forward, unfused. So does a norm weight in another dtype than the activations (float32 master weights
-        # under autocast): PyTorch then returns the norm in float32, the kernel in the activations' dtype. And so
-        # do activations in a dtype the kernel refuses (a float64 model).
-        if args or norm.weight.dtype != hidden_states.dtype or hidden_states.dtype not in KERNEL_DTYPES:
-            return original(hidden_states, *args, **kwargs)
+        # transformers passes everything after hidden_states by keyword; a caller that does not gets the layer's
+        # own forward, unfused. So does a norm the kernel cannot stand in for (``_fusable``).
+        norm = self.post_attention_layernorm
+        eps = None if args else _fusable(norm, family, classes, hidden_states)
+        if eps is None:
+            return type(self).forward(self, hidden_states, *args, **kwargs)
         residual = hidden_states
         attention, *_ = as_tuple(self.self_attn(hidden_states=self.input_layernorm(hidden_states), **kwargs))
         if attention.dtype != residual.dtype:
@@ -219,46 +276,38 @@ def _fuse_layer(layer, fused, casting: str, offset: float) -> None:
             # one dtype; the layer's own arithmetic, unfused.
             summed = residual + attention
             return summed + self.mlp(norm(summed))
-        normed, residual = fused(attention, residual, norm.weight, eps=eps, offset=offset, casting_mode=casting)
+        normed, residual = fused(attention, residual, norm.weight, eps=eps, offset=family.offset,
+                                 casting_mode=family.casting)
         return residual + self.mlp(normed)
 
     layer.forward = types.MethodType(forward, layer)
-    setattr(layer, _ORIGINAL, original)
+    setattr(layer, _PATCHED_FORWARD, FUSED)
 
 
 # -- relu2 ------------------------------------------------------------------------------------------------------
 
-def _relu2_modules(model) -> list[tuple[Any, str, str]]:
-    """(parent module, attribute, full name) of every ``ReLUSquaredActivation`` in ``model``."""
+def _relu2_modules(model) -> list[tuple[str, Any]]:
+    """(full name, module) of every ``ReLUSquaredActivation`` in ``model``: that class itself, with no forward of
+    its own (a subclass may compute anything: ``relu(x) ** 3``, a leaky relu)."""
     try:
         from transformers.activations import ReLUSquaredActivation
     except ImportError:
         return []
-    found = []
-    for parent_name, parent in model.named_modules():
-        for attr, child in parent.named_children():
-            if isinstance(child, ReLUSquaredActivation):
-                found.append((parent, attr, f"{parent_name}.{attr}" if parent_name else attr))
-    return found
+    return [(name, module) for name, module in model.named_modules()
+            if type(module) is ReLUSquaredActivation and "forward" not in vars(module)]
 
 
-class _ReluSquared(torch.nn.Module):
-    """``relu(x) ** 2`` by the relu_squared kernel; keeps the module it replaced, for ``unpatch`` (in a list: not
-    a submodule, so the model's modules and state dict are what they were)."""
-
-    def __init__(self, kernel, original):
-        super().__init__()
-        self.kernel = kernel
-        self._replaced = [original]
-
-    @property
-    def original(self):
-        return self._replaced[0]
+def _replace_relu2(activation, kernel) -> None:
+    """``relu(x) ** 2`` by the relu_squared kernel, set as the instance's forward: the module stays where it was,
+    with its hooks (they run around the kernel as around the module's own forward)."""
 
     def forward(self, x):
-        # A dtype the kernel refuses (float64, integers) goes to the module it replaced.
-        return self.kernel(x) if x.dtype in KERNEL_DTYPES else self.original(x)
+        # A dtype the kernel refuses (float64, integers) goes to the module's own forward.
+        return kernel(x) if x.dtype in KERNEL_DTYPES else type(self).forward(self, x)
+
+    activation.forward = types.MethodType(forward, activation)
+    setattr(activation, _PATCHED_FORWARD, RELU2)
 
 
-__all__ = ["INSTALL_HINT", "KERNEL_DTYPES", "PatchReport", "SUPPORTED", "apply", "best_variant_file", "load_kernel",
-           "supported_table", "unpatch"]
+__all__ = ["Family", "INSTALL_HINT", "KERNEL_DTYPES", "PatchReport", "SUPPORTED", "apply", "best_variant_file",
+           "load_kernel", "supported_table", "unpatch"]
