@@ -19,7 +19,7 @@ left alone and named in the report. A relu2 activation likewise must be ``ReLUSq
 
 Each call reads the layer as it is then: its norm, the norm's epsilon and weight. A call the kernel cannot
 stand in for runs the layer's own forward: arguments passed by position, a norm since replaced or hooked (its hooks
-would not fire inside a fused call), a weight of another shape or dtype, a dtype the kernels refuse. So a deep copy
+would not fire inside a fused call), a weight of another shape or dtype, float64 activations (the kernels compute in float32 at most). So a deep copy
 of a patched model runs its own modules, and hooks on a patched relu2 activation still fire (its forward is
 replaced on the instance, the module stays). ``unpatch`` restores every patched forward.
 
@@ -249,7 +249,7 @@ def _fusable(norm, family: Family, classes: _Classes, hidden_states) -> float | 
     if (not isinstance(weight, torch.Tensor) or weight.shape != hidden_states.shape[-1:]
             or weight.dtype != hidden_states.dtype or hidden_states.dtype not in KERNEL_DTYPES):
         # A weight in another dtype (float32 master weights under autocast): PyTorch then returns the norm in
-        # float32, the kernel in the activations' dtype. A float64 model: a dtype the kernels refuse.
+        # float32, the kernel in the activations' dtype. A float64 model: the kernels compute in float32 at most.
         return None
     eps = getattr(norm, family.eps_attribute, None)
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
@@ -302,7 +302,7 @@ def _replace_relu2(activation, kernel) -> None:
     with its hooks (they run around the kernel as around the module's own forward)."""
 
     def forward(self, x):
-        # A dtype the kernel refuses (float64, integers) goes to the module's own forward.
+        # A dtype the kernel does not compute in (float64, integers) goes to the module's own forward.
         return kernel(x) if x.dtype in KERNEL_DTYPES else type(self).forward(self, x)
 
     activation.forward = types.MethodType(forward, activation)
