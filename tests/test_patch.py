@@ -306,3 +306,12 @@ def test_a_kernel_that_fails_to_load_leaves_the_model_untouched(tmp_path, interp
     assert not any("forward" in vars(m) for m in model.modules())
     patch.apply(model, device="interpret")  # not marked as patched: a second try is taken
     patch.unpatch(model)
+
+
+def test_a_norm_without_weight_or_epsilon_is_left_alone_and_named(interpret_device):
+    model = _tiny("llama")
+    model.model.layers[0].post_attention_layernorm.weight = None
+    model.model.layers[1].post_attention_layernorm.variance_epsilon = True  # a bool is no epsilon
+    report = patch.apply(model, functions={patch.FUSED: _fused_baseline()})
+    assert report.fused_layers == []
+    assert report.left_alone == [f"model.layers.{i}: its post-attention norm has no weight or epsilon" for i in (0, 1)]

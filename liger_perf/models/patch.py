@@ -19,9 +19,10 @@ left alone and named in the report. A relu2 activation likewise must be ``ReLUSq
 
 Each call reads the layer as it is then: its norm, the norm's epsilon and weight. A call the kernel cannot
 stand in for runs the layer's own forward: arguments passed by position, a norm since replaced or hooked (its hooks
-would not fire inside a fused call), a weight of another shape or dtype, float64 activations (the kernels compute in float32 at most). So a deep copy
-of a patched model runs its own modules, and hooks on a patched relu2 activation still fire (its forward is
-replaced on the instance, the module stays). ``unpatch`` restores every patched forward.
+would not fire inside a fused call), a weight of another shape or dtype, float64 activations (the kernels compute
+in float32 at most). So a deep copy of a patched model runs its own modules, and hooks on a patched relu2
+activation still fire (its forward is replaced on the instance, the module stays). ``unpatch`` restores every
+patched forward.
 
 The kernels are the best accepted variants of the workspace's history for the device the model is on (see
 ``best_variant_file``), else the baselines. Loading a variant runs its code in this process: a variant the
@@ -148,7 +149,7 @@ def apply(model, device: str = "auto", variants: dict[str, Path] | None = None,
         for name, layer in model.named_modules():
             if not hasattr(layer, "post_attention_layernorm"):
                 continue
-            why = _mismatch(layer, classes)
+            why = _mismatch(layer, family, classes)
             if why is None and functions is not None and FUSED not in functions:
                 why = f"no {FUSED} function given"
             if why:
@@ -208,7 +209,7 @@ def _family_classes(model_type: str, family: Family) -> _Classes:
     return _Classes(getattr(module, family.layer_class, None), getattr(module, family.norm_class, None))
 
 
-def _mismatch(layer, classes: _Classes) -> str | None:
+def _mismatch(layer, family: Family, classes: _Classes) -> str | None:
     """Why ``layer`` is not a decoder layer the fused forward can stand in for, or None."""
     if classes.layer is None or classes.norm is None:
         return "this transformers has no such decoder layer or norm class"
@@ -227,7 +228,14 @@ def _mismatch(layer, classes: _Classes) -> str | None:
              and "norm" in type(m).__name__.lower()]
     if extra:
         return f"more norms than a Llama-family layer ({', '.join(extra)}): another structure"
+    if not isinstance(getattr(norm, "weight", None), torch.Tensor) or _eps(norm, family) is None:
+        return "its post-attention norm has no weight or epsilon"
     return None
+
+
+def _eps(norm, family: Family) -> float | None:
+    eps = getattr(norm, family.eps_attribute, None)
+    return None if isinstance(eps, bool) or not isinstance(eps, (int, float)) else float(eps)
 
 
 def _has_hooks(module) -> bool:
@@ -251,10 +259,7 @@ def _fusable(norm, family: Family, classes: _Classes, hidden_states) -> float | 
         # A weight in another dtype (float32 master weights under autocast): PyTorch then returns the norm in
         # float32, the kernel in the activations' dtype. A float64 model: the kernels compute in float32 at most.
         return None
-    eps = getattr(norm, family.eps_attribute, None)
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-        return None
-    return float(eps)
+    return _eps(norm, family)
 
 
 def _fuse_layer(layer, fused, family: Family, classes: _Classes) -> None:
