@@ -249,7 +249,7 @@ class Nightly:
                     and all(self.stack.get(k) is not None and record["stack"].get(k) == self.stack.get(k)
                             for k in STACK_KEYS)
                     and all(record["code"].get(name) == digest for name, digest in code_digests(names).items())
-                    and all((name, step) in steps for name in names for step in ("gate", "trial")))
+                    and all((name, step) in steps for name in names for step in ("gate", "trial", "screening")))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
         if not fits:

@@ -8,7 +8,9 @@ the workspace, built-in and the user's own:
 2. one short real trial of each baseline in a scratch history: the trial notebook end to end (sandbox,
    Papermill, precompilation, the quick gate, timing with a few repetitions, the accuracy step, a light NCU
    profile), no peers, never judged. The trials run one after another once every gate has run, and a
-   baseline that failed its gate gets none.
+   baseline that failed its gate gets none;
+3. after each such trial, a screening notebook of one candidate (a comment-only copy of the baseline) against
+   the baseline, as the loop screens its candidates.
 
 A row per step; any row that does not pass fails the whole check. The record, ``reports/<device>/selfcheck.json``,
 names the commit it ran at (``"commit"``), the machine (``"host"``), a digest per kernel of the code it checked
@@ -61,7 +63,7 @@ def code_digests(kernels: list[str]) -> dict[str, str]:
 @dataclass
 class SelfcheckRow:
     kernel: str
-    step: str  # "gate" or "trial"
+    step: str  # "gate", "trial" or "screening"
     variant: str  # "baseline", or "best (trial NNNN name)"
     status: str  # PASS, FAIL, NOT_RUN (the machine kept it from running: too little GPU memory) or SKIPPED
     seconds: float
@@ -126,6 +128,40 @@ def _trial_row(kernel: str, device: str, mode: str, history: Path, keep: Path | 
                         ("; ".join(problems) if problems else detail)[:400])
 
 
+def _screening_row(kernel: str, device: str, mode: str, history: Path) -> SelfcheckRow:
+    """A screening notebook of one candidate, a comment-only copy of the baseline, against the baseline, as the
+    loop runs one: its runner and harness must agree on what the screening is (trial 0092 on the H200 was filed
+    as crashed, its timings lost, by a runner check that only a screening meets)."""
+    from liger_perf.kernel.registry import baseline_path
+    from liger_perf.record.schema import ScreenEntry
+    from liger_perf.run import run_trial
+
+    candidate = history / "selfcheck-candidates" / f"{kernel}.py"
+    candidate.parent.mkdir(parents=True, exist_ok=True)
+    candidate.write_text(baseline_path(kernel).read_text() + "\n# selfcheck: a comment-only copy of the baseline\n")
+    started = time.time()
+    try:
+        run = run_trial(kernel, baseline_path(kernel), root=history, name="selfcheck-screening", device=device,
+                        kind="screening", screen=[ScreenEntry(name="0-copy", variant=str(candidate))], ncu=False,
+                        peers=False, convergence=False, timeout_s=600,
+                        hypothesis="selfcheck: a screening notebook end to end on this machine")
+    except Exception as e:  # the runner itself failed
+        return SelfcheckRow(kernel, "screening", "baseline", FAIL, round(time.time() - started, 1),
+                            f"the screening could not run: {type(e).__name__}: {e}"[:400])
+    seconds = round(time.time() - started, 1)
+    result = run.result
+    rows = result.screening.rows if result.screening is not None else []
+    if result.status != "complete":
+        problem = f"{result.status}: {result.reason}"
+    elif len(rows) != 1 or rows[0].quick_gate != "pass" or rows[0].ratio is None:
+        problem = f"the copy was not gated and timed: {rows[0].reason if rows else 'no row'}"
+    else:
+        problem = ""
+    detail = problem or (f"the copy {rows[0].ratio:.3f}x the baseline's time [{rows[0].ci_low:.3f}, "
+                         f"{rows[0].ci_high:.3f}], {'kept' if rows[0].kept else 'dropped'}")
+    return SelfcheckRow(kernel, "screening", "baseline", FAIL if problem else PASS, seconds, detail[:400])
+
+
 def run_selfcheck(device: str = "auto", kernels: list[str] | None = None, best: bool = True, trials: bool = True,
                   echo: Callable[[str], None] = print, keep: Path | None = None) -> dict[str, Any]:
     """The rows of every step, and the record that ``write_record`` writes. ``best``: also gate each history's
@@ -169,10 +205,15 @@ def run_selfcheck(device: str = "auto", kernels: list[str] | None = None, best: 
                 if baseline_gate.status == PASS:
                     echo(f"{kernel}: a short trial of the baseline in a scratch history")
                     done.append(_trial_row(kernel, device, mode, Path(scratch), keep))
+                    echo(f"{kernel}: trial {done[-1].status}: {done[-1].detail}")
+                    echo(f"{kernel}: a screening of a copy of the baseline in the scratch history")
+                    done.append(_screening_row(kernel, device, mode, Path(scratch)))
+                    echo(f"{kernel}: screening {done[-1].status}: {done[-1].detail}")
                 else:
-                    done.append(SelfcheckRow(kernel, "trial", "baseline", SKIPPED, 0.0,
-                                             "not run: the baseline did not pass its gate"))
-                echo(f"{kernel}: trial {done[-1].status}: {done[-1].detail}")
+                    for step in ("trial", "screening"):
+                        done.append(SelfcheckRow(kernel, step, "baseline", SKIPPED, 0.0,
+                                                 "not run: the baseline did not pass its gate"))
+                    echo(f"{kernel}: trial and screening skipped: the baseline did not pass its gate")
     order = {k: i for i, k in enumerate(names)}
     rows = sorted(gates, key=lambda r: (order[r.kernel], r.variant != "baseline")) + done
     passed = bool(rows) and all(r.status == PASS for r in rows)

@@ -41,8 +41,9 @@ def test_selfcheck_passes_a_sound_kernel_and_writes_its_record(tmp_path):
     record = json.loads((workspace / "reports" / "interpret" / "selfcheck.json").read_text())
     assert "commit" in record and record["passed"] and record["stack"]["torch"]
     assert [(r["step"], r["variant"], r["status"]) for r in record["rows"]] == [
-        ("gate", "baseline", "pass"), ("trial", "baseline", "pass")]
+        ("gate", "baseline", "pass"), ("trial", "baseline", "pass"), ("screening", "baseline", "pass")]
     assert "comparisons" in record["rows"][0]["detail"] and "timings" in record["rows"][1]["detail"]
+    assert "the copy" in record["rows"][2]["detail"] and "x the baseline's time" in record["rows"][2]["detail"]
     assert (workspace / "reports" / "interpret" / "selfcheck" / "relu_squared-trial.ipynb").is_file()
     assert "selfcheck PASS" in out.stdout
 
@@ -124,12 +125,13 @@ def test_the_nightly_job_runs_selfcheck_first_and_a_failing_one_is_an_error_of_t
         assert "error of the job" in path.read_text()
 
 
-@pytest.mark.parametrize("change", ["nothing", "code", "stack", "host", "age", "no trial row", "unknown stack"])
+@pytest.mark.parametrize("change", ["nothing", "code", "stack", "host", "age", "no trial row", "no screening row",
+                                    "unknown stack"])
 def test_a_night_reuses_only_a_selfcheck_that_passed_here_for_this_code_on_this_stack_tonight(tmp_path, change):
     """A second night on the same machine with the same code on the same stack (or the developer's own selfcheck
     just before) does not check the machine again. Other code (a changed package or kernel folder), another stack,
     another machine (a record committed from elsewhere), a record older than a night, one without the kernel's
-    trial, or a stack that could not be read: the selfcheck runs."""
+    trial or screening (an older record's), or a stack that could not be read: the selfcheck runs."""
     import datetime
     import platform
 
@@ -143,8 +145,9 @@ def test_a_night_reuses_only_a_selfcheck_that_passed_here_for_this_code_on_this_
                    code={"relu_squared": code_digests(["relu_squared"])["relu_squared"] if change != "code" else "0" * 64})
     if change == "stack":
         earlier["stack"]["torch"] = "an older one"
-    if change != "no trial row":
-        earlier["rows"].append({**earlier["rows"][0], "step": "trial"})
+    for step in ("trial", "screening"):
+        if change != f"no {step} row":
+            earlier["rows"].append({**earlier["rows"][0], "step": step})
     (tmp_path / "reports").mkdir()
     (tmp_path / "reports" / "selfcheck.json").write_text(json.dumps(earlier))
     calls, said = [], []

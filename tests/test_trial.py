@@ -212,33 +212,51 @@ def test_a_notebook_written_over_inside_the_trial_is_a_crash_of_the_trial_not_of
     assert trial.status == "crashed"
 
 
-def test_a_screening_or_a_source_recorded_otherwise_than_the_harness_would_is_not_this_trial(history, tmp_path):
-    """The loop runs a kept screening row's source as the next full trial, and builds candidates from the best's
-    recorded source: a result naming the right hash beside another source, or a candidate the screening was not
-    given, was taken."""
-    from liger_perf.kernel.variants import source_hash
-    from liger_perf.record.schema import ScreenEntry, Screening, ScreeningRow
+def test_a_source_recorded_otherwise_than_the_harness_would_is_not_this_trial(history, tmp_path):
+    """The loop builds candidates from the best's recorded source: a result naming the right hash beside another
+    source was taken."""
     from liger_perf.run import trial_request
     from liger_perf.run.papermill import not_this_trial
 
     _, _, second = history
-    store = Store(tmp_path)
     request = trial_request("relu_squared", baseline_path("relu_squared"), baseline_path("relu_squared"),
-                            store=store, device="interpret")
+                            store=Store(tmp_path), device="interpret")
     result = second.result.model_copy(update={"trial_id": request.trial_id})
     assert not_this_trial(result, request) is None
     other = result.variant.model_copy(update={"source": result.variant.source + "\n# changed\n"})
     assert "another variant" in not_this_trial(result.model_copy(update={"variant": other}), request)
+
+
+def test_a_screening_runs_through_the_runner_and_a_forged_one_is_not_taken(tmp_path):
+    """A real screening notebook through the Papermill runner: the runner takes what its harness writes (the
+    batch as its variant, the best as its against). Checked as a trial's, with the best for its variant, every
+    screening on the H200 was filed as crashed and its timings lost (trial 0092, 2026-12-06). A result naming
+    another batch or best, or a candidate the screening was not given (the loop runs a kept row's source as the
+    next full trial), is not taken."""
+    from liger_perf.kernel.variants import source_hash
+    from liger_perf.record.schema import ScreenEntry, Screening, ScreeningRow
+    from liger_perf.run import trial_request
+    from liger_perf.run.papermill import PapermillRunner, not_this_trial
+
     candidate = tmp_path / "candidate.py"
     candidate.write_text(baseline_path("relu_squared").read_text() + "\n# a candidate\n")
-    screening = request.model_copy(update={"kind": "screening", "screen": [
-        ScreenEntry(name="c", variant=str(candidate))]})
-    row = ScreeningRow(name="c", sha256=source_hash(candidate.read_text()), source=candidate.read_text(), kept=True)
-    honest = result.model_copy(update={"kind": "screening", "screening": Screening(target="forward", rows=[row])})
-    assert not_this_trial(honest, screening) is None
-    planted = row.model_copy(update={"source": "import os\n", "sha256": source_hash("import os\n")})
+    store = Store(tmp_path / "history")
+    request = trial_request("relu_squared", baseline_path("relu_squared"), None, store=store, kind="screening",
+                            screen=[ScreenEntry(name="0-comment", variant=str(candidate))], ncu=False, peers=False,
+                            guardrails={"target": "forward"}, **FAST)
+    run = PapermillRunner(sandboxed=False).run(request, store)
+    honest = run.result
+    assert honest.kind == "screening" and honest.status == "complete", honest.reason
+    (row,) = honest.screening.rows
+    assert row.name == "0-comment" and row.quick_gate == "pass" and row.ratio is not None
+    assert not_this_trial(honest, request) is None
+    best = honest.against.model_copy(update={"sha256": source_hash("another best")})
+    assert "another best" in not_this_trial(honest.model_copy(update={"against": best}), request)
+    batch = honest.variant.model_copy(update={"sha256": source_hash("another batch")})
+    assert "another batch" in not_this_trial(honest.model_copy(update={"variant": batch}), request)
+    planted = ScreeningRow(name="1-planted", sha256=source_hash("import os\n"), source="import os\n", kept=True)
     forged = honest.model_copy(update={"screening": Screening(target="forward", rows=[row, planted])})
-    assert "a candidate it was not given" in not_this_trial(forged, screening)
+    assert "a candidate it was not given" in not_this_trial(forged, request)
 
 
 def test_a_missing_dependency_in_the_trial_process_is_a_harness_error(tmp_path, monkeypatch):

@@ -212,7 +212,16 @@ def not_this_trial(result: TrialResult, request: TrialRequest) -> str | None:
     not_harness = "it was not written by the harness"
     if (result.kernel, result.trial_id) != (request.kernel, request.trial_id):
         return f"the notebook's result is of {result.kernel} trial {result.trial_id}, not of this one: {not_harness}"
-    if result.variant.sha256 != sha(request.variant) or unlike(result.variant):  # a screening's: its best
+    if request.kind == "screening":
+        # A screening's "variant" is its batch (``Screen``: the hash of its candidates' hashes, in order) and its
+        # "against" the best it timed them with, the request's variant. Its best once stood in for its variant
+        # here: every screening on the GPU was then filed as crashed and its timings lost (trial 0092).
+        batch = source_hash("\n".join(sha(entry.variant) for entry in request.screen))
+        if result.variant.sha256 != batch or unlike(result.variant):
+            return f"the screening's result names another batch of candidates than it was given: {not_harness}"
+        if result.against is None or result.against.sha256 != sha(request.variant):
+            return f"the screening's result names another best than the one it was timed with: {not_harness}"
+    elif result.variant.sha256 != sha(request.variant) or unlike(result.variant):
         return f"the notebook's result names another variant than the one under trial: {not_harness}"
     given = {sha(entry.variant) for entry in request.screen}
     if any(row.sha256 not in given or unlike(row) for row in (result.screening.rows if result.screening else [])):

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 from typing import Any
 
 from liger_perf.run.trial import Trial, _display, _step
@@ -38,7 +37,7 @@ class Screen(Trial):
 
     def __init__(self, request):
         from liger_perf.record.schema import TrialRequest
-        from liger_perf.kernel.variants import source_hash
+        from liger_perf.kernel.variants import source_hash, variant_text
 
         request = TrialRequest.model_validate(request)
         if not request.screen:
@@ -51,8 +50,8 @@ class Screen(Trial):
         self.entries: list[dict[str, Any]] = []
         for entry in request.screen:
             try:
-                source = Path(entry.variant).read_text()
-            except (OSError, UnicodeDecodeError) as e:
+                source = variant_text(entry.variant)  # as the runner reads it: the hashes must agree
+            except OSError as e:
                 source, why = "", f"unreadable: {type(e).__name__}"
             else:
                 why = ""
