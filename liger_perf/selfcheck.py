@@ -128,7 +128,7 @@ def _trial_row(kernel: str, device: str, mode: str, history: Path, keep: Path | 
                         ("; ".join(problems) if problems else detail)[:400])
 
 
-def _screening_row(kernel: str, device: str, mode: str, history: Path) -> SelfcheckRow:
+def _screening_row(kernel: str, device: str, history: Path) -> SelfcheckRow:
     """A screening notebook of one candidate, a comment-only copy of the baseline, against the baseline, as the
     loop runs one: its runner and harness must agree on what the screening is (trial 0092 on the H200 was filed
     as crashed, its timings lost, by a runner check that only a screening meets)."""
@@ -207,7 +207,7 @@ def run_selfcheck(device: str = "auto", kernels: list[str] | None = None, best: 
                     done.append(_trial_row(kernel, device, mode, Path(scratch), keep))
                     echo(f"{kernel}: trial {done[-1].status}: {done[-1].detail}")
                     echo(f"{kernel}: a screening of a copy of the baseline in the scratch history")
-                    done.append(_screening_row(kernel, device, mode, Path(scratch)))
+                    done.append(_screening_row(kernel, device, Path(scratch)))
                     echo(f"{kernel}: screening {done[-1].status}: {done[-1].detail}")
                 else:
                     for step in ("trial", "screening"):
