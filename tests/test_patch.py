@@ -230,6 +230,39 @@ def test_a_deep_copy_of_a_patched_model_runs_its_own_modules(interpret_device):
     assert all(p.grad is None for p in model.parameters())
 
 
+def test_a_saved_patched_model_loads_as_the_plain_model_and_patches_again(interpret_device, tmp_path):
+    # torch.save pickled the instance forward as getattr(layer, "forward"): the loaded model ran the class's
+    # forward, unfused, yet was marked patched (apply refused it, and its report named kernels it did not run).
+    import copy
+
+    calls, counting = _counting_fused()
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(3))
+    for model_type, functions in (("llama", {patch.FUSED: counting}), ("nemotron", None)):
+        model = _tiny(model_type)
+        patch.apply(model, functions=functions, device="interpret")
+        saved = tmp_path / f"{model_type}.pt"
+        torch.save(model, saved)
+        loaded = torch.load(saved, weights_only=False)
+        for module in loaded.modules():
+            assert not {"forward", "__getstate__", "__deepcopy__", "_liger_perf_patched_forward",
+                        "_liger_perf_patched"} & set(vars(module)), (model_type, type(module).__name__)
+        del calls[:]
+        assert _loss_and_grads(loaded, ids)[0] == pytest.approx(_loss_and_grads(_tiny(model_type), ids)[0], rel=1e-5)
+        assert calls == []
+        # The model saved is patched still, its deep copies too; the loaded one patches like any other.
+        assert getattr(model, "_liger_perf_patched") is not None
+        report = patch.apply(loaded, functions=functions, device="interpret")
+        assert report.fused_layers or report.relu_squared
+        copied = copy.deepcopy(loaded)
+        assert getattr(copied, "_liger_perf_patched").model_type == model_type
+        if model_type == "llama":
+            _loss_and_grads(loaded, ids), _loss_and_grads(copied, ids)
+            assert len(calls) == 2 * 2
+        patch.unpatch(loaded)
+        torch.save(loaded, saved)  # unpatched: the class's pickling again
+        assert "__getstate__" not in vars(torch.load(saved, weights_only=False))
+
+
 def test_only_transformers_own_classes_are_fused(interpret_device):
     # Same names, other code: a norm with a bias, a layer that doubles its attention, a relu2 that cubes.
     from transformers.activations import ReLUSquaredActivation

@@ -22,7 +22,8 @@ stand in for runs the layer's own forward: arguments passed by position, a norm 
 would not fire inside a fused call), a weight of another shape or dtype, float64 activations (the kernels compute
 in float32 at most). So a deep copy of a patched model runs its own modules, and hooks on a patched relu2
 activation still fire (its forward is replaced on the instance, the module stays). ``unpatch`` restores every
-patched forward.
+patched forward. A patched model pickles (``torch.save``) as the unpatched one: the kernels are this process's
+imports of the workspace's files, so a loaded model is a plain one until ``apply`` patches it again.
 
 The kernels are the best accepted variants of the workspace's history for the device the model is on (see
 ``best_variant_file``), else the baselines. Loading a variant runs its code in this process: a variant the
@@ -169,6 +170,7 @@ def apply(model, device: str = "auto", variants: dict[str, Path] | None = None,
         _replace_relu2(activation, relu_squared)
         report.relu_squared.append(name)
     setattr(model, _PATCHED, report)
+    _pickle_unpatched(model)
     return report
 
 
@@ -188,7 +190,48 @@ def unpatch(model) -> None:
         if _PATCHED_FORWARD in vars(module):  # a layer or an activation: its forward was set on the instance
             del module.forward
             delattr(module, _PATCHED_FORWARD)
+            _pickle_as_class_does(module)
     delattr(model, _PATCHED)
+    _pickle_as_class_does(model)
+
+
+# -- pickling ---------------------------------------------------------------------------------------------------
+
+#: What ``apply`` sets on a module's instance; none of it is pickled.
+_PATCH_ATTRIBUTES = ("forward", _PATCHED_FORWARD, _PATCHED, "__getstate__", "__deepcopy__")
+
+
+def _pickle_unpatched(module) -> None:
+    """Make ``module`` (the model, or one it patched) pickle without the patch, and deep-copy with it.
+
+    Unpickled, the instance forward would not come back: a bound method pickles as ``getattr(module, "forward")``,
+    which on load finds the class's forward, and the module came back unfused but marked patched. So the patch is
+    left out of the pickled state (``__getstate__``, looked up on the instance by pickle and by copy). A deep copy
+    in this process keeps it, its forward bound to the copy (``__deepcopy__``, looked up on the instance first)."""
+    module.__getstate__ = types.MethodType(_state_without_patch, module)
+    module.__deepcopy__ = types.MethodType(_deep_copy_with_patch, module)
+
+
+def _pickle_as_class_does(module) -> None:
+    for name in ("__getstate__", "__deepcopy__"):
+        vars(module).pop(name, None)
+
+
+def _state_without_patch(self) -> dict:
+    state = type(self).__getstate__(self)
+    return {key: value for key, value in state.items() if key not in _PATCH_ATTRIBUTES}
+
+
+def _deep_copy_with_patch(self, memo):
+    # What copy.deepcopy does for any object, with the class's state (patch included) instead of the instance's
+    # __getstate__: the bound methods in it are rebound to the copy (copy's rule for methods).
+    import copy
+
+    cls = type(self)
+    copied = cls.__new__(cls)
+    memo[id(self)] = copied
+    copied.__setstate__(copy.deepcopy(cls.__getstate__(self), memo))
+    return copied
 
 
 # -- decoder layers ---------------------------------------------------------------------------------------------
@@ -287,6 +330,7 @@ def _fuse_layer(layer, fused, family: Family, classes: _Classes) -> None:
 
     layer.forward = types.MethodType(forward, layer)
     setattr(layer, _PATCHED_FORWARD, FUSED)
+    _pickle_unpatched(layer)
 
 
 # -- relu2 ------------------------------------------------------------------------------------------------------
@@ -312,6 +356,7 @@ def _replace_relu2(activation, kernel) -> None:
 
     activation.forward = types.MethodType(forward, activation)
     setattr(activation, _PATCHED_FORWARD, RELU2)
+    _pickle_unpatched(activation)
 
 
 __all__ = ["Family", "INSTALL_HINT", "KERNEL_DTYPES", "PatchReport", "SUPPORTED", "apply", "best_variant_file",
