@@ -244,8 +244,9 @@ def test_a_saved_patched_model_loads_as_the_plain_model_and_patches_again(interp
         torch.save(model, saved)
         loaded = torch.load(saved, weights_only=False)
         for module in loaded.modules():
-            assert not {"forward", "__getstate__", "__deepcopy__", "_liger_perf_patched_forward",
-                        "_liger_perf_patched"} & set(vars(module)), (model_type, type(module).__name__)
+            assert not {"forward", "__getstate__", "__deepcopy__", "_liger_perf_patched_forward"} & set(vars(module)), (
+                model_type, type(module).__name__)
+        assert getattr(loaded, "_liger_perf_patched") is None  # the report loads as None: not patched
         del calls[:]
         assert _loss_and_grads(loaded, ids)[0] == pytest.approx(_loss_and_grads(_tiny(model_type), ids)[0], rel=1e-5)
         assert calls == []
@@ -260,7 +261,26 @@ def test_a_saved_patched_model_loads_as_the_plain_model_and_patches_again(interp
             assert len(calls) == 2 * 2
         patch.unpatch(loaded)
         torch.save(loaded, saved)  # unpatched: the class's pickling again
-        assert "__getstate__" not in vars(torch.load(saved, weights_only=False))
+        assert not {"__getstate__", "__deepcopy__"} & set(vars(torch.load(saved, weights_only=False)))
+
+
+def test_a_patched_model_is_freed_when_its_last_name_goes(interpret_device):
+    # The patch must not put the model in a reference cycle: its weights (on the GPU) would wait for the collector.
+    import gc
+    import weakref
+
+    gc.collect()
+    gc.disable()
+    try:
+        for model_type in ("llama", "nemotron"):
+            model = _tiny(model_type)
+            patch.apply(model, functions={patch.FUSED: _fused_baseline(), patch.RELU2: torch.relu})
+            assert model._liger_perf_patched.fused_layers or model._liger_perf_patched.relu_squared
+            embedding = weakref.ref(model.model.embed_tokens.weight)
+            del model
+            assert embedding() is None, model_type
+    finally:
+        gc.enable()
 
 
 def test_only_transformers_own_classes_are_fused(interpret_device):

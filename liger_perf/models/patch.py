@@ -80,6 +80,20 @@ class PatchReport:
     relu_squared: list[str] = field(default_factory=list)  # module names of the activations replaced
     left_alone: list[str] = field(default_factory=list)  # "name: why" of layers that did not match
 
+    def __reduce__(self):
+        # Pickled with the model (torch.save), the report loads as None, so the loaded model reads as not patched:
+        # its modules pickle without the patch (``_pickle_unpatched``). ``type(None)`` keeps the pickle loadable
+        # where liger_perf is not installed.
+        return type(None), ()
+
+    def __copy__(self) -> "PatchReport":
+        return PatchReport(**vars(self))
+
+    def __deepcopy__(self, memo) -> "PatchReport":  # a deep copy of the model is patched still
+        import copy
+
+        return PatchReport(**copy.deepcopy(vars(self), memo))
+
     def summary(self) -> str:
         lines = [f"patched a {self.model_type} model: {len(self.fused_layers)} decoder layers with "
                  f"{FUSED}, {len(self.relu_squared)} relu2 activations with {RELU2}"]
@@ -170,7 +184,6 @@ def apply(model, device: str = "auto", variants: dict[str, Path] | None = None,
         _replace_relu2(activation, relu_squared)
         report.relu_squared.append(name)
     setattr(model, _PATCHED, report)
-    _pickle_unpatched(model)
     return report
 
 
@@ -192,22 +205,23 @@ def unpatch(model) -> None:
             delattr(module, _PATCHED_FORWARD)
             _pickle_as_class_does(module)
     delattr(model, _PATCHED)
-    _pickle_as_class_does(model)
 
 
 # -- pickling ---------------------------------------------------------------------------------------------------
 
-#: What ``apply`` sets on a module's instance; none of it is pickled.
-_PATCH_ATTRIBUTES = ("forward", _PATCHED_FORWARD, _PATCHED, "__getstate__", "__deepcopy__")
+#: What ``apply`` sets on the instance of a layer or an activation it patches; none of it is pickled.
+_PATCH_ATTRIBUTES = ("forward", _PATCHED_FORWARD, "__getstate__", "__deepcopy__")
 
 
 def _pickle_unpatched(module) -> None:
-    """Make ``module`` (the model, or one it patched) pickle without the patch, and deep-copy with it.
+    """Make ``module`` (a layer or an activation ``apply`` patched) pickle without the patch, and deep-copy with it.
 
     Unpickled, the instance forward would not come back: a bound method pickles as ``getattr(module, "forward")``,
     which on load finds the class's forward, and the module came back unfused but marked patched. So the patch is
     left out of the pickled state (``__getstate__``, looked up on the instance by pickle and by copy). A deep copy
-    in this process keeps it, its forward bound to the copy (``__deepcopy__``, looked up on the instance first)."""
+    in this process keeps it, its forward bound to the copy (``__deepcopy__``, looked up on the instance first).
+    The module is in a reference cycle already (its forward is bound to it); the model, which ``apply`` marks with
+    its report alone, is not put in one (the collector, not ``del``, would free its weights)."""
     module.__getstate__ = types.MethodType(_state_without_patch, module)
     module.__deepcopy__ = types.MethodType(_deep_copy_with_patch, module)
 
