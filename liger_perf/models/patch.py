@@ -82,7 +82,7 @@ class PatchReport:
 
     def __reduce__(self):
         # Pickled with the model (torch.save), the report loads as None, so the loaded model reads as not patched:
-        # its modules pickle without the patch (``_pickle_unpatched``). ``type(None)`` keeps the pickle loadable
+        # its modules pickle without the patch (``_set_patch``). ``type(None)`` keeps the pickle loadable
         # where liger_perf is not installed.
         return type(None), ()
 
@@ -201,9 +201,7 @@ def unpatch(model) -> None:
         raise UserError("this model is not patched by liger-perf")
     for module in model.modules():
         if _PATCHED_FORWARD in vars(module):  # a layer or an activation: its forward was set on the instance
-            del module.forward
-            delattr(module, _PATCHED_FORWARD)
-            _pickle_as_class_does(module)
+            _remove_patch(module)
     delattr(model, _PATCHED)
 
 
@@ -213,8 +211,9 @@ def unpatch(model) -> None:
 _PATCH_ATTRIBUTES = ("forward", _PATCHED_FORWARD, "__getstate__", "__deepcopy__")
 
 
-def _pickle_unpatched(module) -> None:
-    """Make ``module`` (a layer or an activation ``apply`` patched) pickle without the patch, and deep-copy with it.
+def _set_patch(module, forward: Callable, mark: str) -> None:
+    """Patch ``module`` (one instance, a layer or an activation): ``forward`` bound to it, marked ``mark``, and
+    pickled without the patch, deep-copied with it.
 
     Unpickled, the instance forward would not come back: a bound method pickles as ``getattr(module, "forward")``,
     which on load finds the class's forward, and the module came back unfused but marked patched. So the patch is
@@ -222,12 +221,15 @@ def _pickle_unpatched(module) -> None:
     in this process keeps it, its forward bound to the copy (``__deepcopy__``, looked up on the instance first).
     The module is in a reference cycle already (its forward is bound to it); the model, which ``apply`` marks with
     its report alone, is not put in one (the collector, not ``del``, would free its weights)."""
+    module.forward = types.MethodType(forward, module)
+    setattr(module, _PATCHED_FORWARD, mark)
     module.__getstate__ = types.MethodType(_state_without_patch, module)
     module.__deepcopy__ = types.MethodType(_deep_copy_with_patch, module)
 
 
-def _pickle_as_class_does(module) -> None:
-    for name in ("__getstate__", "__deepcopy__"):
+def _remove_patch(module) -> None:
+    """Undo ``_set_patch``: the module runs, pickles and copies as its class does."""
+    for name in _PATCH_ATTRIBUTES:
         vars(module).pop(name, None)
 
 
@@ -342,9 +344,7 @@ def _fuse_layer(layer, fused, family: Family, classes: _Classes) -> None:
                                  casting_mode=family.casting)
         return residual + self.mlp(normed)
 
-    layer.forward = types.MethodType(forward, layer)
-    setattr(layer, _PATCHED_FORWARD, FUSED)
-    _pickle_unpatched(layer)
+    _set_patch(layer, forward, FUSED)
 
 
 # -- relu2 ------------------------------------------------------------------------------------------------------
@@ -368,9 +368,7 @@ def _replace_relu2(activation, kernel) -> None:
         # A dtype the kernel does not compute in (float64, integers) goes to the module's own forward.
         return kernel(x) if x.dtype in KERNEL_DTYPES else type(self).forward(self, x)
 
-    activation.forward = types.MethodType(forward, activation)
-    setattr(activation, _PATCHED_FORWARD, RELU2)
-    _pickle_unpatched(activation)
+    _set_patch(activation, forward, RELU2)
 
 
 __all__ = ["Family", "INSTALL_HINT", "KERNEL_DTYPES", "PatchReport", "SUPPORTED", "apply", "best_variant_file",
