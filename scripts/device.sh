@@ -72,7 +72,8 @@
 #   bench-models:K,R[,no-compile[,S]]  liger-perf bench K --suite models, R repetitions (torch.compile left out
 #                          with no-compile; "compile" keeps it), stopped after S seconds -> reports/nvidia-h200/K/bench-models.*
 #                          (BENCH_SHAPES=4096x1024,...: those shapes only -> bench-models-shapes.*, e.g. torch.compile
-#                          at a few model shapes: it compiles each shape anew)
+#                          at a few model shapes: it compiles each shape anew; BENCH_VARIANT=FILE: that variant, not
+#                          the device's best; BENCH_VARIANT=h200-best: the H200 history's best, e.g. on another GPU)
 # After a call: unpack device.tgz, rename each step's folder to reports/evidence/<date>-<topic>/ if it needs a
 # clearer name, and write its README.md (the commit, this command line, the result in a few lines).
 # This script replaces the one-off scripts/gpu_*.sh of earlier runs; what each of those ran is written in the
@@ -213,8 +214,10 @@ bwd_fused_dw_max_cols@1024x2=1024,num_warps@8192x2=8" > "$dir/dispatched.py"
     bench-models)
       IFS=, read -r kernel reps compiled seconds <<< "$arg"
       limit=$(( $(left) > 60 ? $(left) - 30 : 30 )); [ -n "$seconds" ] && [ "$seconds" -lt "$limit" ] && limit=$seconds
+      variant=${BENCH_VARIANT:-}; [ "$variant" = h200-best ] && variant=$(h200_best)
       run "$dir-$kernel" python3 -m liger_perf bench "$kernel" --suite models --device cuda \
-        --repetitions "${reps:-20}" ${compiled:+"--$compiled"} --timeout "$limit" ${BENCH_SHAPES:+--shapes "$BENCH_SHAPES"} ;;
+        --repetitions "${reps:-20}" ${compiled:+"--$compiled"} --timeout "$limit" ${BENCH_SHAPES:+--shapes "$BENCH_SHAPES"} \
+        ${variant:+--variant "$variant"} ;;
     *) log "unknown step $step" ;;
   esac
 done
