@@ -70,7 +70,7 @@
 #                          (AB_MAX_COLUMNS=H / AB_MIN_COLUMNS=H: only the cases at most / at least H columns wide; AB_NAME=X: the folder <date>-X)
 #   draw-cost[:K]          scripts/draw_cost.py: seconds to draw K's tuning-split inputs on the CPU and on the device
 #   bench-models:K,R[,no-compile[,S]]  liger-perf bench K --suite models, R repetitions (torch.compile left out
-#                          with no-compile; "compile" keeps it), stopped after S seconds -> reports/nvidia-h200/K/bench-models.*
+#                          with no-compile; "compile" keeps it), stopped after S seconds -> reports/<device>/K/bench-models.*
 #                          (BENCH_SHAPES=4096x1024,...: those shapes only -> bench-models-shapes.*, e.g. torch.compile
 #                          at a few model shapes: it compiles each shape anew; BENCH_VARIANT=FILE: that variant, not
 #                          the device's best; BENCH_VARIANT=h200-best: the H200 history's best, e.g. on another GPU)
