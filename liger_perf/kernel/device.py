@@ -63,9 +63,12 @@ def select_device(mode: str = "auto") -> Device:
         return Device("cuda", torch.device("cuda", torch.cuda.current_device()))
     os.environ["TRITON_INTERPRET"] = "1"
     _set_triton_interpret(True)
-    from liger_perf.kernel.interpreter import install
+    from liger_perf.kernel.interpreter import confine_memory, install
 
     install()  # helpers called inside a kernel are not re-patched: the same results, a third less time
+    if not confine_memory():  # a kernel reads and writes only its tensors (the module's docstring says why)
+        raise UserError("this Triton's interpreter is not one liger-perf can confine to a kernel's own tensors: "
+                        "run on a GPU, or install the Triton this package is tested with")
     return Device("interpret", torch.device("cpu"))
 
 

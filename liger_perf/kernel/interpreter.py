@@ -1,4 +1,5 @@
-"""A faster Triton interpreter for kernels that call ``@triton.jit`` helpers: the language is patched once per launch.
+"""Triton's interpreter as liger-perf runs it: faster for kernels that call ``@triton.jit`` helpers (the language is
+patched once per launch, ``install``), and confined to each launch's tensors (``confine_memory``).
 
 Triton's interpreter (3.x) swaps ``triton.language`` for its NumPy implementation when a kernel is launched
 (``_patch_lang`` in ``triton/runtime/interpreter.py``) and restores it when the launch ends. It also calls
@@ -73,4 +74,116 @@ def install() -> bool:
     patch_lang_once._liger_perf_once = True
     patch_lang_once.__wrapped__ = original
     interpreter._patch_lang = patch_lang_once
+    return True
+
+
+# -- memory confinement -----------------------------------------------------------------------------------------
+
+class MemoryOutsideLaunch(RuntimeError):
+    """A kernel under the interpreter read or wrote memory outside every tensor it was launched with."""
+
+
+def _launch_ranges(args) -> list[tuple[int, int]]:
+    """[start, end) of the storage of every tensor among a launch's arguments (in tuples and descriptors too)."""
+    ranges = []
+    for arg in args:
+        if isinstance(arg, (tuple, list)):
+            ranges += _launch_ranges(arg)
+        elif hasattr(arg, "base") and hasattr(arg, "block_shape"):  # a TensorDescriptor: its base tensor
+            ranges += _launch_ranges([arg.base])
+        elif hasattr(arg, "untyped_storage"):
+            storage = arg.untyped_storage()
+            ranges.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
+    return ranges
+
+
+def check_addresses(addresses, mask, item_bytes: int, ranges: list[tuple[int, int]] | None) -> None:
+    """Raise ``MemoryOutsideLaunch`` unless every address under ``mask`` (None: all), ``item_bytes`` wide, lies
+    within one of ``ranges`` (None: no launch under way)."""
+    import numpy as np
+
+    wanted = np.asarray(addresses, dtype=np.uint64).reshape(-1)
+    if mask is not None:
+        wanted = wanted[np.broadcast_to(np.asarray(mask, dtype=bool), np.shape(addresses)).reshape(-1)]
+    if wanted.size == 0:
+        return
+    if ranges is None:
+        raise MemoryOutsideLaunch("a memory access outside any kernel launch")
+    inside = np.zeros(wanted.shape, dtype=bool)
+    for start, end in ranges:
+        inside |= (wanted >= np.uint64(start)) & (wanted + np.uint64(item_bytes) <= np.uint64(end))
+    if not inside.all():
+        raise MemoryOutsideLaunch(
+            f"the kernel accessed address {int(wanted[~inside][0]):#x}, outside every tensor it was launched with: "
+            "under the interpreter a kernel may touch only its arguments' memory")
+
+
+class _ConfinedMemory:
+    """Triton's native interpreter module with its four memory operations checked against the launch's tensors;
+    everything else is the module's own."""
+
+    def __init__(self, native):
+        self._native = native
+
+    def __getattr__(self, name):
+        return getattr(self._native, name)
+
+    def load(self, ptrs, mask, other, dtype):
+        import numpy as np
+
+        check_addresses(ptrs, mask, np.dtype(dtype).itemsize, getattr(_state, "ranges", None))
+        return self._native.load(ptrs, mask, other, dtype)
+
+    def store(self, ptrs, value, mask):
+        check_addresses(ptrs, mask, value.dtype.itemsize, getattr(_state, "ranges", None))
+        return self._native.store(ptrs, value, mask)
+
+    def atomic_cas(self, ptrs, cmp, value, sem):
+        check_addresses(ptrs, None, value.dtype.itemsize, getattr(_state, "ranges", None))
+        return self._native.atomic_cas(ptrs, cmp, value, sem)
+
+    def atomic_rmw(self, op, ptrs, value, mask, sem):
+        check_addresses(ptrs, mask, value.dtype.itemsize, getattr(_state, "ranges", None))
+        return self._native.atomic_rmw(op, ptrs, value, mask, sem)
+
+
+def confine_memory() -> bool:
+    """Let a kernel under the interpreter load, store and update atomically only within the storage of the tensors
+    it was launched with; True when that holds.
+
+    The interpreter runs a kernel's loads and stores as plain reads and writes of this process's memory at
+    whatever address the kernel computes. A review (2026-12-06) had a variant that passed the static check read
+    a Python function's address from its ``repr``, overwrite the function's defaults with its builtins through
+    two ``tl.store``s, and so run any Python it liked: it read the API key and forged the gate's verdict. Here
+    each launch records its tensors' storages (``GridExecutor._init_args_hst``, which also copies device tensors
+    to the host) and Triton's native memory operations refuse any address outside them (``MemoryOutsideLaunch``,
+    the kernel's failure). A kernel on the GPU is not interpreted and is not confined by this."""
+    try:
+        from triton.runtime import interpreter
+    except ImportError:
+        return False
+    native = getattr(interpreter, "_interpreter", None)
+    executor = getattr(interpreter, "GridExecutor", None)
+    if isinstance(native, _ConfinedMemory):
+        return True
+    if native is None or executor is None or not all(
+            hasattr(native, op) for op in ("load", "store", "atomic_cas", "atomic_rmw")) or not all(
+            hasattr(executor, name) for name in ("_init_args_hst", "__call__")):
+        return False
+    init_args, call = executor._init_args_hst, executor.__call__
+
+    def init_args_recorded(self, args_dev, kwargs):
+        args_hst, kwargs_hst = init_args(self, args_dev, kwargs)
+        _state.ranges = _launch_ranges([*args_hst, *kwargs_hst.values()])
+        return args_hst, kwargs_hst
+
+    def call_confined(self, *args, **kwargs):
+        outer = getattr(_state, "ranges", None)
+        try:
+            return call(self, *args, **kwargs)
+        finally:
+            _state.ranges = outer
+
+    executor._init_args_hst, executor.__call__ = init_args_recorded, call_confined
+    interpreter._interpreter = _ConfinedMemory(native)
     return True
