@@ -57,6 +57,7 @@
 #                          AA_ROOT=DIR resumes DIR instead, e.g. across midnight or a commit that no gated file differs in)
 #   nightly                two nights in a row on the committed history (the second finds nothing to do)
 #   security               scripts/security_probe.py: canaries, files and forgeries inside a sandboxed trial
+#   hmm-probe              scripts/hmm_probe.py: whether a compiled kernel can read the host memory of its process
 #   e2e:MODEL              liger-perf e2e of a Llama-like or Gemma-like model -> reports/nvidia-h200/e2e/
 #   dispatch-check         the gate of a baseline whose DISPATCH table takes other algorithms in three buckets
 #   knob-check:KNOB=VALUE[,KNOB@BUCKET=VALUE...]  the gate of the fused baseline with those knobs (Python
@@ -182,6 +183,7 @@ for step in "$@"; do
       run "$dir/first" python3 -m liger_perf nightly --config scripts/nightly-h200.yaml
       run "$dir/second" python3 -m liger_perf nightly --config scripts/nightly-h200.yaml ;;
     security) run "$dir" python3 scripts/security_probe.py "$dir" ;;
+    hmm-probe) run "$dir" python3 scripts/hmm_probe.py "$dir" ;;  # can a compiled kernel read host memory here?
     e2e) run "$dir-${arg:-llama}" python3 -m liger_perf e2e --model "${arg:-llama}" --device cuda ;;
     dispatch-check)  # the gate of the baseline with entries in three buckets, each taking another algorithm
       mkdir -p "$dir" && python3 scripts/with_knobs.py fused_add_rms_norm "bwd_column_chunked@32768x4=rows_outer,\
