@@ -299,3 +299,29 @@ def test_inside_the_sandbox_no_process_holds_the_caller_s_environment_and_only_w
         if path != "/etc/passwd":
             assert seen["files"][path] in ("FileNotFoundError", "PermissionError"), (path, seen["files"][path][:80])
     assert len(seen["files"]["/etc/passwd"].splitlines()) == 1  # the sandbox's own: the user who runs it, alone
+
+
+# Opening a file for writing changes nothing: the probe never writes (a write to core_pattern would reconfigure the
+# machine). Without the read-only /proc/sys, root opens every one of them (a review, 2026-12-06: core_pattern then
+# ran a program of the variant's as the machine's root, outside the sandbox).
+PROC_SYS_PROBE = """
+import errno, os
+for path in ("/proc/sys/kernel/core_pattern", "/proc/sys/kernel/panic", "/proc/sys/vm/drop_caches"):
+    try:
+        os.close(os.open(path, os.O_WRONLY))
+        print(path, "opened")
+    except OSError as e:
+        print(path, errno.errorcode[e.errno])
+print("readable", open("/proc/sys/kernel/ostype").read().strip())
+"""
+
+
+def test_the_kernel_s_settings_are_read_only_inside_the_sandbox(tmp_path):
+    done = sandbox.run([sys.executable, "-c", PROC_SYS_PROBE], tmp_path, sandbox.sandboxed_environment(tmp_path),
+                       capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = dict(line.rsplit(" ", 1) for line in done.stdout.splitlines())
+    assert lines.pop("readable") == "Linux"
+    assert len(lines) == 3 and all(outcome in ("EROFS", "EACCES") for outcome in lines.values()), lines
+    if os.getuid() == 0:  # as root the files' own permissions allow it: only the read-only mount refuses
+        assert set(lines.values()) == {"EROFS"}, lines

@@ -6,8 +6,8 @@ Inside, the file system holds only what a trial needs, read-only (``wrap``):
   of the sandbox's own naming nobody but the user who runs it;
 - the Python installation and its import path, the package itself (its folder, not the checkout around it),
   the kernels' specs and baselines, the variants under trial, CUDA and NCU (``needed_paths``);
-- ``/sys`` (the GPU's topology), a ``/proc`` of the sandbox's own, and a ``/dev`` of the GPU nodes and the usual
-  pseudo-devices;
+- ``/sys`` (the GPU's topology), a ``/proc`` of the sandbox's own (its ``/proc/sys``, the kernel's settings,
+  read-only), and a ``/dev`` of the GPU nodes and the usual pseudo-devices;
 - writable: the trial's scratch folder and the files it is allowed to write (its notebook), and empty ``/tmp``,
   ``/var/tmp``, ``/run`` and ``/dev/shm`` of its own (what is written there vanishes with it).
 Nothing else of the machine is there: not the rest of ``/etc``, not the user's home, not other repositories, not
@@ -162,6 +162,10 @@ def needed_paths(extra: Iterable[Path | str] = ()) -> list[tuple[str, str]]:
     return sorted(pairs, key=lambda pair: (pair[1].count("/"), pair[1]))
 
 
+#: What of the sandbox's /proc is bound read-only over it: what a root process could change the machine through.
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger")
+
+
 def wrap(argv: list[str], scratch: Path, writable: list[Path], env: dict[str, str],
          readable: Iterable[Path | str] = ()) -> list[str]:
     """``argv`` run inside the sandbox, in ``scratch`` with ``env``; ``writable``: files or folders (they must
@@ -185,6 +189,12 @@ def wrap(argv: list[str], scratch: Path, writable: list[Path], env: dict[str, st
     for name, text in _identity_files().items():
         command += ["--ro-bind", text, os.path.join("/etc", name)]
     command += ["--ro-bind", "/sys", "/sys", "--proc", "/proc", "--dev", "/dev"]
+    # The kernel's settings, read-only. bwrap makes /proc/sys read-only only where access() says it is writable,
+    # which for that folder it never does, while as root (no capability needed: the files are root's) a process
+    # inside could write every file in it: kernel.core_pattern names a program the kernel then runs as the
+    # machine's root, outside every namespace, when a process crashes (a review, 2026-12-06). Bound over the
+    # sandbox's /proc, the machine's own settings are readable there, as /sys is.
+    command += [arg for place in PROC_READ_ONLY if os.path.exists(place) for arg in ("--ro-bind", place, place)]
     for node in sorted(Path("/dev").glob("nvidia*")):  # the GPUs, their control and UVM nodes, nvidia-caps/
         command += ["--dev-bind", str(node), str(node)]
     for place in SCRATCH_PLACES:
