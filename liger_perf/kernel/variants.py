@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import FunctionType, ModuleType
-from typing import Any
+from typing import Any, Iterable
 
 from liger_perf.core.errors import UserError
 from liger_perf.kernel.spec import KernelSpec
@@ -41,6 +41,12 @@ class Variant:
 
 def source_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
+
+
+def batch_hash(hashes: Iterable[str]) -> str:
+    """A screening's batch of candidates as one hash: of their source hashes, in order. The screening notebook
+    records it as its "variant" and the runner checks it against the candidates it was given: both use this."""
+    return source_hash("\n".join(hashes))
 
 
 def variant_text(path: str | Path) -> str:

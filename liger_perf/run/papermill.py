@@ -201,7 +201,7 @@ def not_this_trial(result: TrialResult, request: TrialRequest) -> str | None:
     a candidate it was not given. The notebook is writable inside the sandbox, where a process the variant leaves
     behind may outlive Papermill's last save: a review's rewrote the best it was measured against to the baseline
     and added an "accepted" verdict of its own. The loop builds later candidates from recorded sources."""
-    from liger_perf.kernel.variants import source_hash, variant_text
+    from liger_perf.kernel.variants import batch_hash, source_hash, variant_text
 
     def sha(path: str) -> str:
         return source_hash(variant_text(path))
@@ -216,7 +216,7 @@ def not_this_trial(result: TrialResult, request: TrialRequest) -> str | None:
         # A screening's "variant" is its batch (``Screen``: the hash of its candidates' hashes, in order) and its
         # "against" the best it timed them with, the request's variant. Its best once stood in for its variant
         # here: every screening on the GPU was then filed as crashed and its timings lost (trial 0092).
-        batch = source_hash("\n".join(sha(entry.variant) for entry in request.screen))
+        batch = batch_hash(sha(entry.variant) for entry in request.screen)
         if result.variant.sha256 != batch or unlike(result.variant):
             return f"the screening's result names another batch of candidates than it was given: {not_harness}"
         if result.against is None or result.against.sha256 != sha(request.variant):

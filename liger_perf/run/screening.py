@@ -37,7 +37,7 @@ class Screen(Trial):
 
     def __init__(self, request):
         from liger_perf.record.schema import TrialRequest
-        from liger_perf.kernel.variants import source_hash, variant_text
+        from liger_perf.kernel.variants import batch_hash, source_hash, variant_text
 
         request = TrialRequest.model_validate(request)
         if not request.screen:
@@ -62,7 +62,7 @@ class Screen(Trial):
                                  "quick_gate": "", "ratio": None, "ci_low": None,
                                  "ci_high": None, "kept": False, "reason": why, "path": entry.variant})
         # The notebook is about the batch: its "variant" names the batch, "against" the best it was timed with.
-        self.data["variant"] = {"path": "", "sha256": source_hash("\n".join(shas)), "knobs": None,
+        self.data["variant"] = {"path": "", "sha256": batch_hash(shas), "knobs": None,
                                 "source": ""}
         self.data["against"] = {"path": request.variant, "sha256": best["sha256"]}
         self.data["passes"] = self.passes
