@@ -42,7 +42,9 @@ def main(out_dir: str) -> int:
     result = {}
     smi = subprocess.run(["nvidia-smi", "-q"], capture_output=True, text=True)
     result["addressing_mode"] = [line.strip() for line in smi.stdout.splitlines() if "Addressing Mode" in line]
-    child = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=300)
+    script = out / "hmm_child.py"  # a file: Triton reads a @jit function's source from it ("-c" has none)
+    script.write_text(CHILD)
+    child = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     result["returncode"] = child.returncode
     result["child_stdout"] = child.stdout[-2000:]
     result["child_stderr"] = child.stderr[-2000:]
