@@ -118,6 +118,11 @@ def check_addresses(addresses, mask, item_bytes: int, ranges: list[tuple[int, in
             "under the interpreter a kernel may touch only its arguments' memory")
 
 
+def _current_ranges():
+    """The storages of the launch this thread is running (None outside a launch)."""
+    return getattr(_state, "ranges", None)
+
+
 class _ConfinedMemory:
     """Triton's native interpreter module with its four memory operations checked against the launch's tensors;
     everything else is the module's own."""
@@ -131,19 +136,19 @@ class _ConfinedMemory:
     def load(self, ptrs, mask, other, dtype):
         import numpy as np
 
-        check_addresses(ptrs, mask, np.dtype(dtype).itemsize, getattr(_state, "ranges", None))
+        check_addresses(ptrs, mask, np.dtype(dtype).itemsize, _current_ranges())
         return self._native.load(ptrs, mask, other, dtype)
 
     def store(self, ptrs, value, mask):
-        check_addresses(ptrs, mask, value.dtype.itemsize, getattr(_state, "ranges", None))
+        check_addresses(ptrs, mask, value.dtype.itemsize, _current_ranges())
         return self._native.store(ptrs, value, mask)
 
     def atomic_cas(self, ptrs, cmp, value, sem):
-        check_addresses(ptrs, None, value.dtype.itemsize, getattr(_state, "ranges", None))
+        check_addresses(ptrs, None, value.dtype.itemsize, _current_ranges())
         return self._native.atomic_cas(ptrs, cmp, value, sem)
 
     def atomic_rmw(self, op, ptrs, value, mask, sem):
-        check_addresses(ptrs, mask, value.dtype.itemsize, getattr(_state, "ranges", None))
+        check_addresses(ptrs, mask, value.dtype.itemsize, _current_ranges())
         return self._native.atomic_rmw(op, ptrs, value, mask, sem)
 
 
@@ -178,7 +183,7 @@ def confine_memory() -> bool:
         return args_hst, kwargs_hst
 
     def call_confined(self, *args, **kwargs):
-        outer = getattr(_state, "ranges", None)
+        outer = _current_ranges()
         try:
             return call(self, *args, **kwargs)
         finally:
