@@ -55,6 +55,11 @@ def variant_text(path: str | Path) -> str:
     return Path(path).read_text(encoding="utf-8", errors="replace")
 
 
+def variant_hash(path: str | Path) -> str:
+    """A variant file's hash as a trial records it: of ``variant_text``'s text."""
+    return source_hash(variant_text(path))
+
+
 def missing_variant(path: Path, what: str = "variant file") -> str:
     """The line for a variant path that names no file: a folder is said to be one."""
     found = "is a folder, not a file" if path.is_dir() else "does not exist"

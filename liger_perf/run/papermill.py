@@ -201,10 +201,7 @@ def not_this_trial(result: TrialResult, request: TrialRequest) -> str | None:
     a candidate it was not given. The notebook is writable inside the sandbox, where a process the variant leaves
     behind may outlive Papermill's last save: a review's rewrote the best it was measured against to the baseline
     and added an "accepted" verdict of its own. The loop builds later candidates from recorded sources."""
-    from liger_perf.kernel.variants import batch_hash, source_hash, variant_text
-
-    def sha(path: str) -> str:
-        return source_hash(variant_text(path))
+    from liger_perf.kernel.variants import batch_hash, source_hash, variant_hash as sha
 
     def unlike(record) -> bool:  # a recorded source that is not the one its hash names
         return bool(record.source) and source_hash(record.source) != record.sha256
@@ -250,10 +247,10 @@ def bare_result(request: TrialRequest, mode: str) -> TrialResult:
     """The result of a trial whose notebook never got to write one: what the request says about it (its status
     ``running`` until the caller says how it ended)."""
     from liger_perf.record.schema import VariantRecord
-    from liger_perf.kernel.variants import source_hash, variant_text
+    from liger_perf.kernel.variants import source_hash, variant_hash, variant_text
 
     source = variant_text(request.variant)
-    against = source_hash(variant_text(request.against)) if request.against else None
+    against = variant_hash(request.against) if request.against else None
     return TrialResult(
         kernel=request.kernel, trial_id=request.trial_id, name=request.name, status="running",
         hypothesis=request.hypothesis, prediction=request.prediction, changes=request.changes,
