@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import sys
@@ -708,10 +709,13 @@ def bench_command(
     from liger_perf.bench import SUITES, bench_cases
 
     spec = get_spec(kernel)
+    if not 0 < timeout < math.inf:  # NaN too
+        raise UserError(f"--timeout {timeout}: give a positive number of seconds, e.g. --timeout 1800")
     if suite not in SUITES:
         raise UserError(f"--suite {suite}: leave it out for the device's suite, or --suite models")
     here = select_device(device)
     mode, store = here.mode, Store(device=here.device_class)
+    reports = store.kernel_reports(kernel)  # a file in its place: one line now, not after the measurement
     if suite == "models" and mode == "interpret":
         raise UserError("--suite models needs a GPU: its shapes (up to 64 Mi elements per tensor) would take hours "
                         "under the Triton interpreter; on the CPU, leave --suite out")
@@ -725,7 +729,7 @@ def bench_command(
     with console.status(f"bench of {kernel}: {chosen} beside the baseline and the peers..."):
         data = run_bench(kernel, chosen, device=device, repetitions=repetitions, timeout_s=timeout, suite=suite,
                          compiled=compile, shapes=chosen_shapes)
-    path = write_bench_report(kernel, data, store.kernel_reports(kernel))
+    path = write_bench_report(kernel, data, reports)
     table = summary_table(data)
     rich_table = Table(*table.columns)
     for row in table.itertuples(index=False):

@@ -8,6 +8,7 @@ its variant runs again under a new number, and nothing that completed runs twice
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,9 +42,9 @@ def trials_within(seconds_left: float, pace: float | None, workers: int, count: 
     """How many of ``count`` trials, run ``workers`` at a time at ``pace`` seconds each, end within
     ``seconds_left``: none once it is past, all of them when there is no pace to go by (none of the kind has
     finished here yet), else those whose turn ends before it."""
-    if count <= 0 or seconds_left <= 0:
+    if count <= 0 or not seconds_left > 0:  # NaN: no time to go by is none left
         return 0
-    if pace is None or pace <= 0:
+    if pace is None or pace <= 0 or math.isinf(seconds_left):
         return count
     return min(count, int(seconds_left // pace) * max(workers, 1))
 

@@ -159,6 +159,8 @@ class Nightly:
         from liger_perf.isolation.sandbox import require_sandbox
 
         require_sandbox(self.config.proposer, self.config.unsandboxed)
+        for job in self.config.kernels:  # a missing or broken guardrails file is bad input: one line, before the
+            self._rules(job)             # selfcheck and any trial, not an error of the job per kernel at the end
         self.root.mkdir(parents=True, exist_ok=True)
         with self.store.lock("nightly"):
             self.results: list[dict] = []
@@ -273,13 +275,17 @@ class Nightly:
 
     # -- one kernel ----------------------------------------------------------------------------------------
 
-    def _kernel(self, job: KernelJob, entry: dict, budget_left: int) -> None:
+    def _rules(self, job: KernelJob):
+        """The acceptance rules of ``job``: the configured guardrails file with the job's target."""
         guardrails = Path(self.config.guardrails)
         guardrails = guardrails if guardrails.is_absolute() else current().root / guardrails
         # A workspace without the file (the default name) has the default rules; a named file must exist.
-        rules = load_guardrails(guardrails if guardrails.is_file() or self.config.guardrails != DEFAULT_GUARDRAILS
-                                else None,
-                                target=job.target)
+        return load_guardrails(guardrails if guardrails.is_file() or self.config.guardrails != DEFAULT_GUARDRAILS
+                               else None,
+                               target=job.target)
+
+    def _kernel(self, job: KernelJob, entry: dict, budget_left: int) -> None:
+        rules = self._rules(job)
         mode = self.runner.mode(self.config.device)
         baseline_sha = source_hash(baseline_path(job.name).read_text())
         trials = [t for t in load_trials(job.name, self.root) if t.device == mode]
@@ -475,7 +481,7 @@ def _write_text(path: Path, text: str) -> None:
 
 _CRON = """\
 # crontab -e: every night at 02:00; the log goes into the workspace's reports/ (made if missing)
-0 2 * * * cd {root} && mkdir -p reports && {python} {args} >> {root}/reports/nightly-cron.log 2>&1
+0 2 * * * cd {cd} && mkdir -p reports && {python} {args} >> {log} 2>&1
 """
 _SYSTEMD = """\
 # ~/.config/systemd/user/liger-perf-nightly.service
@@ -530,13 +536,23 @@ def schedule(kind: str, config: Path | None) -> str:
     templates = {"cron": _CRON, "systemd": _SYSTEMD, "github": _GITHUB}
     if kind not in templates:
         raise UserError(f"--print-schedule {kind!r}: use cron, systemd or github")
+    import shlex
+
     root = current().root
+    # A shell's words (cron, GitHub's run:), systemd's (ExecStart= takes quoted words too): a path with a space
+    # stays one word. cron and systemd read % themselves: doubled or escaped, it means %.
+    percent = {"cron": "\\%", "systemd": "%%"}.get(kind, "%")
+
+    def word(text) -> str:
+        return shlex.quote(str(text)).replace("%", percent)
+
     config_arg = ""
     if config:
+        load_config(config)  # a typo is one line now, not a failed job at 2 a.m.
         config = Path(config).resolve()
         if kind == "github" and config.is_relative_to(root):  # a CI checkout lives elsewhere: stay relative
             config = config.relative_to(root)
-        config_arg = f" --config {config}"
+        config_arg = f" --config {word(config)}"
     # This checkout installs itself; another workspace (a repository of the user's kernels) installs the
     # liger-perf its runner has, named by the version that wrote this.
     from liger_perf import __version__
@@ -544,5 +560,6 @@ def schedule(kind: str, config: Path | None) -> str:
     install = ("python3 -m pip install -e ." if (root / "pyproject.toml").is_file()
                and 'name = "liger-perf"' in (root / "pyproject.toml").read_text(errors="replace")
                else f"python3 -m pip install 'liger-perf=={__version__}'  # or the wheel's path on the runner")
-    return templates[kind].format(root=root, python=sys.executable, args=f"-m liger_perf nightly{config_arg}",
-                                  install=install)
+    return templates[kind].format(root=str(root).replace("%", percent), cd=word(root),
+                                  log=word(root / "reports" / "nightly-cron.log"), python=word(sys.executable),
+                                  args=f"-m liger_perf nightly{config_arg}", install=install)

@@ -20,6 +20,7 @@ from liger_perf.record.history import (accepted_chain, baseline_trials, best_tim
                                        geomean, pass_interval)
 from liger_perf.kernel.registry import baseline_path
 from liger_perf.record.schema import TrialResult
+from liger_perf.record.store import report_file
 from liger_perf.kernel.variants import bucket_columns, recorded_dispatch, source_hash
 from liger_perf.core.wording import speedup
 
@@ -155,7 +156,7 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
     lines = [f"# {kernel}: optimization report", ""]
     if not trials:
         lines.append("No trials yet: run `liger-perf optimize` or `liger-perf trial` first.")
-        (out / "report.md").write_text("\n".join(lines) + "\n")
+        report_file(out / "report.md").write_text("\n".join(lines) + "\n")
         return out / "report.md"
     devices = sorted({t.device for t in trials})
     fingerprint = (todays_baseline or baseline or trials[0]).fingerprint
@@ -210,8 +211,8 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
                   "carried it over).", "", markdown_table(table), ""]
     diff = variant_diff(kernel, best, base=carried_from)
     lines += ["## The winning change", "", "```diff", diff or "(none: the baseline is still the best)", "```", ""]
-    (out / "best.diff").write_text(diff)
-    (out / "report.md").write_text("\n".join(lines))
+    report_file(out / "best.diff").write_text(diff)
+    report_file(out / "report.md").write_text("\n".join(lines))
     return out / "report.md"
 
 
@@ -239,7 +240,7 @@ def _plot_times(baseline: TrialResult, ratios: dict | None, out: Path, plt) -> l
         ax.legend()
         fig.tight_layout()
         path = out / f"time-{pass_name}-{dtype}.png"
-        fig.savefig(path, dpi=90)
+        fig.savefig(report_file(path), dpi=90)
         plt.close(fig)
         paths.append(path)
     return paths

@@ -41,8 +41,11 @@ def read_yaml_mapping(path: str | Path, what: str = "") -> tuple[dict, str]:
     """The mapping a YAML file holds, and its text; every way it can be wrong is one line (``UserError``)."""
     path = Path(path)
     name = f"{what} {path}".strip()
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"{name} does not exist: write it (see the README), or pass another file")
+    if not path.is_file():
+        raise UserError(f"{name} is {'a folder' if path.is_dir() else 'a device or a pipe'}, not a file: pass "
+                        "the YAML file itself")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:

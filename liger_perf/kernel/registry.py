@@ -47,9 +47,19 @@ def _kernels() -> dict[str, tuple[Path, str]]:
         if not root.is_dir():
             continue
         for folder in sorted(root.iterdir()):
+            if not _a_name(folder.name):  # bytes that are not UTF-8: no name anyone could type or print
+                continue
             if (folder / "spec.py").is_file() and (folder / "baseline.py").is_file():
                 kernels.setdefault(folder.name, (folder, origin))
     return kernels
+
+
+def _a_name(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return name.isprintable()
 
 
 def kernel_names() -> list[str]:

@@ -9,7 +9,6 @@ is corrupt, half-written or of another format is skipped with a one-line warning
 from __future__ import annotations
 
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -19,7 +18,7 @@ import pandas as pd
 from liger_perf.record.notebook import read_result, read_verdict
 from liger_perf.kernel.registry import baseline_path
 from liger_perf.record.schema import Key, TrialResult, measures_suite
-from liger_perf.record.store import Store, trial_number
+from liger_perf.record.store import NOTEBOOK_LIMIT, Store, read_notebook_text, trial_number
 from liger_perf.kernel.variants import source_hash
 from liger_perf.core.wording import count
 
@@ -46,21 +45,8 @@ def forget_warnings() -> None:
     _warned.clear()
 
 
-#: The largest notebook read as a trial: a trial's notebook is well under 2 MB (the largest committed, 0.6 MB).
-NOTEBOOK_LIMIT = 32 * 2**20
-
-
 #: What a notebook file that is not a trial notebook raises while it is read: never more than a warning.
 _UNREADABLE = (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError)
-
-
-def _read_no_follow(path: Path) -> str:
-    """The text of a regular file, opened without following a link (one swapped in after the check above fails
-    here) and without blocking on a FIFO (``open_regular``)."""
-    from liger_perf.isolation.contained import open_regular
-
-    with os.fdopen(open_regular(path), encoding="utf-8") as f:
-        return f.read(NOTEBOOK_LIMIT + 1)
 
 
 def read_trial(path: Path, kernel: str | None = None) -> TrialResult | None:
@@ -84,7 +70,7 @@ def read_trial(path: Path, kernel: str | None = None) -> TrialResult | None:
     try:
         # nbformat's own parser, without the conversion of every output into NotebookNodes: that conversion is
         # most of the cost of a full read, and only the two tagged outputs are looked at.
-        nb = nbformat.reader.parse_json(_read_no_follow(path))
+        nb = nbformat.reader.parse_json(read_notebook_text(path))
         if not isinstance(nb, dict):
             raise TypeError(f"a JSON {type(nb).__name__}, not a notebook object")
         major = nbformat.reader.get_version(nb)[0]

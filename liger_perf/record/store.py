@@ -147,7 +147,12 @@ class Store:
         return Lock(self.kernel_folder(kernel) if kernel else self.notebooks, kind, label)
 
     def kernel_reports(self, kernel: str) -> Path:
-        return self.reports / kernel
+        """The kernel's reports folder (made by whoever writes it): a file in its place is one line, before a
+        bench or a loop spends its time on numbers it could not write."""
+        folder = self.reports / kernel
+        if folder.exists() and not folder.is_dir():
+            raise UserError(f"{folder} is a file, not a folder: move it away; the kernel's reports go there")
+        return folder
 
     def nightly_reports(self) -> Path:
         return self.reports / "nightly"
@@ -209,6 +214,14 @@ class Lock:
                     folder.rmdir()
 
 
+def report_file(path: Path) -> Path:
+    """``path``, about to be written in a reports folder: a link there (a clone may carry one, to any file of
+    the machine) is removed first, so the write makes a file of its own instead of overwriting the link's target."""
+    if path.is_symlink():
+        path.unlink()
+    return path
+
+
 # -- which history a reader reads -----------------------------------------------------------------------------
 
 def recorded_devices(kernel: str) -> list[str]:
@@ -223,13 +236,30 @@ def recorded_devices(kernel: str) -> list[str]:
     return [name for _, name in sorted(found, key=lambda pair: pair[0], reverse=True)]
 
 
+#: The largest notebook read as a trial: a trial's notebook is well under 2 MB (the largest committed, 0.6 MB).
+NOTEBOOK_LIMIT = 32 * 2**20
+
+
+def read_notebook_text(path: Path) -> str:
+    """At most ``NOTEBOOK_LIMIT + 1`` characters of a notebook file (more: not a trial notebook), opened without
+    following a link (it could name any file of the machine) and without blocking on a FIFO or reading a device
+    forever (``open_regular``): ``OSError`` for any of those."""
+    from liger_perf.isolation.contained import open_regular
+
+    with os.fdopen(open_regular(path), encoding="utf-8") as f:
+        return f.read(NOTEBOOK_LIMIT + 1)
+
+
 def _ended(notebook: Path) -> str:
     """When a trial notebook's execution ended (Papermill's ISO time), '' when it cannot be read."""
     import json
 
     try:
-        return str(json.loads(notebook.read_text(encoding="utf-8"))["metadata"]["papermill"]["end_time"] or "")
-    except (OSError, ValueError, KeyError, TypeError):
+        text = read_notebook_text(notebook)
+        if len(text) > NOTEBOOK_LIMIT:
+            return ""
+        return str(json.loads(text)["metadata"]["papermill"]["end_time"] or "")
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return ""
 
 

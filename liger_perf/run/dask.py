@@ -106,7 +106,14 @@ class DaskRunner:
         from distributed import Client, LocalCluster
 
         if scheduler:
-            self.client, self.pin_gpus = Client(scheduler), False
+            try:
+                self.client, self.pin_gpus = Client(scheduler), False
+            except (OSError, ValueError, TypeError) as e:  # no such address, nothing listening there, a timeout
+                from liger_perf.core.errors import UserError
+
+                first = (str(e).splitlines() or [type(e).__name__])[0]
+                raise UserError(f"--scheduler {scheduler}: no Dask scheduler reached ({first}): give its address "
+                                "as tcp://HOST:8786 with `dask scheduler` running there") from None
         else:
             # The dashboard on a free port: None does not turn it off (dask/distributed#8136) and the default
             # port warns whenever another cluster holds it.

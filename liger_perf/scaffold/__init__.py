@@ -80,6 +80,10 @@ def _check_shapes(shapes) -> list[tuple[int, ...]]:
     return checked
 
 
+#: The longest kernel name: a folder name (and a module name), well under a file system's 255 bytes.
+MAX_NAME = 100
+
+
 # -- the command -------------------------------------------------------------------------------------------------------
 
 def _command_line(name, reference, shapes, dtypes, baseline, entry) -> str:
@@ -99,9 +103,13 @@ def scaffold_kernel(kernels_dir: Path, name: str, reference: str, shapes: list[t
     """Write ``kernels_dir/name/spec.py`` and ``baseline.py`` for the PyTorch function ``reference``
     (``module:function``) and return their paths; a bad input raises ``UserError`` saying what to do."""
     name = str(name)
-    if not name.isidentifier() or keyword.iskeyword(name):
-        raise UserError(f"kernel name {name!r} is not a Python identifier: use letters, digits and underscores, "
-                        "e.g. silu_squared")
+    if not name.isascii() or not name.isidentifier() or keyword.iskeyword(name):
+        # ASCII: Python reads an identifier NFKC-normalized (the folder 'ｋern' would define 'kern'), and a file
+        # system may store a name in another normal form than it was typed.
+        raise UserError(f"kernel name {name!r} is not a Python identifier of ASCII letters, digits and "
+                        "underscores (nor a keyword): e.g. silu_squared")
+    if len(name) > MAX_NAME:
+        raise UserError(f"kernel name {name[:20]}... is {len(name)} characters long: use at most {MAX_NAME}")
     if name.startswith("_") or name in RESERVED_PARAMETERS or name in {"annotations"}:
         raise UserError(f"kernel name {name!r} is private or a name the generated code uses itself: choose another")
     shapes = _check_shapes(list(shapes)) if shapes is not None else None

@@ -82,6 +82,9 @@ def load_reference(reference: str) -> Reference:
     except Exception as e:  # the module's own code failed
         raise UserError(f"--reference {reference}: importing {module_name} raised {type(e).__name__}: "
                         f"{_one_line(e, 200)}: fix the module") from None
+    except SystemExit as e:  # a script: its command line is parsed (and it exits) when it is imported
+        raise UserError(f"--reference {reference}: importing {module_name} exited (code {e.code!r}): it runs as a "
+                        "script when imported; put that code under `if __name__ == \"__main__\":`") from None
     finally:
         if sys.path and sys.path[0] == cwd:
             del sys.path[0]

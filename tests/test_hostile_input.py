@@ -1,0 +1,145 @@
+"""Hostile or mistaken input outside the kernels: one line that says what to do, never a traceback, a hang or a
+file overwritten through a link."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from broken_variants import ROOT
+from liger_perf.core.errors import UserError
+
+
+def run_cli(*args, cwd, env=None, timeout=120):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1", "LIGER_PERF_WORKSPACE": str(cwd),
+           **(env or {})}
+    return subprocess.run([sys.executable, "-m", "liger_perf", *args], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=timeout)
+
+
+def one_line(out) -> str:
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def ws(tmp_path):
+    out = run_cli("init", str(tmp_path), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    return tmp_path
+
+
+def test_no_time_to_go_by_and_unlimited_time_are_not_a_crash():
+    """`optimize --max-minutes inf` (and nightly's `wall_clock_s: .inf`) crashed with "cannot convert float NaN
+    to integer" as soon as a trial's pace was known."""
+    from liger_perf.loop import trials_within
+
+    assert trials_within(float("inf"), 10.0, 1, 3) == 3
+    assert trials_within(float("nan"), 10.0, 1, 3) == 0
+    assert trials_within(25.0, 10.0, 1, 3) == 2
+
+
+def test_a_guardrails_path_that_is_a_folder_or_a_device_is_not_called_missing(ws):
+    for given, said in ((ws / "notebooks", "is a folder"), (os.devnull, "is a device or a pipe")):
+        line = one_line(run_cli("plan", "relu_squared", "--guardrails", str(given), cwd=ws))
+        assert said in line and "does not exist" not in line, line
+
+
+def test_a_nightly_guardrails_typo_is_bad_input_before_anything_runs(ws):
+    config = ws / "typo.yaml"
+    config.write_text("kernels:\n  - name: relu_squared\n  - name: fused_add_rms_norm\nguardrails: guardrail.yaml\n")
+    line = one_line(run_cli("nightly", "--config", str(config), cwd=ws))
+    assert "guardrail.yaml does not exist" in line, line
+    assert not (ws / "reports" / "interpret" / "nightly").exists()  # no summary of a night that never ran
+
+
+def test_print_schedule_quotes_a_workspace_with_a_space_and_checks_the_config(tmp_path):
+    import shlex
+
+    ws = tmp_path / "my ws"
+    assert run_cli("init", str(ws), cwd=tmp_path).returncode == 0
+    out = run_cli("nightly", "--print-schedule", "cron", cwd=ws)
+    assert out.returncode == 0, out.stderr
+    line = next(line for line in out.stdout.splitlines() if line.startswith("0 2"))
+    assert f"cd {shlex.quote(str(ws))} &&" in line, line
+    assert "typo.yaml does not exist" in one_line(run_cli("nightly", "--print-schedule", "cron", "--config",
+                                                          str(ws / "typo.yaml"), cwd=ws))
+
+
+def test_bench_timeout_must_be_a_positive_number(ws):
+    for value in ("nan", "-5", "0"):
+        line = one_line(run_cli("bench", "relu_squared", "--timeout", value, cwd=ws))
+        assert "--timeout" in line and "positive number of seconds" in line, line
+
+
+def test_a_file_where_the_kernels_reports_go_is_one_line_before_the_bench_measures(ws):
+    (ws / "reports" / "interpret").mkdir(parents=True)
+    (ws / "reports" / "interpret" / "relu_squared").write_text("not a folder")
+    line = one_line(run_cli("bench", "relu_squared", "--shapes", "8x300", cwd=ws))
+    assert "is a file, not a folder" in line, line
+
+
+def test_a_report_never_writes_through_a_link_in_the_reports_folder(ws, tmp_path_factory):
+    precious = tmp_path_factory.mktemp("elsewhere") / "precious.txt"
+    precious.write_text("precious")
+    folder = ws / "reports" / "interpret" / "relu_squared"
+    folder.mkdir(parents=True)
+    (folder / "report.md").symlink_to(precious)
+    out = run_cli("report", "relu_squared", "--device", "interpret", cwd=ws)
+    assert out.returncode == 0, out.stderr
+    assert precious.read_text() == "precious"
+    assert not (folder / "report.md").is_symlink() and "optimization report" in (folder / "report.md").read_text()
+
+
+def test_a_fifo_as_the_last_notebook_of_a_history_does_not_hang_the_reader(ws):
+    folder = ws / "notebooks" / "nvidia-h200" / "relu_squared"
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "9999-fifo.ipynb")
+    out = run_cli("history", "relu_squared", cwd=ws, timeout=60)  # hung for ever in store._ended
+    assert out.returncode == 0, out.stderr
+    assert "9999-fifo.ipynb" in out.stderr  # skipped with a warning, as every unreadable notebook is
+
+
+@pytest.mark.parametrize("name, said", [("ｋern", "ASCII"), ("x" * 300, "300 characters long")])
+def test_new_refuses_a_name_python_or_the_file_system_would_not_keep(ws, name, said):
+    (ws / "myref.py").write_text("import torch\n\n\ndef sq(x):\n    return x * x\n")
+    line = one_line(run_cli("new", name, "--reference", "myref:sq", cwd=ws))
+    assert said in line, line
+    assert not any((ws / "kernels").iterdir())
+
+
+def test_new_says_a_reference_that_exits_on_import_is_a_script(ws):
+    (ws / "script.py").write_text("import sys\n\nimport torch\n\n\ndef sq(x):\n    return x * x\n\n\n"
+                                  "sys.exit(2)\n")
+    out = run_cli("new", "zz", "--reference", "script:sq", cwd=ws)
+    line = one_line(out)
+    assert "exited" in line and "__main__" in line, line
+
+
+def test_a_kernel_folder_whose_name_is_not_utf8_does_not_break_the_listing(ws):
+    bad = os.fsdecode(b"k\xff")
+    (ws / "kernels" / bad).mkdir()
+    for name in ("spec.py", "baseline.py"):
+        (ws / "kernels" / bad / name).write_bytes((ROOT / "kernels" / "relu_squared" / name).read_bytes())
+    out = run_cli("kernels", cwd=ws)
+    assert out.returncode == 0, out.stderr
+    assert "relu_squared" in out.stdout
+
+
+def test_scheduler_that_is_no_address_is_one_line(ws):
+    line = one_line(run_cli("optimize", "relu_squared", "--scheduler", "bogus", cwd=ws))
+    assert "--scheduler bogus" in line, line
+
+
+def test_load_config_is_untouched_by_the_up_front_guardrails_check(tmp_path):
+    """The up-front check reads the guardrails file, not the job's config: a good config still loads."""
+    from liger_perf.nightly import load_config
+
+    config = tmp_path / "n.yaml"
+    config.write_text("kernels:\n  - name: relu_squared\nguardrails: nowhere.yaml\n")
+    assert load_config(config).guardrails == "nowhere.yaml"
+    with pytest.raises(UserError):
+        load_config(tmp_path / "absent.yaml")
