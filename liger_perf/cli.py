@@ -56,15 +56,18 @@ def workspace_option(
 @app.command("init")
 def init_command(
     ctx: typer.Context,
-    folder: Optional[Path] = typer.Argument(None, metavar="DIR", help="the workspace folder to create or complete; "
-                                                                     "default: --workspace, else the current folder"),
+    folder: Optional[str] = typer.Argument(None, metavar="DIR", help="the workspace folder to create or complete; "
+                                                                    "default: --workspace, else the current folder"),
 ) -> None:
     """Make a workspace: kernels/, notebooks/, reports/, a commented guardrails.yaml and nightly.yaml, .gitignore."""
     from liger_perf.core.workspace import init_workspace
 
     # Not the workspace found upward: `init` in a subfolder of one makes a new one there.
     stated = ctx.parent.params.get("workspace") if ctx.parent is not None else None
-    folder = folder or stated or Path(".")
+    if folder == "":  # `init "$DIR"` with DIR unset: not the current folder by accident
+        raise UserError("init: the folder given is an empty string (an unset variable?): name a folder, or give "
+                        "none for the current one")
+    folder = Path(folder) if folder else stated or Path(".")
     for path, made in init_workspace(folder):
         console.print(f"{'created' if made else 'kept   '} {path}", markup=False)
     console.print(f"workspace: {folder.absolute()} (next: `liger-perf new NAME --reference module:function`, or "
@@ -95,9 +98,9 @@ def new_command(
 
     shadowed = name in kernel_names() and kernel_origin(name) == "built-in"
     written = scaffold_kernel(current().kernels, name, reference,
-                              shapes=parse_shapes(shapes) if shapes else None,
-                              dtypes=parse_dtypes(dtypes) if dtypes else None, baseline=baseline, entry=entry,
-                              force=force)
+                              shapes=parse_shapes(shapes) if shapes is not None else None,  # "": refused
+                              dtypes=parse_dtypes(dtypes) if dtypes is not None else None,
+                              baseline=baseline, entry=entry, force=force)
     for path in written:
         console.print(f"wrote {path}", markup=False, highlight=False)
     if shadowed:

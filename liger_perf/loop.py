@@ -25,7 +25,7 @@ from liger_perf.record.notebook import record_verdict
 from liger_perf.kernel.registry import baseline_path, get_spec
 from liger_perf.run import Runner, check_tuning_suite, history_device, trial_request
 from liger_perf.record.schema import HARNESS_ERROR, TrialRequest, TrialResult, Verdict
-from liger_perf.record.store import Store, trial_number
+from liger_perf.record.store import Store, trial_number, without_link
 from liger_perf.kernel.variants import dispatch_bucket, source_hash, split_by_buckets, target_buckets, with_knobs
 from liger_perf.core.wording import count, speedup
 
@@ -472,7 +472,7 @@ class OptimizeLoop:
         for i, step in enumerate(batch):
             file = self.store.screen_candidate(paths, i, step.name)
             file.parent.mkdir(parents=True, exist_ok=True)
-            file.write_text(step.source)
+            without_link(file).write_text(step.source)
             entries.append(ScreenEntry(name=f"{i}-{step.name}"[:60], variant=str(file.resolve()),
                                        hypothesis=step.hypothesis, prediction=step.prediction,
                                        changes=step.changes or None, proposer_audit=step.audit))
@@ -530,7 +530,7 @@ class OptimizeLoop:
         if variant_file is None:
             variant_file = paths.variant
             variant_file.parent.mkdir(parents=True, exist_ok=True)
-            variant_file.write_text(step.source)
+            without_link(variant_file).write_text(step.source)
         return trial_request(self.kernel, variant_file, against, store=self.store, paths=paths,
                              hypothesis=step.hypothesis, prediction=step.prediction, audit=step.audit,
                              passes=list(self.spec.passes), device=self.device_arg,

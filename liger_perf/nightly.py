@@ -28,9 +28,9 @@ import traceback
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
-from liger_perf.core.config import load_yaml_model
+from liger_perf.core.config import YamlModel, load_yaml_model
 from liger_perf.core.errors import EXIT_FAILED, EXIT_JOB_ERROR, UserError
 from liger_perf.judge import drift_ratios
 from liger_perf.judge.guardrails import load_guardrails
@@ -53,9 +53,7 @@ STACK_KEYS = ("gpu", "driver", "cuda", "torch", "triton", "liger_perf", "python"
 SELFCHECK_REUSE_S = 12 * 3600
 
 
-class KernelJob(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class KernelJob(YamlModel):
     name: str
     target: Literal["forward", "backward", "full", "memory"] = "backward"
     # Trials of the optimize loop per night (the summary's date): a second run the same night (a retried or a
@@ -76,9 +74,7 @@ class KernelJob(BaseModel):
 DEFAULT_GUARDRAILS = "guardrails.yaml"
 
 
-class NightlyConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class NightlyConfig(YamlModel):
     kernels: list[KernelJob] = Field(min_length=1)
     # The whole job: no tuning trial or screening starts that the recent ones' pace says would end after it.
     wall_clock_s: float = Field(6 * 3600, gt=0)
@@ -94,6 +90,17 @@ class NightlyConfig(BaseModel):
     #: ``liger-perf selfcheck`` first (the gate of each baseline, a short trial of each): a machine that fails it
     #: runs no trial tonight, and the night is an error of the job, never a regression of a kernel.
     selfcheck: bool = True
+
+    @field_validator("kernels")
+    @classmethod
+    def _each_kernel_once(cls, kernels: list[KernelJob]) -> list[KernelJob]:
+        # A night's trial budget is counted per kernel (its history): a second entry would get a second budget.
+        names = [job.name for job in kernels]
+        twice = next((name for name in names if names.count(name) > 1), None)
+        if twice:
+            raise ValueError(f"{twice} is listed twice: list each kernel once (a night's trial budget is the "
+                             "kernel's)")
+        return kernels
 
 
 def load_config(path: str | Path) -> NightlyConfig:

@@ -23,6 +23,10 @@ def test_the_projects_guardrails_load():
     ("max_regression: 0.05\nmax_cumulative_regression: 0.01\n", "max_cumulative_regression must be at least"),
     ("target: [backward\n", "not valid YAML"),
     ("- backward\n", "expected a mapping"),
+    # YAML reads yes/on as true, and pydantic true as 1: a one-second trial timeout, without a word
+    ("trial_timeout_s: yes\n", ":1: trial_timeout_s: give a number, not true or false"),
+    ("max_accuracy_regression: on\n", ":1: max_accuracy_regression: give a number, not true or false"),
+    ("max_regression: .nan\n", ":1: max_regression: give a number, not .nan"),
 ])
 def test_broken_guardrails_are_one_line_errors(tmp_path, text, expected):
     path = tmp_path / "guardrails.yaml"

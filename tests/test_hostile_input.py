@@ -9,6 +9,7 @@ import pytest
 
 from broken_variants import ROOT
 from liger_perf.core.errors import UserError
+from liger_perf.record.store import Store
 
 
 def run_cli(*args, cwd, env=None, timeout=120):
@@ -143,3 +144,49 @@ def test_load_config_is_untouched_by_the_up_front_guardrails_check(tmp_path):
     assert load_config(config).guardrails == "nowhere.yaml"
     with pytest.raises(UserError):
         load_config(tmp_path / "absent.yaml")
+
+
+def test_init_never_writes_through_a_dangling_link_nor_keeps_a_folder_for_a_file(tmp_path):
+    """A clone may carry `nightly.yaml` as a link to a file that does not exist yet: init wrote the default
+    there, wherever it pointed. A folder named guardrails.yaml was "kept", and the default rules applied."""
+    elsewhere = tmp_path / "elsewhere" / "planted.yaml"
+    elsewhere.parent.mkdir()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "nightly.yaml").symlink_to(elsewhere)
+    line = one_line(run_cli("init", str(ws), cwd=tmp_path))
+    assert "is a link to" in line and "nightly.yaml" in line, line
+    assert not elsewhere.exists()
+    (ws / "nightly.yaml").unlink()
+    (ws / "guardrails.yaml").unlink()  # written before init reached the link
+    (ws / "guardrails.yaml").mkdir()
+    line = one_line(run_cli("init", str(ws), cwd=tmp_path))
+    assert "guardrails.yaml is a folder" in line, line
+
+
+def test_init_with_an_empty_folder_name_is_not_the_current_folder(tmp_path):
+    line = one_line(run_cli("init", "", cwd=tmp_path))  # `init "$DIR"` with DIR unset
+    assert "empty string" in line, line
+    assert not (tmp_path / "guardrails.yaml").exists()
+
+
+def test_a_variant_module_is_rebuilt_beside_a_link_never_through_it(tmp_path):
+    """A trial's variant file is rebuilt from its notebook where the file is gone: a link planted at that path
+    had the notebook's source written into whatever it pointed at. The path a notebook names is read only as a
+    regular file: a FIFO there hung the reader."""
+    from liger_perf.record.history import load_trials, trial_variant_file
+
+    trial = next(t for t in load_trials("fused_add_rms_norm", ROOT / "notebooks" / "nvidia-h200")
+                 if t.trial_id == 94)
+    precious = tmp_path / "precious.txt"
+    precious.write_text("precious")
+    fifo = tmp_path / "fifo.py"
+    os.mkfifo(fifo)
+    trial = trial.model_copy(update={"variant": trial.variant.model_copy(update={"path": str(fifo)})})
+    root = tmp_path / "notebooks"
+    planted = Store(root).trial_paths("fused_add_rms_norm", trial.trial_id, trial.name).variant
+    planted.parent.mkdir(parents=True)
+    planted.symlink_to(precious)
+    rebuilt = trial_variant_file("fused_add_rms_norm", trial, root)
+    assert precious.read_text() == "precious"
+    assert rebuilt == planted and not rebuilt.is_symlink() and rebuilt.read_text() == trial.variant.source

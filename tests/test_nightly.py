@@ -219,6 +219,10 @@ def test_the_night_s_budget_is_shared_by_every_run_of_that_night(tmp_path):
     ("kernels: []\n", "kernels"),
     ("kernels:\n  - {name: relu_squared}\nwall_clock: 10\n", ":3: unknown key 'wall_clock'"),
     ("kernels:\n  - {name: relu_squared}\nproposer: oracle\n", ":3: proposer"),
+    ("kernels:\n  - {name: relu_squared, budget: yes}\n", "kernels.0.budget: give a number, not true or false"),
+    ("kernels:\n  - {name: relu_squared}\nwall_clock_s: on\n", ":3: wall_clock_s: give a number"),
+    # each entry would get the night's whole budget
+    ("kernels:\n  - {name: relu_squared}\n  - {name: relu_squared, target: forward}\n", "relu_squared is listed twice"),
 ])
 def test_a_broken_config_is_a_one_line_error(tmp_path, text, expected):
     config, env = _setup(tmp_path, [])

@@ -2,15 +2,35 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from liger_perf.core.errors import UserError
+from liger_perf.core.workspace import not_a_file
 
 Model = TypeVar("Model", bound=BaseModel)
+
+
+class YamlModel(BaseModel):
+    """A model a YAML file fills: unknown keys refused, and a number's key given a number. Pydantic would read
+    ``true`` as 1 and YAML reads ``yes``, ``on``, ``no`` and ``off`` as true and false, so ``trial_timeout_s: yes``
+    would be one second; ``.nan`` would fail every bound with a message about the bound."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _a_number_where_one_goes(cls, value, info: ValidationInfo):
+        if cls.model_fields[info.field_name].annotation in (int, float):
+            if isinstance(value, bool):
+                raise ValueError("give a number, not true or false (YAML reads yes, no, on and off as those)")
+            if isinstance(value, float) and math.isnan(value):
+                raise ValueError("give a number, not .nan")
+        return value
 
 
 def _line_of(text: str, loc: tuple) -> int | None:
@@ -41,11 +61,9 @@ def read_yaml_mapping(path: str | Path, what: str = "") -> tuple[dict, str]:
     """The mapping a YAML file holds, and its text; every way it can be wrong is one line (``UserError``)."""
     path = Path(path)
     name = f"{what} {path}".strip()
-    if not path.exists():
-        raise UserError(f"{name} does not exist: write it (see the README), or pass another file")
     if not path.is_file():
-        raise UserError(f"{name} is {'a folder' if path.is_dir() else 'a device or a pipe'}, not a file: pass "
-                        "the YAML file itself")
+        raise UserError(f"{name} {not_a_file(path)}: " + ("pass the YAML file itself" if path.exists()
+                                                          else "write it (see the README), or pass another file"))
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:

@@ -87,6 +87,13 @@ def absolute_path(path: str | Path) -> Path:
     return Path(os.path.abspath(Path(path).expanduser()))
 
 
+def not_a_file(path: Path) -> str:
+    """What stands at ``path`` where a file was expected: the end of a one-line error."""
+    if path.is_dir():
+        return "is a folder, not a file"
+    return "is a device or a pipe, not a file" if path.exists() else "does not exist"
+
+
 def use(root: Path, create: bool = False) -> Workspace:
     """Make ``root`` this process's workspace, and that of every process it starts (a notebook kernel, a
     contained check, a sandbox: they run in folders of their own, so every path they are handed is absolute).
@@ -186,6 +193,11 @@ def init_workspace(folder: Path) -> list[tuple[Path, bool]]:
     done = []
     for name, packaged in _INIT:
         path = folder / name
+        if path.is_symlink() and not path.exists():  # writing through it would make the file wherever it points
+            raise UserError(f"{path} is a link to {os.readlink(path)}, which does not exist: remove the link, then "
+                            "run init again")
+        if packaged is not None and path.exists() and not path.is_file():
+            raise UserError(f"{path} is a folder, not the file a workspace reads: move it away, then run init again")
         made = not path.exists()
         try:
             if packaged is None:

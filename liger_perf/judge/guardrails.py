@@ -8,14 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
-from liger_perf.core.config import load_yaml_model
+from liger_perf.core.config import YamlModel, load_yaml_model
 
 TARGETS = ("forward", "backward", "full", "memory")
 
 
-class Guardrails(BaseModel):
+class Guardrails(YamlModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     #: What must improve: a pass's time, or peak memory (forward plus backward).

@@ -23,6 +23,7 @@ from types import FunctionType, ModuleType
 from typing import Any, Iterable
 
 from liger_perf.core.errors import UserError
+from liger_perf.core.workspace import not_a_file
 from liger_perf.kernel.spec import KernelSpec
 
 _counter = itertools.count()
@@ -61,9 +62,8 @@ def variant_hash(path: str | Path) -> str:
 
 
 def missing_variant(path: Path, what: str = "variant file") -> str:
-    """The line for a variant path that names no file: a folder is said to be one."""
-    found = "is a folder, not a file" if path.is_dir() else "does not exist"
-    return f"{what} {path} {found}: give the path of a variant module (.py)"
+    """The line for a variant path that names no file: a folder or a device is said to be one."""
+    return f"{what} {path} {not_a_file(path)}: give the path of a variant module (.py)"
 
 
 def read_source(path: str | Path) -> str:

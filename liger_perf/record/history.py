@@ -18,7 +18,7 @@ import pandas as pd
 from liger_perf.record.notebook import read_result, read_verdict
 from liger_perf.kernel.registry import baseline_path
 from liger_perf.record.schema import Key, TrialResult, measures_suite
-from liger_perf.record.store import NOTEBOOK_LIMIT, Store, read_notebook_text, trial_number
+from liger_perf.record.store import NOTEBOOK_LIMIT, Store, read_notebook_text, trial_number, without_link
 from liger_perf.kernel.variants import source_hash
 from liger_perf.core.wording import count
 
@@ -369,12 +369,15 @@ def trial_variant_file(kernel: str, trial: TrialResult, root: Path | None = None
     baseline = baseline_path(kernel)
     if trial.variant_sha == source_hash(baseline.read_text()):
         return baseline
-    path = Path(trial.variant.path)
-    if path.is_file() and source_hash(path.read_text()) == trial.variant_sha:
-        return path
+    path = Path(trial.variant.path)  # as the notebook names it: read only as a regular file, never through a link
+    try:
+        if source_hash(read_notebook_text(path)) == trial.variant_sha:
+            return path
+    except (OSError, ValueError):
+        pass
     rebuilt = Store(root).trial_paths(kernel, trial.trial_id, trial.name).variant
     rebuilt.parent.mkdir(parents=True, exist_ok=True)
-    rebuilt.write_text(trial.variant.source)
+    without_link(rebuilt).write_text(trial.variant.source)
     return rebuilt
 
 

@@ -214,9 +214,10 @@ class Lock:
                     folder.rmdir()
 
 
-def report_file(path: Path) -> Path:
-    """``path``, about to be written in a reports folder: a link there (a clone may carry one, to any file of
-    the machine) is removed first, so the write makes a file of its own instead of overwriting the link's target."""
+def without_link(path: Path) -> Path:
+    """``path``, about to be written in the workspace (a report, a variant module): a link there (a clone may
+    carry one, to any file of the machine) is removed first, so the write makes a file of its own instead of
+    overwriting the link's target."""
     if path.is_symlink():
         path.unlink()
     return path
@@ -243,7 +244,7 @@ NOTEBOOK_LIMIT = 32 * 2**20
 def read_notebook_text(path: Path) -> str:
     """At most ``NOTEBOOK_LIMIT + 1`` characters of a notebook file (more: not a trial notebook), opened without
     following a link (it could name any file of the machine) and without blocking on a FIFO or reading a device
-    forever (``open_regular``): ``OSError`` for any of those."""
+    forever (``open_regular``): ``OSError`` for any of those, ``ValueError`` for text that is not UTF-8."""
     from liger_perf.isolation.contained import open_regular
 
     with os.fdopen(open_regular(path), encoding="utf-8") as f:
