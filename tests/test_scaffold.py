@@ -456,6 +456,8 @@ def test_bad_inputs_are_one_line_errors(workspace):
     assert_one_line_error(new(reference="no_such_module_here:f"), "no module")
     assert_one_line_error(new(reference=f"{module}:nope"), "no function nope")
     assert_one_line_error(new(reference=module), "module:function")
+    assert_one_line_error(new(reference=f"../{module}:gated"), "is no module name", "without .py or a path")
+    assert_one_line_error(new(reference=f"{module}.py:gated"), "without .py", f"{module}:gated")
     assert_one_line_error(new(reference=f"{module}:times_width"), "depend on the input shape")
     # It was refused as "not elementwise", which it is; what the gate cannot use is an answer that changes.
     assert_one_line_error(new(reference=f"{module}:jittered"), "other outputs for the same inputs", "deterministic")

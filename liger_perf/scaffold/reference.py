@@ -69,11 +69,17 @@ def load_reference(reference: str) -> Reference:
     if not sep or not module_name or not func_name.isidentifier():
         raise UserError(f"--reference {reference}: write it as module:function, with the module importable from "
                         "the current directory, e.g. my_ops:silu_squared")
+    if not all(part.isidentifier() for part in module_name.split(".")):  # a path (../ops.py), not a module's name
+        raise UserError(f"--reference {reference}: {module_name!r} is no module name: run from the folder that "
+                        "holds the file and name it without .py or a path, e.g. my_ops:silu_squared")
     cwd = os.getcwd()
     sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
+        if module_name.endswith(".py"):
+            raise UserError(f"--reference {reference}: name the module without .py, e.g. "
+                            f"{module_name.removesuffix('.py')}:{func_name}") from None
         if e.name and (module_name == e.name or module_name.startswith(e.name + ".")):
             raise UserError(f"--reference {reference}: no module {module_name!r} in the current directory or the "
                             f"environment: run from the folder that holds {module_name.split('.')[0]}.py") from None
