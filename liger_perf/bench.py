@@ -35,7 +35,7 @@ import pandas as pd
 from liger_perf.core.errors import UserError
 from liger_perf.isolation.sandbox import run_contained
 from liger_perf.record.history import geomean
-from liger_perf.record.store import without_link
+from liger_perf.record.store import replaced, write_file
 from liger_perf.report import markdown_table
 from liger_perf.core.workspace import current
 
@@ -284,7 +284,7 @@ def write_bench_report(kernel: str, data: dict, out: Path) -> Path:
         stem += "-shapes"
     if data.get("partial"):  # and so does a run stopped by its time limit
         stem += "-partial"
-    without_link(out / f"{stem}.json").write_text(json.dumps(data, indent=1, default=float))
+    write_file(out / f"{stem}.json", json.dumps(data, indent=1, default=float))
     fp = data["fingerprint"]
     when = datetime.fromtimestamp(data["measured_at"], timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     where = (f"{fp['gpu']} ({fp['sm_count']} SMs), driver {fp['driver']}, CUDA {fp['cuda']}" if fp.get("gpu")
@@ -315,7 +315,7 @@ def write_bench_report(kernel: str, data: dict, out: Path) -> Path:
         lines += ["## Peak memory of forward + backward (above the inputs)", "", markdown_table(memory), ""]
     for path in _plot(data, out, plt, stem):
         lines.append(f"![{path.stem}]({path.name})")
-    without_link(out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    write_file(out / f"{stem}.md", "\n".join(lines) + "\n")
     return out / f"{stem}.md"
 
 
@@ -350,7 +350,8 @@ def _plot(data: dict, out: Path, plt, stem: str = "bench") -> list[Path]:
         ax.legend(fontsize=7)
         fig.tight_layout()
         path = out / f"{stem}-{pass_name}.png"
-        fig.savefig(without_link(path), dpi=90)
+        with replaced(path) as fresh:
+            fig.savefig(fresh, dpi=90, format="png")
         plt.close(fig)
         paths.append(path)
     return paths

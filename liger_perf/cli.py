@@ -38,10 +38,10 @@ def _version(value: bool) -> None:
 @app.callback()
 def workspace_option(
     ctx: typer.Context,
-    workspace: Optional[Path] = typer.Option(None, "--workspace", "-w", envvar="LIGER_PERF_WORKSPACE",
-                                             help="the workspace (kernels/, notebooks/, reports/, guardrails.yaml); "
-                                                  "default: the nearest folder upward with a guardrails.yaml, "
-                                                  "else the current one"),
+    workspace: Optional[str] = typer.Option(None, "--workspace", "-w", envvar="LIGER_PERF_WORKSPACE",
+                                            help="the workspace (kernels/, notebooks/, reports/, guardrails.yaml); "
+                                                 "default: the nearest folder upward with a guardrails.yaml, "
+                                                 "else the current one"),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="print the version and exit"),
 ) -> None:
@@ -50,7 +50,9 @@ def workspace_option(
 
     # Stated once for this process and every process it starts (they run in folders of their own). A folder
     # that does not exist is a typo, not a new workspace, except for init.
-    ws.use(workspace if workspace is not None else ws.current().root, create=ctx.invoked_subcommand == "init")
+    if workspace == "":  # `-w "$DIR"` with DIR unset: not the current folder by accident
+        raise UserError("--workspace is an empty string (an unset variable?): name a folder, or leave the option out")
+    ws.use(Path(workspace) if workspace is not None else ws.current().root, create=ctx.invoked_subcommand == "init")
 
 
 @app.command("init")
@@ -67,7 +69,7 @@ def init_command(
     if folder == "":  # `init "$DIR"` with DIR unset: not the current folder by accident
         raise UserError("init: the folder given is an empty string (an unset variable?): name a folder, or give "
                         "none for the current one")
-    folder = Path(folder) if folder else stated or Path(".")
+    folder = Path(folder or stated or ".")
     for path, made in init_workspace(folder):
         console.print(f"{'created' if made else 'kept   '} {path}", markup=False)
     console.print(f"workspace: {folder.absolute()} (next: `liger-perf new NAME --reference module:function`, or "
@@ -495,6 +497,8 @@ def optimize_command(
     get_spec(kernel)
     _check_target(target)
     check_tuning_suite(suite)
+    if max_minutes is not None and math.isnan(max_minutes):  # click's range lets NaN through
+        raise UserError("--max-minutes nan: give a number of minutes, e.g. --max-minutes 30")
     focus = _dispatch_buckets(buckets)
     rules = load_guardrails(guardrails or current().guardrails, target=target)
     from liger_perf.isolation.sandbox import require_sandbox, sandbox_required
@@ -535,6 +539,7 @@ def optimize_command(
     from liger_perf.record.store import Store
 
     store = Store(device=history_device(runner or PapermillRunner(), device))  # the trials' device's history
+    store.kernel_reports(kernel)  # a file or a dangling link in its place: one line now, not after the trials
     history = load_trials(kernel, store.notebooks)
     # Each trial's expected time: its kind's recent pace, a screening's from the timings it makes
     # (``OptimizeLoop.request_pace``).

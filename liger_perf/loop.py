@@ -25,7 +25,7 @@ from liger_perf.record.notebook import record_verdict
 from liger_perf.kernel.registry import baseline_path, get_spec
 from liger_perf.run import Runner, check_tuning_suite, history_device, trial_request
 from liger_perf.record.schema import HARNESS_ERROR, TrialRequest, TrialResult, Verdict
-from liger_perf.record.store import Store, trial_number, without_link
+from liger_perf.record.store import Store, trial_number, write_file
 from liger_perf.kernel.variants import dispatch_bucket, source_hash, split_by_buckets, target_buckets, with_knobs
 from liger_perf.core.wording import count, speedup
 
@@ -46,7 +46,8 @@ def trials_within(seconds_left: float, pace: float | None, workers: int, count: 
         return 0
     if pace is None or pace <= 0 or math.isinf(seconds_left):
         return count
-    return min(count, int(seconds_left // pace) * max(workers, 1))
+    rounds = seconds_left // pace  # a float, maybe beyond any int's range (or inf) where time is all but unlimited
+    return count if rounds * max(workers, 1) >= count else int(rounds) * max(workers, 1)
 
 
 @dataclass
@@ -471,8 +472,7 @@ class OptimizeLoop:
         entries = []
         for i, step in enumerate(batch):
             file = self.store.screen_candidate(paths, i, step.name)
-            file.parent.mkdir(parents=True, exist_ok=True)
-            without_link(file).write_text(step.source)
+            write_file(file, step.source)
             entries.append(ScreenEntry(name=f"{i}-{step.name}"[:60], variant=str(file.resolve()),
                                        hypothesis=step.hypothesis, prediction=step.prediction,
                                        changes=step.changes or None, proposer_audit=step.audit))
@@ -529,8 +529,7 @@ class OptimizeLoop:
         paths = self.store.new_trial(self.kernel, step.name)
         if variant_file is None:
             variant_file = paths.variant
-            variant_file.parent.mkdir(parents=True, exist_ok=True)
-            without_link(variant_file).write_text(step.source)
+            write_file(variant_file, step.source)
         return trial_request(self.kernel, variant_file, against, store=self.store, paths=paths,
                              hypothesis=step.hypothesis, prediction=step.prediction, audit=step.audit,
                              passes=list(self.spec.passes), device=self.device_arg,

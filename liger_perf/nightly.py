@@ -42,7 +42,7 @@ from liger_perf.record.notebook import jsonable
 from liger_perf.kernel.registry import baseline_path, kernel_names, unknown_kernel
 from liger_perf.run import Runner, history_device, run_trial
 from liger_perf.record.schema import HARNESS_ERROR, Fingerprint, TrialResult, measures_suite
-from liger_perf.record.store import Store
+from liger_perf.record.store import Store, write_file
 from liger_perf.core.workspace import current
 from liger_perf.kernel.variants import source_hash
 from liger_perf.core.wording import count, speedup
@@ -94,12 +94,12 @@ class NightlyConfig(YamlModel):
     @field_validator("kernels")
     @classmethod
     def _each_kernel_once(cls, kernels: list[KernelJob]) -> list[KernelJob]:
-        # A night's trial budget is counted per kernel (its history): a second entry would get a second budget.
-        names = [job.name for job in kernels]
-        twice = next((name for name in names if names.count(name) > 1), None)
+        # A night's trial budget is counted per kernel and target: a second entry would get a second budget.
+        jobs = [(job.name, job.target) for job in kernels]
+        twice = next((job for job in jobs if jobs.count(job) > 1), None)
         if twice:
-            raise ValueError(f"{twice} is listed twice: list each kernel once (a night's trial budget is the "
-                             "kernel's)")
+            raise ValueError(f"{twice[0]} with target {twice[1]} is listed twice: list each kernel and target once "
+                             "(a night's trial budget is theirs)")
         return kernels
 
 
@@ -189,7 +189,7 @@ class Nightly:
                     elif self.time_left() <= 0:
                         entry["skipped"] = "the job's wall-clock budget was spent before this kernel"
                     else:
-                        self._kernel(job, entry, budget_left=max(0, job.budget - spent.get(job.name, 0)))
+                        self._kernel(job, entry, budget_left=max(0, job.budget - spent.get((job.name, job.target), 0)))
                 except Exception as e:  # one kernel's failure must not stop the others
                     entry["errors"].append({"what": self._relative(f"{type(e).__name__}: {e}"),
                                             "traceback": self._relative(traceback.format_exc(limit=5))})
@@ -267,15 +267,16 @@ class Nightly:
                 "summary": (f"selfcheck: passed on this machine for this code on this stack at "
                             f"{record['started']} (commit {record.get('commit')}); not run again")}
 
-    def _spent_tonight(self) -> dict[str, int]:
-        """Tuning trials per kernel that earlier runs of the job recorded tonight (the same date). A run's summary
-        is rewritten after each of its trials, so a killed run's trials count too."""
-        spent: dict[str, int] = {}
+    def _spent_tonight(self) -> dict[tuple[str, str], int]:
+        """Tuning trials per kernel and target that earlier runs of the job recorded tonight (the same date). A
+        run's summary is rewritten after each of its trials, so a killed run's trials count too."""
+        spent: dict[tuple[str, str], int] = {}
         for path in sorted(self._summaries().glob(f"{self.now:%Y-%m-%d}-*.json")):
             try:
                 summary = json.loads(path.read_text())
                 for e in summary["kernels"]:
-                    spent[e["kernel"]] = spent.get(e["kernel"], 0) + int(e.get("tuning_trials", 0))
+                    job = (e["kernel"], e.get("target", KernelJob.model_fields["target"].default))
+                    spent[job] = spent.get(job, 0) + int(e.get("tuning_trials", 0))
             except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 self.echo(f"warning: skipping {path.name}: not a nightly summary this job can read")
         return spent
@@ -441,7 +442,7 @@ class Nightly:
                    "regressions": sum(len(e["regressions"]) for e in results), "errors": errors,
                    "job_errors": job_errors, "selfcheck": self.selfcheck_record,
                    "kernels": results}
-        _write_text(out / f"{stamp}.json", json.dumps(jsonable(summary), indent=1) + "\n")
+        write_file(out / f"{stamp}.json", json.dumps(jsonable(summary), indent=1) + "\n")
         stack = ", ".join(f"{k} {v}" for k, v in self.stack.items() if v) or "unknown"
         lines = [f"# Nightly run {self.now:%Y-%m-%d %H:%M:%S}" + ("" if finished else " (still running, or killed)"),
                  "", f"{count(len(results), 'kernel')}, {count(sum(e['trials_run'] for e in results), 'trial')}, "
@@ -475,15 +476,8 @@ class Nightly:
             if e.get("stop_reason"):
                 lines.append(f"- tuning: {e['stop_reason']}")
             lines += [f"- notebooks: {', '.join(f'`{n}`' for n in e['notebooks']) or 'none'}", ""]
-        _write_text(path, "\n".join(lines))
+        write_file(path, "\n".join(lines))
         return path
-
-
-def _write_text(path: Path, text: str) -> None:
-    """Aside, then renamed: a summary is whole or absent, also when the job is killed while writing it."""
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text)
-    os.replace(partial, path)
 
 
 _CRON = """\
@@ -528,7 +522,7 @@ jobs:
     steps:
       - uses: actions/checkout@v4
       - run: {install}
-      - run: python3 {args}
+      - run: {run}
       - name: commit the notebooks and the summary, also when a regression failed the job
         if: always()
         run: |
@@ -546,12 +540,17 @@ def schedule(kind: str, config: Path | None) -> str:
     import shlex
 
     root = current().root
-    # A shell's words (cron, GitHub's run:), systemd's (ExecStart= takes quoted words too): a path with a space
-    # stays one word. cron and systemd read % themselves: doubled or escaped, it means %.
+    # Each path one word, as the line's reader splits words: a shell's (cron, GitHub's run:) or systemd's
+    # (ExecStart=: double quotes with C escapes, $ and % its own). cron reads % as a newline unless escaped.
     percent = {"cron": "\\%", "systemd": "%%"}.get(kind, "%")
 
     def word(text) -> str:
-        return shlex.quote(str(text)).replace("%", percent)
+        text = str(text)
+        if kind != "systemd":
+            return shlex.quote(text).replace("%", percent)
+        if not re.fullmatch(r"[\w@+=:,./-]+", text):
+            text = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return text.replace("$", "$$").replace("%", "%%")
 
     config_arg = ""
     if config:
@@ -567,6 +566,8 @@ def schedule(kind: str, config: Path | None) -> str:
     install = ("python3 -m pip install -e ." if (root / "pyproject.toml").is_file()
                and 'name = "liger-perf"' in (root / "pyproject.toml").read_text(errors="replace")
                else f"python3 -m pip install 'liger-perf=={__version__}'  # or the wheel's path on the runner")
+    args = f"-m liger_perf nightly{config_arg}"
     return templates[kind].format(root=str(root).replace("%", percent), cd=word(root),
                                   log=word(root / "reports" / "nightly-cron.log"), python=word(sys.executable),
-                                  args=f"-m liger_perf nightly{config_arg}", install=install)
+                                  args=args, install=install,
+                                  run=json.dumps(f"python3 {args}"))  # a YAML scalar, whatever the path holds

@@ -20,7 +20,7 @@ from liger_perf.record.history import (accepted_chain, baseline_trials, best_tim
                                        geomean, pass_interval)
 from liger_perf.kernel.registry import baseline_path
 from liger_perf.record.schema import TrialResult
-from liger_perf.record.store import without_link
+from liger_perf.record.store import replaced, write_file
 from liger_perf.kernel.variants import bucket_columns, recorded_dispatch, source_hash
 from liger_perf.core.wording import speedup
 
@@ -156,7 +156,7 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
     lines = [f"# {kernel}: optimization report", ""]
     if not trials:
         lines.append("No trials yet: run `liger-perf optimize` or `liger-perf trial` first.")
-        without_link(out / "report.md").write_text("\n".join(lines) + "\n")
+        write_file(out / "report.md", "\n".join(lines) + "\n")
         return out / "report.md"
     devices = sorted({t.device for t in trials})
     fingerprint = (todays_baseline or baseline or trials[0]).fingerprint
@@ -211,8 +211,8 @@ def write_report(kernel: str, trials: list[TrialResult], out: Path) -> Path:
                   "carried it over).", "", markdown_table(table), ""]
     diff = variant_diff(kernel, best, base=carried_from)
     lines += ["## The winning change", "", "```diff", diff or "(none: the baseline is still the best)", "```", ""]
-    without_link(out / "best.diff").write_text(diff)
-    without_link(out / "report.md").write_text("\n".join(lines))
+    write_file(out / "best.diff", diff)
+    write_file(out / "report.md", "\n".join(lines))
     return out / "report.md"
 
 
@@ -240,7 +240,8 @@ def _plot_times(baseline: TrialResult, ratios: dict | None, out: Path, plt) -> l
         ax.legend()
         fig.tight_layout()
         path = out / f"time-{pass_name}-{dtype}.png"
-        fig.savefig(without_link(path), dpi=90)
+        with replaced(path) as fresh:
+            fig.savefig(fresh, dpi=90, format="png")
         plt.close(fig)
         paths.append(path)
     return paths

@@ -110,8 +110,10 @@ def _trial_row(kernel: str, device: str, mode: str, history: Path, keep: Path | 
                             f"the trial could not run: {type(e).__name__}: {e}"[:400])
     seconds = round(time.time() - started, 1)
     if keep is not None:
-        keep.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(run.notebook, keep / f"{kernel}-trial.ipynb")
+        from liger_perf.record.store import replaced
+
+        with replaced(keep / f"{kernel}-trial.ipynb") as fresh:
+            shutil.copyfile(run.notebook, fresh)
     result = run.result
     timings = len(result.timing.rows) if result.timing is not None else 0
     ncu = result.ncu.status if result.ncu is not None else "missing"
@@ -236,18 +238,14 @@ def write_record(record: dict[str, Any], reports: Path | None = None) -> Path:
     import os
 
     from liger_perf.record.notebook import jsonable
-    from liger_perf.record.store import Store
+    from liger_perf.record.store import Store, write_file
     from liger_perf.core.workspace import current
 
     root = current().root
     record = {**record, "kernels": {k: os.path.relpath(v, root) if Path(v).is_relative_to(root) else Path(v).name
                                     for k, v in record["kernels"].items()}}
     path = (Path(reports) if reports is not None else Store(device=record["device"]).reports) / "selfcheck.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(jsonable(record), indent=1) + "\n")
-    os.replace(partial, path)
-    return path
+    return write_file(path, json.dumps(jsonable(record), indent=1) + "\n")
 
 
 def summary_line(record: dict[str, Any]) -> str:

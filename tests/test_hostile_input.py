@@ -8,7 +8,6 @@ import sys
 import pytest
 
 from broken_variants import ROOT
-from liger_perf.core.errors import UserError
 from liger_perf.record.store import Store
 
 
@@ -41,6 +40,7 @@ def test_no_time_to_go_by_and_unlimited_time_are_not_a_crash():
     assert trials_within(float("inf"), 10.0, 1, 3) == 3
     assert trials_within(float("nan"), 10.0, 1, 3) == 0
     assert trials_within(25.0, 10.0, 1, 3) == 2
+    assert trials_within(1e308, 0.5, 1, 3) == 3  # more rounds than an int holds: OverflowError
 
 
 def test_a_guardrails_path_that_is_a_folder_or_a_device_is_not_called_missing(ws):
@@ -57,17 +57,40 @@ def test_a_nightly_guardrails_typo_is_bad_input_before_anything_runs(ws):
     assert not (ws / "reports" / "interpret" / "nightly").exists()  # no summary of a night that never ran
 
 
-def test_print_schedule_quotes_a_workspace_with_a_space_and_checks_the_config(tmp_path):
+def test_print_schedule_keeps_each_path_one_word_for_cron_systemd_and_github(tmp_path):
+    """A workspace with a space (and a %) broke every schedule's command; a config named with ' #' or ': ' broke
+    the GitHub workflow's YAML; a mistyped --config was printed into the schedule as it was."""
     import shlex
 
-    ws = tmp_path / "my ws"
+    import yaml
+
+    ws = tmp_path / "my ws 100%"
     assert run_cli("init", str(ws), cwd=tmp_path).returncode == 0
-    out = run_cli("nightly", "--print-schedule", "cron", cwd=ws)
-    assert out.returncode == 0, out.stderr
-    line = next(line for line in out.stdout.splitlines() if line.startswith("0 2"))
-    assert f"cd {shlex.quote(str(ws))} &&" in line, line
+    config = ws / "night #1: a.yaml"
+    config.write_text("kernels:\n  - name: relu_squared\n")
+
+    def schedule(kind):
+        out = run_cli("nightly", "--print-schedule", kind, "--config", str(config), cwd=ws)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    cron = next(line for line in schedule("cron").splitlines() if line.startswith("0 2"))
+    # cron turns an unescaped % into a newline; the shell then reads the quoted words
+    assert shlex.split(cron.replace("\\%", "%"))[5:8] == ["cd", str(ws), "&&"], cron
+    assert shlex.split(cron.replace("\\%", "%"))[-5:-3] == ["--config", str(config)], cron
+    systemd = schedule("systemd")
+    assert f"WorkingDirectory={str(ws).replace('%', '%%')}\n" in systemd
+    assert f' --config "{str(config).replace("%", "%%")}"\n' in systemd, systemd
+    steps = yaml.safe_load(schedule("github"))["jobs"]["nightly"]["steps"]
+    run = next(step["run"] for step in steps if "nightly" in str(step.get("run")))
+    assert shlex.split(run)[-2:] == ["--config", config.name], run  # relative: a CI checkout lives elsewhere
     assert "typo.yaml does not exist" in one_line(run_cli("nightly", "--print-schedule", "cron", "--config",
                                                           str(ws / "typo.yaml"), cwd=ws))
+
+
+def test_max_minutes_nan_is_refused_not_read_as_no_time_left(ws):
+    line = one_line(run_cli("optimize", "relu_squared", "--max-minutes", "nan", cwd=ws))
+    assert "--max-minutes nan" in line, line
 
 
 def test_bench_timeout_must_be_a_positive_number(ws):
@@ -93,6 +116,11 @@ def test_a_report_never_writes_through_a_link_in_the_reports_folder(ws, tmp_path
     assert out.returncode == 0, out.stderr
     assert precious.read_text() == "precious"
     assert not (folder / "report.md").is_symlink() and "optimization report" in (folder / "report.md").read_text()
+    (folder / "report.md").unlink()
+    os.mkfifo(folder / "report.md")  # the write blocked for ever, waiting for a reader
+    out = run_cli("report", "relu_squared", "--device", "interpret", cwd=ws, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert (folder / "report.md").is_file() and "optimization report" in (folder / "report.md").read_text()
 
 
 def test_a_fifo_as_the_last_notebook_of_a_history_does_not_hang_the_reader(ws):
@@ -110,6 +138,21 @@ def test_new_refuses_a_name_python_or_the_file_system_would_not_keep(ws, name, s
     line = one_line(run_cli("new", name, "--reference", "myref:sq", cwd=ws))
     assert said in line, line
     assert not any((ws / "kernels").iterdir())
+
+
+def test_new_writes_no_kernel_file_through_a_link(ws, tmp_path_factory):
+    """`new --force` wrote spec.py through a link planted in kernels/NAME/; a dangling kernels/NAME ended in a
+    traceback."""
+    (ws / "myref.py").write_text("import torch\n\n\ndef sq(x):\n    return x * x\n")
+    precious = tmp_path_factory.mktemp("elsewhere") / "precious.py"
+    precious.write_text("precious")
+    (ws / "kernels" / "gone").symlink_to(ws / "nowhere")
+    assert "is a link to nothing" in one_line(run_cli("new", "gone", "--reference", "myref:sq", cwd=ws))
+    (ws / "kernels" / "sq").mkdir()
+    (ws / "kernels" / "sq" / "spec.py").symlink_to(precious)
+    out = run_cli("new", "sq", "--reference", "myref:sq", "--force", cwd=ws)
+    assert out.returncode == 0, out.stderr
+    assert precious.read_text() == "precious" and not (ws / "kernels" / "sq" / "spec.py").is_symlink()
 
 
 def test_new_says_a_reference_that_exits_on_import_is_a_script(ws):
@@ -135,17 +178,6 @@ def test_scheduler_that_is_no_address_is_one_line(ws):
     assert "--scheduler bogus" in line, line
 
 
-def test_load_config_is_untouched_by_the_up_front_guardrails_check(tmp_path):
-    """The up-front check reads the guardrails file, not the job's config: a good config still loads."""
-    from liger_perf.nightly import load_config
-
-    config = tmp_path / "n.yaml"
-    config.write_text("kernels:\n  - name: relu_squared\nguardrails: nowhere.yaml\n")
-    assert load_config(config).guardrails == "nowhere.yaml"
-    with pytest.raises(UserError):
-        load_config(tmp_path / "absent.yaml")
-
-
 def test_init_never_writes_through_a_dangling_link_nor_keeps_a_folder_for_a_file(tmp_path):
     """A clone may carry `nightly.yaml` as a link to a file that does not exist yet: init wrote the default
     there, wherever it pointed. A folder named guardrails.yaml was "kept", and the default rules applied."""
@@ -157,32 +189,35 @@ def test_init_never_writes_through_a_dangling_link_nor_keeps_a_folder_for_a_file
     line = one_line(run_cli("init", str(ws), cwd=tmp_path))
     assert "is a link to" in line and "nightly.yaml" in line, line
     assert not elsewhere.exists()
+    assert not (ws / "guardrails.yaml").exists()  # nothing written before the refusal
     (ws / "nightly.yaml").unlink()
-    (ws / "guardrails.yaml").unlink()  # written before init reached the link
     (ws / "guardrails.yaml").mkdir()
     line = one_line(run_cli("init", str(ws), cwd=tmp_path))
     assert "guardrails.yaml is a folder" in line, line
+    (ws / "guardrails.yaml").rmdir()
+    os.mkfifo(ws / "guardrails.yaml")
+    line = one_line(run_cli("init", str(ws), cwd=tmp_path))
+    assert "guardrails.yaml is a device or a pipe" in line, line
 
 
 def test_init_with_an_empty_folder_name_is_not_the_current_folder(tmp_path):
     line = one_line(run_cli("init", "", cwd=tmp_path))  # `init "$DIR"` with DIR unset
     assert "empty string" in line, line
+    line = one_line(run_cli("-w", "", "init", cwd=tmp_path))
+    assert "--workspace is an empty string" in line, line
     assert not (tmp_path / "guardrails.yaml").exists()
 
 
 def test_a_variant_module_is_rebuilt_beside_a_link_never_through_it(tmp_path):
     """A trial's variant file is rebuilt from its notebook where the file is gone: a link planted at that path
-    had the notebook's source written into whatever it pointed at. The path a notebook names is read only as a
-    regular file: a FIFO there hung the reader."""
+    had the notebook's source written into whatever it pointed at."""
     from liger_perf.record.history import load_trials, trial_variant_file
 
     trial = next(t for t in load_trials("fused_add_rms_norm", ROOT / "notebooks" / "nvidia-h200")
                  if t.trial_id == 94)
     precious = tmp_path / "precious.txt"
     precious.write_text("precious")
-    fifo = tmp_path / "fifo.py"
-    os.mkfifo(fifo)
-    trial = trial.model_copy(update={"variant": trial.variant.model_copy(update={"path": str(fifo)})})
+    trial = trial.model_copy(update={"variant": trial.variant.model_copy(update={"path": str(tmp_path / "gone.py")})})
     root = tmp_path / "notebooks"
     planted = Store(root).trial_paths("fused_add_rms_norm", trial.trial_id, trial.name).variant
     planted.parent.mkdir(parents=True)

@@ -1,5 +1,6 @@
 """liger-perf nightly in interpreter mode: summary, lock, resume after a kill, regressions, config errors."""
 
+import datetime
 import json
 import os
 import signal
@@ -221,8 +222,9 @@ def test_the_night_s_budget_is_shared_by_every_run_of_that_night(tmp_path):
     ("kernels:\n  - {name: relu_squared}\nproposer: oracle\n", ":3: proposer"),
     ("kernels:\n  - {name: relu_squared, budget: yes}\n", "kernels.0.budget: give a number, not true or false"),
     ("kernels:\n  - {name: relu_squared}\nwall_clock_s: on\n", ":3: wall_clock_s: give a number"),
-    # each entry would get the night's whole budget
-    ("kernels:\n  - {name: relu_squared}\n  - {name: relu_squared, target: forward}\n", "relu_squared is listed twice"),
+    # each entry would get the night's whole budget (another target of the same kernel is another job)
+    ("kernels:\n  - {name: relu_squared}\n  - {name: relu_squared, target: backward}\n",
+     "relu_squared with target backward is listed twice"),
 ])
 def test_a_broken_config_is_a_one_line_error(tmp_path, text, expected):
     config, env = _setup(tmp_path, [])
@@ -329,3 +331,23 @@ def test_a_failed_revalidation_is_run_again_the_next_night_and_a_completed_one_s
     (kernel,) = json.loads(path.with_suffix(".json").read_text())["kernels"]
     assert kernel["revalidation"] == (f"skipped: the software stack is unchanged since trial "
                                       f"{revalidations[-1].trial_id:04d}, which completed")
+
+
+def test_one_kernel_with_two_targets_is_two_jobs_each_with_its_own_budget(tmp_path):
+    """Listed twice with one target, a kernel got two budgets a night and was refused; with two targets it is
+    two jobs, and the trials an earlier run spent tonight count against the job (kernel and target) that ran them."""
+    from liger_perf.nightly import Nightly, load_config
+
+    config = tmp_path / "n.yaml"
+    config.write_text("kernels:\n  - {name: relu_squared, budget: 3}\n  - {name: relu_squared, target: forward}\n")
+    jobs = load_config(config).kernels
+    assert [(job.name, job.target) for job in jobs] == [("relu_squared", "backward"), ("relu_squared", "forward")]
+    night = Nightly.__new__(Nightly)
+    night.now = datetime.datetime(2026, 12, 7, 2, 0)
+    summaries = tmp_path / "summaries"
+    summaries.mkdir()
+    (summaries / "2026-12-07-0200.json").write_text(json.dumps({"kernels": [
+        {"kernel": "relu_squared", "target": "backward", "tuning_trials": 2},
+        {"kernel": "relu_squared", "target": "forward", "tuning_trials": 1}]}))
+    night._summaries = lambda: summaries
+    assert night._spent_tonight() == {("relu_squared", "backward"): 2, ("relu_squared", "forward"): 1}

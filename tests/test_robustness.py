@@ -145,6 +145,7 @@ def test_of_many_runs_started_at_once_exactly_one_takes_the_lock(tmp_path):
 def _bad_inputs(tmp: Path) -> list[tuple[list[str], dict, str]]:
     (tmp / "binary.yaml").write_bytes(b"\xff\xfe\x00binary")
     (tmp / "int-keys.yaml").write_text("1: 2\n3: [4]\n")
+    (tmp / "truth-for-a-number.yaml").write_text("timeout_s: yes\n")  # one second, read as a number
     (tmp / "not-utf8.py").write_bytes(b"\xff\xfe" + b"x = 1\n")
     (tmp / "a-file").write_text("")
     (tmp / "dangling").symlink_to(tmp / "nowhere")
@@ -155,6 +156,8 @@ def _bad_inputs(tmp: Path) -> list[tuple[list[str], dict, str]]:
         (["nightly", "--config", str(tmp / "int-keys.yaml")], {}, "key 1 is not a name"),
         (["optimize", KERNEL, "--proposer", "llm", "--llm-config", str(tmp / "int-keys.yaml")], {},
          "key 1 is not a name"),
+        (["optimize", KERNEL, "--proposer", "llm", "--llm-config", str(tmp / "truth-for-a-number.yaml")], {},
+         "timeout_s: give a number, not true or false"),
         (["check", KERNEL, "--variant", str(tmp / "not-utf8.py")], {}, "is not UTF-8 text"),
         (["history", KERNEL], {"LIGER_PERF_NOTEBOOKS": str(tmp / "a-file")}, "is a file, not a folder"),
         (["trial", KERNEL], {"LIGER_PERF_NOTEBOOKS": str(tmp / "dangling")}, "is a link to nothing"),

@@ -190,14 +190,17 @@ def init_workspace(folder: Path) -> list[tuple[Path, bool]]:
     folder = Path(folder).absolute()
     if folder.exists() and not folder.is_dir():
         raise UserError(f"{folder} is a file: give a folder for the workspace")
-    done = []
-    for name, packaged in _INIT:
+    for name, packaged in _INIT:  # every path first: a refusal leaves the folder as it was
         path = folder / name
         if path.is_symlink() and not path.exists():  # writing through it would make the file wherever it points
             raise UserError(f"{path} is a link to {os.readlink(path)}, which does not exist: remove the link, then "
                             "run init again")
         if packaged is not None and path.exists() and not path.is_file():
-            raise UserError(f"{path} is a folder, not the file a workspace reads: move it away, then run init again")
+            raise UserError(f"{path} {not_a_file(path)}: the workspace reads a file there; move it away, then run "
+                            "init again")
+    done = []
+    for name, packaged in _INIT:
+        path = folder / name
         made = not path.exists()
         try:
             if packaged is None:

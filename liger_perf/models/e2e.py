@@ -30,7 +30,7 @@ import torch
 
 from liger_perf.core.errors import UserError
 from liger_perf.models.patch import FUSED, INSTALL_HINT, SUPPORTED, apply
-from liger_perf.record.store import without_link
+from liger_perf.record.store import replaced, write_file
 from liger_perf.core.wording import count, speedup
 
 #: Relative difference of a patched loss from the unpatched one that still agrees, by dtype: float32 differs
@@ -249,7 +249,7 @@ def write_report(result: E2EResult, out: Path) -> Path:
             "contenders": result.contenders, "patched": result.patched, "unavailable": result.unavailable,
             "step_ms": result.step_ms, "losses": result.losses, "peak_mib": result.peak_mib,
             "parted": result.parted, "summary": rows}
-    without_link(out / f"{stem}.json").write_text(json.dumps(_json_safe(data), indent=1) + "\n")
+    write_file(out / f"{stem}.json", json.dumps(_json_safe(data), indent=1) + "\n")
     lines = [f"# End to end: `{c.model}`, {count(c.layers, 'layer')}, hidden {c.hidden}, sequence {c.seq}, batch {c.batch}, "
              f"{c.dtype}", "",
              f"- {data['measured_at']} on {result.device}; {count(c.steps, 'step')} of AdamW (lr {c.lr:g}) on random tokens, "
@@ -263,7 +263,7 @@ def write_report(result: E2EResult, out: Path) -> Path:
         lines.append(f"| {r['contender']} | {r['median_step_ms']:.3f} | {r['tokens_per_s']:.0f} | "
                      f"{speedup_text(r, len(result.step_ms[r['contender']]))} | {mib_text(r['peak_mib'])} | "
                      f"{r['final_loss']:.6g} | {'yes' if r['agrees'] else 'NO: ' + result.parted[r['contender']]} |")
-    without_link(out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    write_file(out / f"{stem}.md", "\n".join(lines) + "\n")
     try:
         import matplotlib
 
@@ -278,7 +278,8 @@ def write_report(result: E2EResult, out: Path) -> Path:
         ax.set_title(f"{c.model}: training loss")
         ax.legend()
         fig.tight_layout()
-        fig.savefig(out / f"{stem}-loss.png", dpi=110)
+        with replaced(out / f"{stem}-loss.png") as fresh:
+            fig.savefig(fresh, dpi=110, format="png")
         plt.close(fig)
     except ImportError:
         pass

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
-from liger_perf.core.config import read_yaml_mapping
+from liger_perf.core.config import YamlModel, read_yaml_mapping
 from liger_perf.core.errors import UserError
 from liger_perf.record.history import best_as_profiled, geomean
 from liger_perf.propose import Context, Proposal, Stop, tried_sources
@@ -38,9 +38,7 @@ SYSTEM = ("You are an expert Triton and CUDA performance engineer. You improve o
           "the casting mode, and the module must keep its public interface.")
 
 
-class LlmSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class LlmSettings(YamlModel):
     base_url: str | None = None
     api_key: str | None = None
     model: str | None = None
@@ -66,7 +64,8 @@ def load_settings(model: str | None = None, config: str | Path | None = None) ->
         return LlmSettings(**data)
     except ValidationError as e:
         error = e.errors()[0]
-        raise UserError(f"LLM config: {'.'.join(map(str, error['loc']))}: {error['msg']}") from None
+        raise UserError(f"LLM config: {'.'.join(map(str, error['loc']))}: "
+                        f"{error['msg'].removeprefix('Value error, ')}") from None
 
 
 def require_endpoint(settings: LlmSettings) -> None:

@@ -18,7 +18,7 @@ import pandas as pd
 from liger_perf.record.notebook import read_result, read_verdict
 from liger_perf.kernel.registry import baseline_path
 from liger_perf.record.schema import Key, TrialResult, measures_suite
-from liger_perf.record.store import NOTEBOOK_LIMIT, Store, read_notebook_text, trial_number, without_link
+from liger_perf.record.store import NOTEBOOK_LIMIT, Store, read_notebook_text, trial_number, write_file
 from liger_perf.kernel.variants import source_hash
 from liger_perf.core.wording import count
 
@@ -376,8 +376,7 @@ def trial_variant_file(kernel: str, trial: TrialResult, root: Path | None = None
     except (OSError, ValueError):
         pass
     rebuilt = Store(root).trial_paths(kernel, trial.trial_id, trial.name).variant
-    rebuilt.parent.mkdir(parents=True, exist_ok=True)
-    without_link(rebuilt).write_text(trial.variant.source)
+    write_file(rebuilt, trial.variant.source)
     return rebuilt
 
 

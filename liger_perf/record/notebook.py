@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import nbformat
 
 from liger_perf.record.schema import FORMAT, TrialResult, Verdict
+from liger_perf.record.store import replaced
 
 RESULT_MIME = "application/vnd.liger-perf.trial+json"
 VERDICT_MIME = "application/vnd.liger-perf.verdict+json"
@@ -107,23 +107,12 @@ def clear_verdict(nb) -> None:
 
 def write_atomic(nb, path: str | Path) -> None:
     """Write ``nb`` to ``path`` so that a reader sees the old file or the new one, never half of one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            # Without nbformat's indentation: the same JSON in three quarters of the bytes. A history's notebooks
-            # travel with every GPU call, whose copy of the tree may be 64 MiB at most (58 trials were 27 MB).
-            f.write(json.dumps(json.loads(nbformat.writes(nb)), ensure_ascii=False, separators=(",", ":")) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide trials from other users of a shared checkout
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with replaced(path) as fresh, open(fresh, "w", encoding="utf-8") as f:
+        # Without nbformat's indentation: the same JSON in three quarters of the bytes. A history's notebooks
+        # travel with every GPU call, whose copy of the tree may be 64 MiB at most (58 trials were 27 MB).
+        f.write(json.dumps(json.loads(nbformat.writes(nb)), ensure_ascii=False, separators=(",", ":")) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def record_verdict(path: str | Path, verdict: Verdict) -> None:

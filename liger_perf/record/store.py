@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -150,6 +151,9 @@ class Store:
         """The kernel's reports folder (made by whoever writes it): a file in its place is one line, before a
         bench or a loop spends its time on numbers it could not write."""
         folder = self.reports / kernel
+        if folder.is_symlink() and not folder.exists():
+            raise UserError(f"{folder} is a link to nothing: remove it or point it at a folder; the kernel's reports "
+                            "go there")
         if folder.exists() and not folder.is_dir():
             raise UserError(f"{folder} is a file, not a folder: move it away; the kernel's reports go there")
         return folder
@@ -214,13 +218,31 @@ class Lock:
                     folder.rmdir()
 
 
-def without_link(path: Path) -> Path:
-    """``path``, about to be written in the workspace (a report, a variant module): a link there (a clone may
-    carry one, to any file of the machine) is removed first, so the write makes a file of its own instead of
-    overwriting the link's target."""
-    if path.is_symlink():
-        path.unlink()
-    return path
+@contextlib.contextmanager
+def replaced(path: str | Path):
+    """A fresh file beside ``path`` to write (yielded), then renamed onto ``path`` in one step: a reader sees the
+    old file or the new one, never half of one, and whatever stood at ``path`` (a link to any file of the machine,
+    a FIFO that would block the write, a hard link: a clone may carry each) is replaced, never written through."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide the file from other users of a shared checkout
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_file(path: str | Path, text: str) -> Path:
+    """``text`` written to ``path`` as UTF-8 through ``replaced``: whole or not at all, never through a link."""
+    with replaced(path) as fresh:
+        fresh.write_text(text, encoding="utf-8")
+    return Path(path)
 
 
 # -- which history a reader reads -----------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from liger_perf.core.errors import UserError
+from liger_perf.record.store import write_file
 from liger_perf.scaffold.reference import (_DTYPE_ALIASES, DEFAULT_DTYPES, DEFAULT_SHAPES, DTYPES, PROBE_SHAPE,
                                          RESERVED_PARAMETERS, load_reference, probe_reference)
 from liger_perf.scaffold.source import baseline_source, spec_source, wrapped_baseline_source
@@ -122,6 +123,8 @@ def scaffold_kernel(kernels_dir: Path, name: str, reference: str, shapes: list[t
                         "in it that runs the kernel")
     folder = Path(kernels_dir) / name
     spec_path, baseline_path = folder / "spec.py", folder / "baseline.py"
+    if folder.is_symlink() and not folder.exists():
+        raise UserError(f"{folder} is a link to nothing: remove it, or choose another NAME")
     if folder.exists() and not force:
         raise UserError(f"{folder} exists: choose another NAME, or pass --force to overwrite its spec.py and "
                         "baseline.py")
@@ -160,7 +163,6 @@ def scaffold_kernel(kernels_dir: Path, name: str, reference: str, shapes: list[t
             raise UserError(f"liger-perf new could not generate a valid {path.name} for {reference} ({e.msg}, "
                             f"line {e.lineno}): a bug of the scaffold; please report it with your reference, "
                             "or use --baseline") from None
-    folder.mkdir(parents=True, exist_ok=True)
-    spec_path.write_text(spec_text, encoding="utf-8")
-    baseline_path.write_text(baseline_text, encoding="utf-8")
+    write_file(spec_path, spec_text)  # over a link --force replaces, never writes through it
+    write_file(baseline_path, baseline_text)
     return [spec_path, baseline_path]
