@@ -497,8 +497,6 @@ def optimize_command(
     get_spec(kernel)
     _check_target(target)
     check_tuning_suite(suite)
-    if max_minutes is not None and math.isnan(max_minutes):  # click's range lets NaN through
-        raise UserError("--max-minutes nan: give a number of minutes, e.g. --max-minutes 30")
     focus = _dispatch_buckets(buckets)
     rules = load_guardrails(guardrails or current().guardrails, target=target)
     from liger_perf.isolation.sandbox import require_sandbox, sandbox_required
