@@ -193,6 +193,9 @@ def test_parsers_read_shapes_and_dtypes_and_refuse_in_one_line():
     for bad in ("4096x", "axb", "", "4096x0", "-1x4"):
         assert_one_line_error(lambda: parse_shapes(bad), "--shapes")
     assert_one_line_error(lambda: parse_shapes("4096x4096,4096"), "mixes ranks")
+    # a size no GPU could hold is refused here, not as an out-of-memory error in the first check on the GPU
+    assert_one_line_error(lambda: parse_shapes("1000000000x1000000000"), "more than any GPU holds")
+    assert parse_shapes("65536x1048576") == [(65536, 1048576)]  # 2**36 elements: the largest allowed
     assert_one_line_error(lambda: parse_dtypes("float32,float64"), "float64", "choose among")
 
 

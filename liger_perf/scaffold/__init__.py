@@ -22,6 +22,7 @@ Here: the command (``scaffold_kernel``) and its parsers; ``reference`` loads and
 from __future__ import annotations
 
 import keyword
+import math
 from pathlib import Path
 
 import torch
@@ -66,6 +67,10 @@ def parse_dtypes(text: str) -> list[str]:
     return names
 
 
+#: The most elements a suite's shape may have: 2**36 of bfloat16 is 128 GiB, a whole H200's memory for one tensor.
+MAX_ELEMENTS = 2**36
+
+
 def _check_shapes(shapes) -> list[tuple[int, ...]]:
     if not shapes:
         raise UserError("--shapes is empty: give at least one shape, e.g. 4096x4096")
@@ -74,6 +79,9 @@ def _check_shapes(shapes) -> list[tuple[int, ...]]:
         if (not isinstance(shape, (tuple, list)) or not shape
                 or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)):
             raise UserError(f"shape {shape!r} is not a tuple of positive sizes: write shapes as 4096x4096")
+        if math.prod(shape) > MAX_ELEMENTS:
+            raise UserError(f"shape {'x'.join(map(str, shape))} has {math.prod(shape):.3g} elements, more than any "
+                            f"GPU holds (at most {MAX_ELEMENTS:.3g}): give the sizes a model's tensors have")
         checked.append(tuple(shape))
     if len({len(s) for s in checked}) > 1:
         raise UserError(f"--shapes {','.join('x'.join(map(str, s)) for s in checked)} mixes ranks: give shapes "
