@@ -120,6 +120,24 @@ def test_static_checks():
     assert "environ" in check_generated_source(BASELINE + "\nimport math\nE = math.environ\n", spec)
 
 
+UNCHECKABLE = {
+    "a sum of 600 terms": (BASELINE + "\ndef g(x):\n    return " + "x + " * 600 + "x\n", "too deeply"),
+    "5000 unary minus signs": (BASELINE + "\nK = " + "-" * 5000 + "1\n", "too deeply"),
+    "a lone surrogate": (BASELINE + "\nK = '\ud800'\n", "not UTF-8"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNCHECKABLE))
+def test_a_module_the_parser_or_the_checks_cannot_hold_is_rejected_not_a_crash(kind):
+    """The parser's MemoryError, the checks' RecursionError and the lone surrogate's UnicodeEncodeError (a JSON
+    "\\ud800" escape in the reply) escaped the static check: the proposer stopped the loop with a traceback."""
+    source, reason = UNCHECKABLE[kind]
+    assert reason in check_generated_source(source, get_spec("relu_squared"))
+    with FakeOpenAI([reply(source), reply(GOOD)]) as server:
+        proposal = _proposer(server).propose(_context())
+    assert proposal.source == GOOD and reason in proposal.audit["exchanges"][0]["validation"]
+
+
 def _cli(args, env, timeout=900):
     from liger_perf.isolation import sandbox
 
