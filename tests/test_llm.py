@@ -91,6 +91,35 @@ def test_a_failing_or_hanging_endpoint_falls_back_to_the_rules_proposer(failure)
     assert "the endpoint failed" in proposal.audit["fallback"]
 
 
+def _completion(**fields) -> dict:
+    payload = {"id": "x", "object": "chat.completion", "created": 0, "model": "recorded", "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": reply(GOOD)["content"]}}]}
+    return {"raw": json.dumps({**payload, **fields}).encode()}
+
+
+MALFORMED = {"no choices": _completion(choices=[]), "null choices": _completion(choices=None),
+             "a null message": _completion(choices=[{"index": 0, "message": None}]),
+             "content parts": _completion(choices=[{"index": 0, "message": {"role": "assistant", "content": [
+                 {"type": "text", "text": "{}"}]}}]),
+             "no JSON": {"raw": b"<html>502 Bad Gateway</html>"}}
+
+
+@pytest.mark.parametrize("kind", sorted(MALFORMED))
+def test_an_answer_with_no_message_falls_back_to_the_rules_proposer(kind):
+    """A 200 the client takes without a check (an empty choices list, a null message, content parts, an HTML
+    page) raised IndexError, TypeError, AttributeError or JSONDecodeError out of the loop."""
+    with FakeOpenAI([MALFORMED[kind]]) as server:
+        proposal = _proposer(server).propose(_context())
+    assert isinstance(proposal, Proposal) and proposal.diagnosis != "llm"
+    assert "the endpoint's answer" in proposal.audit["fallback"]
+
+
+def test_token_counts_that_are_no_counts_are_not_a_crash():
+    with FakeOpenAI([_completion(usage={"prompt_tokens": "5", "completion_tokens": None})]) as server:
+        proposal = _proposer(server).propose(_context())
+    assert proposal.source == GOOD and proposal.audit["prompt_tokens"] == 0
+
+
 def test_a_long_history_is_summarised_never_cut():
     context = _context()
     many = [context.trials[0].model_copy(update={"trial_id": i, "name": f"t{i}", "judged": Verdict(

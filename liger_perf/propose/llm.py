@@ -213,6 +213,26 @@ def parse_reply(text: str) -> dict:
 
 # -- the proposer -------------------------------------------------------------------------------------------
 
+def _reply_text(response) -> str | None:
+    """The first choice's message text ('' where the model said nothing); None where the answer holds no message:
+    a server or proxy in trouble answers 200 with no choices, a null message or content parts, and the client
+    checks none of it (``response.choices[0]`` raised IndexError out of the loop)."""
+    choices = getattr(response, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        return None
+    message = getattr(choices[0], "message", None)
+    content = getattr(message, "content", None)
+    if message is None or not isinstance(content, (str, type(None))):
+        return None
+    return content or ""
+
+
+def _tokens(usage, name: str) -> int:
+    """A token count the endpoint reports; 0 where it reports none, or something that is no count."""
+    value = getattr(usage, name, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
 class LlmProposer:
     name = "llm"
 
@@ -244,10 +264,15 @@ class LlmProposer:
             except (openai.APIError, openai.APIConnectionError, openai.APITimeoutError) as e:
                 return self._fall_back(context, audit, f"the endpoint failed after the client's retries: "
                                                        f"{type(e).__name__}: {str(e)[:200]}")
-            reply = response.choices[0].message.content or ""
+            except ValueError as e:  # a 200 whose body is no JSON (a proxy's HTML page): json's error, not openai's
+                return self._fall_back(context, audit, f"the endpoint's answer is not JSON: {str(e)[:200]}")
+            reply = _reply_text(response)
+            if reply is None:
+                return self._fall_back(context, audit, "the endpoint's answer holds no message text (no choices, "
+                                                       "no message, or content that is not a string)")
             usage = getattr(response, "usage", None)
-            audit["prompt_tokens"] += getattr(usage, "prompt_tokens", 0) or 0
-            audit["completion_tokens"] += getattr(usage, "completion_tokens", 0) or 0
+            audit["prompt_tokens"] += _tokens(usage, "prompt_tokens")
+            audit["completion_tokens"] += _tokens(usage, "completion_tokens")
             problem, proposal = self._validate(reply, context, tried)
             audit["exchanges"].append({"attempt": attempt + 1, "reply": reply, "validation": problem or "ok",
                                        "seconds": round(time.time() - started, 2)})
