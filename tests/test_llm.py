@@ -120,6 +120,23 @@ def test_token_counts_that_are_no_counts_are_not_a_crash():
     assert proposal.source == GOOD and proposal.audit["prompt_tokens"] == 0
 
 
+def test_a_reply_that_is_no_json_object_is_a_rejection_in_linear_time():
+    """Arrays nested 100000 deep raised RecursionError out of parse_reply (a ValueError is what the proposer
+    rejects); an integer of 5000 digits sent the model Python's "use sys.set_int_max_str_digits()"; and the
+    code-fence regex backtracked from every fence that opened an object: 512 KB of them took 23 s."""
+    import time
+
+    from liger_perf.propose.llm import parse_reply
+
+    for text in ("[" * 100000 + "]" * 100000, '{"source": 1' + "0" * 5000 + "}", "```{" * 250000):
+        started = time.time()
+        with pytest.raises(ValueError, match="not a JSON object with hypothesis"):
+            parse_reply(text)
+        assert time.time() - started < 2
+    fenced = 'Here it is:\n```json\n{"name": "a"}\n```\nIt sets {BLOCK_SIZE} higher.'
+    assert parse_reply(fenced) == {"name": "a"}
+
+
 def test_a_long_history_is_summarised_never_cut():
     context = _context()
     many = [context.trials[0].model_copy(update={"trial_id": i, "name": f"t{i}", "judged": Verdict(

@@ -195,20 +195,33 @@ def build_prompt(context: Context, settings: LlmSettings) -> str:
 def parse_reply(text: str) -> dict:
     """The JSON object of a reply, also when a model wraps it in a code fence or adds a sentence."""
     candidates = [text]
-    fenced = re.search(r"```(?:json)?\s*(\{.*\})\s*```", text, re.S)
+    fenced = _fenced_object(text)
     if fenced:
-        candidates.insert(0, fenced.group(1))
+        candidates.insert(0, fenced)
     start, end = text.find("{"), text.rfind("}")
     if 0 <= start < end:
         candidates.append(text[start:end + 1])
     for candidate in candidates:
         try:
             data = json.loads(candidate)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # no JSON, an integer past 4300 digits, arrays nested thousands deep
             continue
         if isinstance(data, dict):
             return data
     raise ValueError("the reply is not a JSON object with hypothesis, prediction, name and source")
+
+
+def _fenced_object(text: str) -> str:
+    """The object of the reply's first code fence that opens one (a json fence), up to the last closing brace a
+    fence closes; '' where there is none. Two linear scans: one regex (fence, object, fence) backtracked over the
+    rest of the reply from every fence that opened an object and was never closed (a 512 KB reply of them took
+    23 s, and the time grows with the square of the length)."""
+    opened = re.search(r"```(?:json)?\s*\{", text)
+    if opened is None:
+        return ""
+    start = opened.end() - 1
+    closes = [m.start() for m in re.finditer(r"\}\s*```", text) if m.start() >= start]
+    return text[start:closes[-1] + 1] if closes else ""
 
 
 # -- the proposer -------------------------------------------------------------------------------------------
