@@ -137,6 +137,19 @@ def test_a_reply_that_is_no_json_object_is_a_rejection_in_linear_time():
     assert parse_reply(fenced) == {"name": "a"}
 
 
+def test_lone_surrogates_in_a_reply_never_reach_the_trial_s_records():
+    """JSON's "\\ud800" escape decodes to a lone surrogate, which no UTF-8 file holds: in the hypothesis it made
+    the trial's request unserialisable and its notebook unwritable, a traceback out of the loop."""
+    from liger_perf.record.schema import TrialRequest
+
+    raw = {"content": "\ud800" + reply(GOOD, hypothesis="\ud800 bigger", name="big")["content"]}
+    with FakeOpenAI([raw]) as server:
+        proposal = _proposer(server).propose(_context())
+    assert proposal.source == GOOD and proposal.hypothesis == "? bigger"
+    TrialRequest(kernel="relu_squared", variant="/v.py", hypothesis=proposal.hypothesis,
+                 prediction=proposal.prediction, proposer_audit=proposal.audit).model_dump_json()
+
+
 def test_a_long_history_is_summarised_never_cut():
     context = _context()
     many = [context.trials[0].model_copy(update={"trial_id": i, "name": f"t{i}", "judged": Verdict(

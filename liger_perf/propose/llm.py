@@ -240,6 +240,13 @@ def _reply_text(response) -> str | None:
     return content or ""
 
 
+def _text(value) -> str:
+    """``value`` as text that UTF-8 can hold: a lone surrogate (JSON's "\\ud800" escape, in the reply or in a
+    field of its object) becomes "?". Kept as it was, it reached the trial's request and notebook, whose writes
+    raised UnicodeEncodeError (and PydanticSerializationError) out of the loop."""
+    return str(value).encode("utf-8", "replace").decode("utf-8")
+
+
 def _tokens(usage, name: str) -> int:
     """A token count the endpoint reports; 0 where it reports none, or something that is no count."""
     value = getattr(usage, name, None)
@@ -283,6 +290,7 @@ class LlmProposer:
             if reply is None:
                 return self._fall_back(context, audit, "the endpoint's answer holds no message text (no choices, "
                                                        "no message, or content that is not a string)")
+            reply = _text(reply)
             usage = getattr(response, "usage", None)
             audit["prompt_tokens"] += _tokens(usage, "prompt_tokens")
             audit["completion_tokens"] += _tokens(usage, "completion_tokens")
@@ -313,14 +321,14 @@ class LlmProposer:
             return ("that module is already in the history or chosen for this round; propose something new",
                     None)
         prediction = data.get("prediction")
-        prediction = "; ".join(f"{k}: {v}" for k, v in prediction.items()) if isinstance(prediction, dict) \
-            else str(prediction or "")
+        prediction = _text("; ".join(f"{k}: {v}" for k, v in prediction.items()) if isinstance(prediction, dict)
+                           else str(prediction or ""))
         # An edit of the dispatch table is recorded bucket by bucket (``knob@bucket``): judged on its buckets.
         changes = changes_between(read_knobs(context.best_source)[0], recorded_dispatch(context.best_source),
                                   read_knobs(source)[0], recorded_dispatch(source))
         name = re.sub(r"[^a-z0-9-]+", "-", str(data.get("name") or "llm-variant").lower()).strip("-")[:50]
         return "", Proposal(name=f"llm-{name}" if not name.startswith("llm") else name, source=source,
-                            hypothesis=str(data.get("hypothesis") or ""), prediction=prediction, changes=changes,
+                            hypothesis=_text(data.get("hypothesis") or ""), prediction=prediction, changes=changes,
                             diagnosis="llm")
 
     def _fall_back(self, context: Context, audit: dict, reason: str) -> Proposal | Stop:
