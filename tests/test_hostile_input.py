@@ -259,3 +259,25 @@ def test_knobs_no_reader_can_take_are_one_line_and_a_history_s_never_stop_the_ru
     context = Context(get_spec("relu_squared"), "forward", [*trials, corrupt], trials[0],
                       baseline_path("relu_squared").read_text())
     assert isinstance(RulesProposer().propose(context), Proposal)
+
+
+@pytest.mark.parametrize("seconds", [float("nan"), float("inf"), -5.0])
+def test_a_corrupt_notebook_s_seconds_never_set_the_loop_s_pace(seconds):
+    """JSON's reader takes NaN and 1e999 from a corrupt notebook: one such trial of two made ``trial_pace`` NaN,
+    and ``trials_within`` raised "cannot convert float NaN to integer" out of a loop with a deadline."""
+    from liger_perf.loop import trials_within
+    from liger_perf.record.history import screening_pace, trial_pace
+    from liger_perf.record.schema import TrialResult
+
+    def trial(elapsed, kind="experiment", time=None):
+        extra = {"step_seconds": {"time": time}, "screening": {"target": "full", "timing": [
+            {"pass": "forward", "shape": "4096x4096", "dtype": "bfloat16", "contender": "candidate"}]}} \
+            if time is not None else {}
+        return TrialResult.model_validate({"kernel": "relu_squared", "status": "complete", "variant": {},
+                                           "kind": kind, "elapsed_s": elapsed, **extra})
+
+    trials = [trial(100.0), trial(seconds)]
+    assert trial_pace(trials) == 100.0
+    assert trials_within(600.0, trial_pace(trials), 1, 3) == 3
+    screenings = [trial(100.0, "screening", 50.0), trial(100.0, "screening", seconds)]
+    assert screening_pace(screenings, cases=1) == 100.0
