@@ -181,6 +181,8 @@ def test_static_checks():
 
 UNCHECKABLE = {
     "a sum of 600 terms": (BASELINE + "\ndef g(x):\n    return " + "x + " * 600 + "x\n", "too deeply"),
+    "a dispatch bucket no launch looks up": (BASELINE + '\nDISPATCH = {"../x": {"BLOCK_SIZE": 2048}}\n',
+                                             "DISPATCH bucket '../x'"),
     "5000 unary minus signs": (BASELINE + "\nK = " + "-" * 5000 + "1\n", "too deeply"),
     "a lone surrogate": (BASELINE + "\nK = '\ud800'\n", "not UTF-8"),
 }

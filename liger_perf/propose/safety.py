@@ -58,7 +58,7 @@ import importlib
 
 from liger_perf.core.errors import UserError
 from liger_perf.kernel.spec import KernelSpec
-from liger_perf.kernel.variants import read_knobs
+from liger_perf.kernel.variants import read_dispatch
 
 ALLOWED_IMPORTS = {"__future__", "math", "functools", "typing", "torch", "triton", "triton.language"}
 _TORCH_DTYPES = {"float16", "bfloat16", "float32", "float64", "half", "float", "double", "int8", "int16", "int32",
@@ -641,7 +641,9 @@ def _check(source: str, spec: KernelSpec) -> str:
         return (f"the module does not define {', '.join(missing)} "
                 f"(the {spec.name} interface: {', '.join(spec.interface)})")
     try:
-        read_knobs(source)
+        # The table too: one the loop cannot read (a bucket "../x", a value off KNOB_CHOICES) was recorded as no
+        # change, and once such a module was the best, the rules proposer's read of it stopped every later step.
+        read_dispatch(source)
     except UserError as e:
         return str(e)
     return ""
