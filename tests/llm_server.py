@@ -1,7 +1,7 @@
 """A real OpenAI-compatible HTTP server on loopback, serving recorded replies, for the LLM proposer's tests.
 
-Each queued item is a reply (``{"content": ...}``), an error (``{"status": 500}``) or a hang
-(``{"hang": seconds}``); every request body is kept in ``requests``.
+Each queued item is a reply (``{"content": ...}``), an error (``{"status": 500}``), a hang
+(``{"hang": seconds}``) or a 200 with any body (``{"raw": b"..."}``); every request body is kept in ``requests``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,13 @@ class FakeOpenAI:
                 if "hang" in item:
                     time.sleep(item["hang"])
                     item = {"status": 504}
+                if "raw" in item:  # a 200 with this body as it is (no chat completion, or not JSON at all)
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(item["raw"])))
+                    self.end_headers()
+                    self.wfile.write(item["raw"])
+                    return
                 if "status" in item:
                     self.send_response(item["status"])
                     self.send_header("Content-Type", "application/json")

@@ -227,3 +227,57 @@ def test_a_variant_module_is_rebuilt_beside_a_link_never_through_it(tmp_path):
     rebuilt = trial_variant_file("fused_add_rms_norm", trial, root)
     assert precious.read_text() == "precious"
     assert rebuilt == planted and not rebuilt.is_symlink() and rebuilt.read_text() == trial.variant.source
+
+
+#: Module texts whose KNOBS no reader can take, as a model may write them or a corrupt notebook record them.
+UNREADABLE_KNOBS = {
+    "a key no dict can hold": "KNOBS = {[1]: 2}\nKNOB_CHOICES = {}\n",
+    "a list for KNOBS": "KNOBS = [1, 2]\nKNOB_CHOICES = {}\nDISPATCH = {}\n",
+    "a number for a list of choices": 'KNOBS = {"a": 1}\nKNOB_CHOICES = {"a": 5}\nDISPATCH = {"1024x2": {"a": 7}}\n',
+    "operators nested past the parser": 'KNOBS = {"a": ' + "-" * 5000 + "1}\nKNOB_CHOICES = {}\n",
+}
+
+
+@pytest.mark.parametrize("source", UNREADABLE_KNOBS.values(), ids=list(UNREADABLE_KNOBS))
+def test_knobs_no_reader_can_take_are_one_line_and_a_history_s_never_stop_the_rules(source):
+    """A trial notebook's variant source (or a model's module) whose KNOBS are no dict of knobs raised TypeError,
+    AttributeError or RecursionError out of ``read_knobs``: the rules proposer, reading every earlier trial's
+    settings, stopped the loop with a traceback over one corrupt notebook."""
+    from liger_perf.core.errors import UserError
+    from liger_perf.kernel.registry import baseline_path, get_spec
+    from liger_perf.kernel.variants import read_dispatch, recorded_dispatch
+    from liger_perf.propose import Context, Proposal
+    from liger_perf.propose.rules import RulesProposer
+    from liger_perf.record.history import load_trials
+
+    with pytest.raises(UserError):
+        read_dispatch(source)
+    assert recorded_dispatch(source) == {}
+    trials = [t for t in load_trials("relu_squared", ROOT / "notebooks" / "nvidia-h200") if t.trial_id < 2]
+    corrupt = trials[-1].model_copy(update={"trial_id": 2, "variant": trials[-1].variant.model_copy(
+        update={"source": source, "knobs": {"BLOCK_SIZE": 1}})})
+    context = Context(get_spec("relu_squared"), "forward", [*trials, corrupt], trials[0],
+                      baseline_path("relu_squared").read_text())
+    assert isinstance(RulesProposer().propose(context), Proposal)
+
+
+@pytest.mark.parametrize("seconds", [float("nan"), float("inf"), -5.0])
+def test_a_corrupt_notebook_s_seconds_never_set_the_loop_s_pace(seconds):
+    """JSON's reader takes NaN and 1e999 from a corrupt notebook: one such trial of two made ``trial_pace`` NaN,
+    and ``trials_within`` raised "cannot convert float NaN to integer" out of a loop with a deadline."""
+    from liger_perf.loop import trials_within
+    from liger_perf.record.history import screening_pace, trial_pace
+    from liger_perf.record.schema import TrialResult
+
+    def trial(elapsed, kind="experiment", time=None):
+        extra = {"step_seconds": {"time": time}, "screening": {"target": "full", "timing": [
+            {"pass": "forward", "shape": "4096x4096", "dtype": "bfloat16", "contender": "candidate"}]}} \
+            if time is not None else {}
+        return TrialResult.model_validate({"kernel": "relu_squared", "status": "complete", "variant": {},
+                                           "kind": kind, "elapsed_s": elapsed, **extra})
+
+    trials = [trial(100.0), trial(seconds)]
+    assert trial_pace(trials) == 100.0
+    assert trials_within(600.0, trial_pace(trials), 1, 3) == 3
+    screenings = [trial(100.0, "screening", 50.0), trial(100.0, "screening", seconds)]
+    assert screening_pace(screenings, cases=1) == 100.0

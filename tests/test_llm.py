@@ -91,6 +91,65 @@ def test_a_failing_or_hanging_endpoint_falls_back_to_the_rules_proposer(failure)
     assert "the endpoint failed" in proposal.audit["fallback"]
 
 
+def _completion(**fields) -> dict:
+    payload = {"id": "x", "object": "chat.completion", "created": 0, "model": "recorded", "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": reply(GOOD)["content"]}}]}
+    return {"raw": json.dumps({**payload, **fields}).encode()}
+
+
+MALFORMED = {"no choices": _completion(choices=[]), "null choices": _completion(choices=None),
+             "a null message": _completion(choices=[{"index": 0, "message": None}]),
+             "content parts": _completion(choices=[{"index": 0, "message": {"role": "assistant", "content": [
+                 {"type": "text", "text": "{}"}]}}]),
+             "no JSON": {"raw": b"<html>502 Bad Gateway</html>"}}
+
+
+@pytest.mark.parametrize("kind", sorted(MALFORMED))
+def test_an_answer_with_no_message_falls_back_to_the_rules_proposer(kind):
+    """A 200 the client takes without a check (an empty choices list, a null message, content parts, an HTML
+    page) raised IndexError, TypeError, AttributeError or JSONDecodeError out of the loop."""
+    with FakeOpenAI([MALFORMED[kind]]) as server:
+        proposal = _proposer(server).propose(_context())
+    assert isinstance(proposal, Proposal) and proposal.diagnosis != "llm"
+    assert "the endpoint's answer" in proposal.audit["fallback"]
+
+
+def test_token_counts_that_are_no_counts_are_not_a_crash():
+    with FakeOpenAI([_completion(usage={"prompt_tokens": "5", "completion_tokens": None})]) as server:
+        proposal = _proposer(server).propose(_context())
+    assert proposal.source == GOOD and proposal.audit["prompt_tokens"] == 0
+
+
+def test_a_reply_that_is_no_json_object_is_a_rejection_in_linear_time():
+    """Arrays nested 100000 deep raised RecursionError out of parse_reply (a ValueError is what the proposer
+    rejects); an integer of 5000 digits sent the model Python's "use sys.set_int_max_str_digits()"; and the
+    code-fence regex backtracked from every fence that opened an object: 512 KB of them took 23 s."""
+    import time
+
+    from liger_perf.propose.llm import parse_reply
+
+    for text in ("[" * 100000 + "]" * 100000, '{"source": 1' + "0" * 5000 + "}", "```{" * 250000):
+        started = time.time()
+        with pytest.raises(ValueError, match="not a JSON object with hypothesis"):
+            parse_reply(text)
+        assert time.time() - started < 2
+    fenced = 'Here it is:\n```json\n{"name": "a"}\n```\nIt sets {BLOCK_SIZE} higher.'
+    assert parse_reply(fenced) == {"name": "a"}
+
+
+def test_lone_surrogates_in_a_reply_never_reach_the_trial_s_records():
+    """JSON's "\\ud800" escape decodes to a lone surrogate, which no UTF-8 file holds: in the hypothesis it made
+    the trial's request unserialisable and its notebook unwritable, a traceback out of the loop."""
+    from liger_perf.record.schema import TrialRequest
+
+    raw = {"content": "\ud800" + reply(GOOD, hypothesis="\ud800 bigger", name="big")["content"]}
+    with FakeOpenAI([raw]) as server:
+        proposal = _proposer(server).propose(_context())
+    assert proposal.source == GOOD and proposal.hypothesis == "? bigger"
+    TrialRequest(kernel="relu_squared", variant="/v.py", hypothesis=proposal.hypothesis,
+                 prediction=proposal.prediction, proposer_audit=proposal.audit).model_dump_json()
+
+
 def test_a_long_history_is_summarised_never_cut():
     context = _context()
     many = [context.trials[0].model_copy(update={"trial_id": i, "name": f"t{i}", "judged": Verdict(
@@ -118,6 +177,26 @@ def test_static_checks():
     assert "torch.load" in check_generated_source(BASELINE + "\nW = torch.load('w.pt')\n", spec)
     assert "__subclasses__" in check_generated_source(BASELINE + "\nC = object.__subclasses__()\n", spec)
     assert "environ" in check_generated_source(BASELINE + "\nimport math\nE = math.environ\n", spec)
+
+
+UNCHECKABLE = {
+    "a sum of 600 terms": (BASELINE + "\ndef g(x):\n    return " + "x + " * 600 + "x\n", "too deeply"),
+    "a dispatch bucket no launch looks up": (BASELINE + '\nDISPATCH = {"../x": {"BLOCK_SIZE": 2048}}\n',
+                                             "DISPATCH bucket '../x'"),
+    "5000 unary minus signs": (BASELINE + "\nK = " + "-" * 5000 + "1\n", "too deeply"),
+    "a lone surrogate": (BASELINE + "\nK = '\ud800'\n", "not UTF-8"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNCHECKABLE))
+def test_a_module_the_parser_or_the_checks_cannot_hold_is_rejected_not_a_crash(kind):
+    """The parser's MemoryError, the checks' RecursionError and the lone surrogate's UnicodeEncodeError (a JSON
+    "\\ud800" escape in the reply) escaped the static check: the proposer stopped the loop with a traceback."""
+    source, reason = UNCHECKABLE[kind]
+    assert reason in check_generated_source(source, get_spec("relu_squared"))
+    with FakeOpenAI([reply(source), reply(GOOD)]) as server:
+        proposal = _proposer(server).propose(_context())
+    assert proposal.source == GOOD and reason in proposal.audit["exchanges"][0]["validation"]
 
 
 def _cli(args, env, timeout=900):

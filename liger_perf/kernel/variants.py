@@ -81,6 +81,12 @@ def parse_source(source: str, path: str | Path) -> ast.Module:
         return ast.parse(source, filename=str(path))
     except SyntaxError as e:
         raise UserError(f"variant {path} has a syntax error at line {e.lineno}: {e.msg}") from None
+    except ValueError:  # a lone surrogate (a model's "\ud800" escape): no UTF-8 text, no module
+        raise UserError(f"variant {path} is not UTF-8 text (it holds a lone surrogate): save the module as UTF-8") \
+            from None
+    except (RecursionError, MemoryError):  # the parser's own stack, spent on thousands of nested operators
+        raise UserError(f"variant {path} nests expressions too deeply for Python's parser: write them in steps") \
+            from None
 
 
 #: What measures and judges a variant, in the process that imports it: a variant that rebinds anything here at
@@ -385,9 +391,16 @@ def _byte_span(source: str, node: ast.AST) -> tuple[int, int]:
 
 def _read_knob_nodes(nodes: dict[str, ast.Assign], path) -> tuple[dict[str, Any], dict[str, list]]:
     try:
-        return ast.literal_eval(nodes["KNOBS"].value), ast.literal_eval(nodes["KNOB_CHOICES"].value)
-    except ValueError:
+        knobs, choices = ast.literal_eval(nodes["KNOBS"].value), ast.literal_eval(nodes["KNOB_CHOICES"].value)
+    except (ValueError, TypeError, RecursionError):  # TypeError: a key that cannot be hashed ({[1]: 2})
         raise UserError(f"variant {path}: KNOBS and KNOB_CHOICES must be plain literals") from None
+    # Every reader takes them as dicts by knob name (a model's ``KNOBS = [1, 2]`` or a choice that is a number
+    # would break them far from here, the proposers and the judge with a traceback).
+    if not (isinstance(knobs, dict) and isinstance(choices, dict) and all(isinstance(k, str) for k in knobs)
+            and all(isinstance(v, (list, tuple)) for v in choices.values())):
+        raise UserError(f"variant {path}: KNOBS must map each knob's name to its value, and KNOB_CHOICES each "
+                        "knob's name to a list of its allowed values")
+    return knobs, choices
 
 
 def bucket_order(bucket: str) -> tuple:

@@ -195,23 +195,63 @@ def build_prompt(context: Context, settings: LlmSettings) -> str:
 def parse_reply(text: str) -> dict:
     """The JSON object of a reply, also when a model wraps it in a code fence or adds a sentence."""
     candidates = [text]
-    fenced = re.search(r"```(?:json)?\s*(\{.*\})\s*```", text, re.S)
+    fenced = _fenced_object(text)
     if fenced:
-        candidates.insert(0, fenced.group(1))
+        candidates.insert(0, fenced)
     start, end = text.find("{"), text.rfind("}")
     if 0 <= start < end:
         candidates.append(text[start:end + 1])
     for candidate in candidates:
         try:
             data = json.loads(candidate)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # no JSON, an integer past 4300 digits, arrays nested thousands deep
             continue
         if isinstance(data, dict):
             return data
     raise ValueError("the reply is not a JSON object with hypothesis, prediction, name and source")
 
 
+def _fenced_object(text: str) -> str:
+    """The object of the reply's first code fence that opens one (a json fence), up to the last closing brace a
+    fence closes; '' where there is none. Two linear scans: one regex (fence, object, fence) backtracked over the
+    rest of the reply from every fence that opened an object and was never closed (a 512 KB reply of them took
+    23 s, and the time grows with the square of the length)."""
+    opened = re.search(r"```(?:json)?\s*\{", text)
+    if opened is None:
+        return ""
+    start = opened.end() - 1
+    closes = [m.start() for m in re.finditer(r"\}\s*```", text) if m.start() >= start]
+    return text[start:closes[-1] + 1] if closes else ""
+
+
 # -- the proposer -------------------------------------------------------------------------------------------
+
+def _reply_text(response) -> str | None:
+    """The first choice's message text ('' where the model said nothing); None where the answer holds no message:
+    a server or proxy in trouble answers 200 with no choices, a null message or content parts, and the client
+    checks none of it (``response.choices[0]`` raised IndexError out of the loop)."""
+    choices = getattr(response, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        return None
+    message = getattr(choices[0], "message", None)
+    content = getattr(message, "content", None)
+    if message is None or not isinstance(content, (str, type(None))):
+        return None
+    return content or ""
+
+
+def _text(value) -> str:
+    """``value`` as text that UTF-8 can hold: a lone surrogate (JSON's "\\ud800" escape, in the reply or in a
+    field of its object) becomes "?". Kept as it was, it reached the trial's request and notebook, whose writes
+    raised UnicodeEncodeError (and PydanticSerializationError) out of the loop."""
+    return str(value).encode("utf-8", "replace").decode("utf-8")
+
+
+def _tokens(usage, name: str) -> int:
+    """A token count the endpoint reports; 0 where it reports none, or something that is no count."""
+    value = getattr(usage, name, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
 
 class LlmProposer:
     name = "llm"
@@ -244,10 +284,16 @@ class LlmProposer:
             except (openai.APIError, openai.APIConnectionError, openai.APITimeoutError) as e:
                 return self._fall_back(context, audit, f"the endpoint failed after the client's retries: "
                                                        f"{type(e).__name__}: {str(e)[:200]}")
-            reply = response.choices[0].message.content or ""
+            except ValueError as e:  # a 200 whose body is no JSON (a proxy's HTML page): json's error, not openai's
+                return self._fall_back(context, audit, f"the endpoint's answer is not JSON: {str(e)[:200]}")
+            reply = _reply_text(response)
+            if reply is None:
+                return self._fall_back(context, audit, "the endpoint's answer holds no message text (no choices, "
+                                                       "no message, or content that is not a string)")
+            reply = _text(reply)
             usage = getattr(response, "usage", None)
-            audit["prompt_tokens"] += getattr(usage, "prompt_tokens", 0) or 0
-            audit["completion_tokens"] += getattr(usage, "completion_tokens", 0) or 0
+            audit["prompt_tokens"] += _tokens(usage, "prompt_tokens")
+            audit["completion_tokens"] += _tokens(usage, "completion_tokens")
             problem, proposal = self._validate(reply, context, tried)
             audit["exchanges"].append({"attempt": attempt + 1, "reply": reply, "validation": problem or "ok",
                                        "seconds": round(time.time() - started, 2)})
@@ -275,14 +321,14 @@ class LlmProposer:
             return ("that module is already in the history or chosen for this round; propose something new",
                     None)
         prediction = data.get("prediction")
-        prediction = "; ".join(f"{k}: {v}" for k, v in prediction.items()) if isinstance(prediction, dict) \
-            else str(prediction or "")
+        prediction = _text("; ".join(f"{k}: {v}" for k, v in prediction.items()) if isinstance(prediction, dict)
+                           else str(prediction or ""))
         # An edit of the dispatch table is recorded bucket by bucket (``knob@bucket``): judged on its buckets.
         changes = changes_between(read_knobs(context.best_source)[0], recorded_dispatch(context.best_source),
                                   read_knobs(source)[0], recorded_dispatch(source))
         name = re.sub(r"[^a-z0-9-]+", "-", str(data.get("name") or "llm-variant").lower()).strip("-")[:50]
         return "", Proposal(name=f"llm-{name}" if not name.startswith("llm") else name, source=source,
-                            hypothesis=str(data.get("hypothesis") or ""), prediction=prediction, changes=changes,
+                            hypothesis=_text(data.get("hypothesis") or ""), prediction=prediction, changes=changes,
                             diagnosis="llm")
 
     def _fall_back(self, context: Context, audit: dict, reason: str) -> Proposal | Stop:

@@ -58,7 +58,7 @@ import importlib
 
 from liger_perf.core.errors import UserError
 from liger_perf.kernel.spec import KernelSpec
-from liger_perf.kernel.variants import read_knobs
+from liger_perf.kernel.variants import read_dispatch
 
 ALLOWED_IMPORTS = {"__future__", "math", "functools", "typing", "torch", "triton", "triton.language"}
 _TORCH_DTYPES = {"float16", "bfloat16", "float32", "float64", "half", "float", "double", "int8", "int16", "int32",
@@ -583,9 +583,20 @@ def _builtins_named(source: str, tree: ast.AST) -> str:
 def check_generated_source(source: str, spec: KernelSpec) -> str:
     """'' when ``source`` may run as a variant of ``spec``; otherwise the reason, in one line."""
     try:
+        return _check(source, spec)
+    except (RecursionError, MemoryError):
+        # Python's parser, symtable and these checks all recurse on the tree: a sum of a few hundred terms or a
+        # run of thousands of unary minus signs spends their stack (the parser says so with MemoryError).
+        return "the module nests expressions too deeply to check: write long sums and chains in steps"
+
+
+def _check(source: str, spec: KernelSpec) -> str:
+    try:
         tree = ast.parse(source)
     except SyntaxError as e:
         return f"syntax error at line {e.lineno}: {e.msg}"
+    except ValueError:  # a lone surrogate (a JSON "\ud800" escape): no file could hold the module as UTF-8
+        return "the module is not UTF-8 text (it holds a lone surrogate character)"
     checker = _Checker()
     for node in tree.body:  # the imports first: they bind the module names the rest is checked against
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -630,7 +641,9 @@ def check_generated_source(source: str, spec: KernelSpec) -> str:
         return (f"the module does not define {', '.join(missing)} "
                 f"(the {spec.name} interface: {', '.join(spec.interface)})")
     try:
-        read_knobs(source)
+        # The table too: one the loop cannot read (a bucket "../x", a value off KNOB_CHOICES) was recorded as no
+        # change, and once such a module was the best, the rules proposer's read of it stopped every later step.
+        read_dispatch(source)
     except UserError as e:
         return str(e)
     return ""

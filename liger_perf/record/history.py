@@ -497,7 +497,7 @@ def trial_pace(trials: list[TrialResult], suite: str = "", kind: str = "experime
         return t.kind == "experiment" and not t.against if kind == "baseline" else t.kind == kind
 
     done = [t for t in trials if of_kind(t) and t.status == "complete" and t.elapsed_s
-            and measures_suite(t.suite, suite)]
+            and measures_suite(t.suite, suite) and _clocked(t)]
     recent = done[-5:]
     if not recent:
         return None
@@ -518,6 +518,14 @@ def trial_pace(trials: list[TrialResult], suite: str = "", kind: str = "experime
         return max(0.0, t.elapsed_s - acceptance(t) - (t.step_seconds.get("time", 0.0) if timing else 0.0))
 
     return _upper_median([outside(t) for t in recent]) + timing + max(acceptance(t) for t in gated)
+
+
+def _clocked(trial: TrialResult) -> bool:
+    """Whether a trial's recorded seconds can pace another: each finite and not negative. A notebook writes no
+    NaN (``jsonable``), but JSON's reader takes ``NaN`` and ``1e999`` from a corrupt or edited one, and one such
+    trial among the last made the pace NaN: ``trials_within`` then raised "cannot convert float NaN to integer"
+    out of a loop with a deadline (an infinite one stopped it starting anything)."""
+    return all(math.isfinite(s) and s >= 0 for s in (trial.elapsed_s or 0.0, *trial.step_seconds.values()))
 
 
 def _ran_the_full_gate(trial: TrialResult) -> bool:
@@ -550,7 +558,7 @@ def screening_pace(trials: list[TrialResult], suite: str = "", cases: int | None
     # must not hide the timed ones behind the whole-screening median.
     timed = [t for t in trials if t.kind == "screening" and t.status == "complete" and t.elapsed_s
              and measures_suite(t.suite, suite) and t.screening is not None and t.screening.timing
-             and t.step_seconds.get("time")][-5:]
+             and t.step_seconds.get("time") and _clocked(t)][-5:]
     parts = [(max(0.0, t.elapsed_s - t.step_seconds["time"]),
               t.step_seconds["time"] / len({row.key for row in t.screening.timing}),
               len(t.screening.rows)) for t in timed]
