@@ -75,6 +75,22 @@ def test_an_unsafe_or_broken_reply_is_rejected_with_the_reason_and_retried(kind)
     assert retry.startswith("Your reply was rejected:") and reason in retry
 
 
+def test_a_reply_too_long_for_a_module_is_rejected_and_only_its_start_is_kept():
+    """A 3 MB reply is no proposal: kept whole in the audit (and sent back), a few of them made the trial's notebook
+    too large for the history to read."""
+    from liger_perf.propose.llm import KEPT_OF_A_LONG_REPLY
+
+    long_reply = {"content": reply(GOOD)["content"] + " " * 3_000_000}
+    with FakeOpenAI([long_reply, reply(GOOD)]) as server:
+        proposal = _proposer(server).propose(_context())
+    assert proposal.source == GOOD
+    first = proposal.audit["exchanges"][0]
+    assert "more than the 1000000" in first["validation"]
+    assert len(first["reply"]) < KEPT_OF_A_LONG_REPLY + 100 and first["reply"].endswith("characters left out]")
+    sent_back = server.requests[1]["messages"][-2]["content"]
+    assert sent_back == first["reply"]
+
+
 def test_replies_that_keep_failing_fall_back_to_the_rules_proposer():
     source, _ = BAD["imports os"]
     with FakeOpenAI([reply(source)] * 2) as server:

@@ -253,6 +253,13 @@ def _tokens(usage, name: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
+#: The longest reply read as a proposal. A variant module and its JSON object take tens of kilobytes; a longer reply
+#: is rejected, and only its first ``KEPT_OF_A_LONG_REPLY`` characters go into the audit and back to the model: kept
+#: whole, four 10 MB replies made the trial's notebook larger than ``NOTEBOOK_LIMIT``, and the history then skipped it.
+MAX_REPLY_CHARS = 1_000_000
+KEPT_OF_A_LONG_REPLY = 2_000
+
+
 class LlmProposer:
     name = "llm"
 
@@ -294,7 +301,13 @@ class LlmProposer:
             usage = getattr(response, "usage", None)
             audit["prompt_tokens"] += _tokens(usage, "prompt_tokens")
             audit["completion_tokens"] += _tokens(usage, "completion_tokens")
-            problem, proposal = self._validate(reply, context, tried)
+            if len(reply) > MAX_REPLY_CHARS:
+                problem, proposal = (f"the reply holds {len(reply)} characters, more than the {MAX_REPLY_CHARS} "
+                                     "a module and its JSON object need: send the object alone"), None
+                left_out = len(reply) - KEPT_OF_A_LONG_REPLY
+                reply = reply[:KEPT_OF_A_LONG_REPLY] + f"\n[{left_out} more characters left out]"
+            else:
+                problem, proposal = self._validate(reply, context, tried)
             audit["exchanges"].append({"attempt": attempt + 1, "reply": reply, "validation": problem or "ok",
                                        "seconds": round(time.time() - started, 2)})
             if proposal is not None:
