@@ -27,7 +27,9 @@ BAD = {
     "imports os": ("import torch\nimport os\n" + BASELINE, "imports os"),
     "imports subprocess": (BASELINE.replace("import torch\n", "import torch\nfrom subprocess import run\n", 1),
                            "imports from subprocess"),
-    "syntax error": (BASELINE.replace("def relu_squared(X):", "def relu_squared(X:"), "syntax error"),
+    "syntax error": (BASELINE.replace("def relu_squared(X):", "def relu_squared(X:"), "a syntax error at line "),
+    # Python names no line for a null byte: the reason said "at line None"
+    "null byte": (BASELINE + "\x00", "a syntax error: source code string cannot contain null bytes"),
     "no interface": (BASELINE.replace("def relu_squared(X):", "def relu_sq(X):"), "does not define relu_squared"),
     "writes a file": (BASELINE.replace('    return ReluSquaredFunction.apply(X)',
                                        '    open("/tmp/x", "w").write("x")\n    return ReluSquaredFunction.apply(X)'),

@@ -9,3 +9,8 @@ EXIT_JOB_ERROR = 3  # the harness could not do the work (a trial that never reac
 
 class UserError(Exception):
     """A mistake in what the user asked for; its message says what to do instead."""
+
+
+def syntax_error(e: SyntaxError) -> str:
+    """``e`` as "a syntax error at line N: why"; without the line where Python names none (a null byte)."""
+    return f"a syntax error{f' at line {e.lineno}' if e.lineno else ''}: {e.msg}"

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import FunctionType, ModuleType
 from typing import Any, Iterable
 
-from liger_perf.core.errors import UserError
+from liger_perf.core.errors import UserError, syntax_error
 from liger_perf.core.workspace import not_a_file
 from liger_perf.kernel.spec import KernelSpec
 
@@ -80,7 +80,7 @@ def parse_source(source: str, path: str | Path) -> ast.Module:
     try:
         return ast.parse(source, filename=str(path))
     except SyntaxError as e:
-        raise UserError(f"variant {path} has a syntax error at line {e.lineno}: {e.msg}") from None
+        raise UserError(f"variant {path} has {syntax_error(e)}") from None
     except ValueError:  # a lone surrogate (a model's "\ud800" escape): no UTF-8 text, no module
         raise UserError(f"variant {path} is not UTF-8 text (it holds a lone surrogate): save the module as UTF-8") \
             from None

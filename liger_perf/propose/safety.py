@@ -56,7 +56,7 @@ import ast
 import functools
 import importlib
 
-from liger_perf.core.errors import UserError
+from liger_perf.core.errors import UserError, syntax_error
 from liger_perf.kernel.spec import KernelSpec
 from liger_perf.kernel.variants import read_dispatch
 
@@ -594,7 +594,7 @@ def _check(source: str, spec: KernelSpec) -> str:
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
-        return f"syntax error at line {e.lineno}: {e.msg}"
+        return syntax_error(e)
     except ValueError:  # a lone surrogate (a JSON "\ud800" escape): no file could hold the module as UTF-8
         return "the module is not UTF-8 text (it holds a lone surrogate character)"
     checker = _Checker()

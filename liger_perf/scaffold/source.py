@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 
-from liger_perf.core.errors import UserError
+from liger_perf.core.errors import UserError, syntax_error
 from liger_perf.scaffold.reference import INTERPRET_DTYPES, Probe, Reference
 from liger_perf.scaffold.translate import HELPERS, _Kernel, _literal, _Names, _pointer
 
@@ -470,7 +470,7 @@ def wrapped_baseline_source(name: str, ref: Reference, path: Path, entry: str, c
     try:
         tree = ast.parse(source, filename=str(path))
     except SyntaxError as e:
-        raise UserError(f"--baseline {path} has a syntax error at line {e.lineno}: {e.msg}") from None
+        raise UserError(f"--baseline {path} has {syntax_error(e)}") from None
     if not entry.isidentifier():
         raise UserError(f"--entry {entry}: give the name of the function in {path.name} that runs the kernel")
     top = _top_level_names(tree)
